@@ -1,0 +1,80 @@
+"""The one interface every chunking strategy implements.
+
+A strategy only decides *where* to cut: it returns character spans of the document text. Turning spans
+into `Chunk`s (content by slicing, exact token counts, deterministic IDs, dropping whitespace-only
+pieces, checking order) happens here, once, so no strategy can break the offset invariant
+`document.text[chunk.start_char:chunk.end_char] == chunk.content`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from chunking.config import ChunkStrategy
+from chunking.ids import make_chunk_id, sha256_hex
+from chunking.models import Chunk, Document
+from chunking.tokenizer import TokenCounter
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Where a strategy wants a chunk: `[start, end)` of the text, plus what it knows about it."""
+
+    start: int
+    end: int
+    token_count: int | None = None  # exact count if the strategy measured it; else counted here
+    heading_chain: tuple[str, ...] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+class BaseChunker(ABC):
+    """Subclasses set `name` and implement `spans`; `chunk` builds validated `Chunk`s from them."""
+
+    name: ClassVar[str]
+
+    def __init__(self, strategy: ChunkStrategy | None = None) -> None:
+        self.strategy = strategy or ChunkStrategy(name=self.name)
+        self.counter = TokenCounter(self.strategy.tokenizer)
+
+    @abstractmethod
+    def spans(self, text: str, document: Document) -> list[Span]:
+        """Ordered spans of `text` to become chunks (they may overlap; they must not go backwards)."""
+
+    def chunk(self, document: Document) -> list[Chunk]:
+        text = document.text
+        kept = [s for s in self.spans(text, document) if s.end > s.start and not text[s.start : s.end].isspace()]
+        _check_order(kept, len(text), self.name)
+        missing = [i for i, s in enumerate(kept) if s.token_count is None]
+        counted = dict(zip(missing, self.counter.count_many([text[kept[i].start : kept[i].end] for i in missing]), strict=True))
+        chunks = []
+        for index, span in enumerate(kept):
+            content = text[span.start : span.end]
+            chunks.append(
+                Chunk(
+                    chunk_id=make_chunk_id(document.document_id, index, content),
+                    document_id=document.document_id,
+                    chunk_index=index,
+                    content=content,
+                    start_char=span.start,
+                    end_char=span.end,
+                    token_count=span.token_count if span.token_count is not None else counted[index],
+                    content_hash=sha256_hex(content),
+                    heading_chain=span.heading_chain,
+                    metadata={"strategy": self.name, **span.metadata},
+                )
+            )
+        return chunks
+
+
+def _check_order(spans: list[Span], length: int, strategy: str) -> None:
+    previous_start = previous_end = 0
+    for span in spans:
+        if span.start < previous_start or span.end < previous_end or span.end > length:
+            raise AssertionError(
+                f"strategy {strategy!r} produced out-of-order span [{span.start}, {span.end}) "
+                f"after [{previous_start}, {previous_end}) in a text of {length} characters"
+            )
+        previous_start, previous_end = span.start, span.end

@@ -1,0 +1,69 @@
+"""`ChunkStrategy`: which strategy to run and with what settings, validated once.
+
+It is a pydantic-settings model, so the same object is read from `UNICHUNK_CHUNK_*` environment variables
+(`ChunkStrategy()`), passed as a Prefect flow parameter (the UI renders it as a form), or built in code.
+Sizes left unset take the defaults of the chosen strategy (`resolved()`), so one model serves all
+strategies without each having its own config class.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from chunking.ids import sha256_hex
+
+StrategyName = Literal["auto", "token_window", "fixed_chars", "sentence", "paragraph", "markdown", "html"]
+
+# (chunk_size, chunk_overlap) per strategy. Units: tokens, except fixed_chars (characters).
+STRATEGY_DEFAULTS: dict[str, tuple[int, int]] = {
+    "token_window": (900, 100),
+    "fixed_chars": (900, 120),
+    "sentence": (512, 128),
+    "paragraph": (512, 0),
+    "markdown": (512, 0),
+    "html": (512, 0),  # html packs by words (target/max/min_words); chunk_size is a token ceiling
+}
+
+
+class ChunkStrategy(BaseSettings):
+    """Chunking settings. Unset sizes mean "the strategy's default" (see STRATEGY_DEFAULTS)."""
+
+    model_config = SettingsConfigDict(env_prefix="UNICHUNK_CHUNK_", extra="ignore", frozen=True)
+
+    name: StrategyName = Field("auto", description="Strategy; auto picks by mime type / file extension.")
+    tokenizer: str = Field("cl100k_base", description="tiktoken encoding used to measure tokens.")
+    chunk_size: int | None = Field(None, ge=128, le=2048, description="Max chunk size (tokens; chars for fixed_chars).")
+    chunk_overlap: int | None = Field(None, ge=0, le=512, description="Overlap between consecutive chunks.")
+    single_piece_max: int = Field(1200, ge=128, le=8192, description="token_window: documents up to this many tokens stay whole.")
+    prefer_sentence_end: bool = Field(False, description="fixed_chars: move a cut back to a sentence end when one is near.")
+    paragraph_separator: str = Field(r"\n[ \t]*\n", description="paragraph: regular expression separating paragraphs.")
+    html_mode: Literal["auto", "structured", "flat"] = Field("auto", description="html: structured tags or flat <p> (PDF-like).")
+    target_words: int = Field(300, ge=20, le=2000, description="html: words to aim for per chunk.")
+    max_words: int = Field(400, ge=20, le=4000, description="html: hard word ceiling per chunk.")
+    min_words: int = Field(50, ge=0, le=1000, description="html: fragments shorter than this merge into the previous chunk.")
+    overlap_sentences: int = Field(2, ge=0, le=10, description="html: sentences repeated at the start of the next chunk.")
+
+    @model_validator(mode="after")
+    def _check_sizes(self) -> ChunkStrategy:
+        if self.chunk_size is not None and self.chunk_overlap is not None and self.chunk_overlap >= self.chunk_size:
+            raise ValueError(f"chunk_overlap ({self.chunk_overlap}) must be smaller than chunk_size ({self.chunk_size})")
+        if not self.min_words <= self.target_words <= self.max_words:
+            raise ValueError("html word sizes must satisfy min_words <= target_words <= max_words")
+        return self
+
+    def sizes_for(self, strategy: str) -> tuple[int, int]:
+        """(chunk_size, chunk_overlap) for `strategy`, filling unset values with its defaults."""
+        default_size, default_overlap = STRATEGY_DEFAULTS[strategy]
+        size = self.chunk_size if self.chunk_size is not None else default_size
+        overlap = self.chunk_overlap if self.chunk_overlap is not None else min(default_overlap, size - 1)
+        if overlap >= size:
+            raise ValueError(f"chunk_overlap ({overlap}) must be smaller than chunk_size ({size})")
+        return size, overlap
+
+    def fingerprint(self) -> str:
+        """Stable hash of every setting: chunks made under equal fingerprints are interchangeable."""
+        return sha256_hex(json.dumps(self.model_dump(mode="json"), sort_keys=True))[:16]

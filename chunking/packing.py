@@ -1,0 +1,156 @@
+"""Greedy packing of small units (sentences, paragraphs, list items) into chunks of at most N tokens.
+
+Every unit-based strategy (sentence, paragraph, markdown, html) ends here, so "at most N tokens, with M
+tokens of overlap, cut only between units" is implemented once. Units are (start, end) character spans
+of the original text; a packed chunk is the text from its first unit's start to its last unit's end, so
+offsets stay exact by construction. The token count of every packed chunk is measured on its real
+text, so the size limit holds exactly, not just on the estimate.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from chunking.tokenizer import TokenCounter, get_encoding
+
+_WORD = re.compile(r"\S+")
+
+
+@dataclass(frozen=True, slots=True)
+class Packed:
+    start: int
+    end: int
+    token_count: int
+
+
+def token_starts(text: str, encoding_name: str = "cl100k_base") -> np.ndarray:
+    """Character offset where each token of `text` starts, then `len(text)`: n_tokens + 1 sorted values.
+
+    Computed from byte lengths of the token IDs, never by decoding token slices. A token that starts
+    inside a multi-byte character (BPE may split one) is mapped to the start of that character, so a
+    cut at any returned offset is a valid `str` slice.
+    """
+    encoding = get_encoding(encoding_name)
+    tokens = encoding.encode_to_numpy(text, disallowed_special=())
+    byte_lengths = _token_byte_lengths(encoding_name)[tokens]
+    offsets = np.empty(len(tokens) + 1, dtype=np.int64)
+    offsets[0] = 0
+    np.cumsum(byte_lengths, out=offsets[1:])
+    if text.isascii():
+        return offsets
+    return bytes_to_char_offsets(text.encode("utf-8", "surrogatepass"), offsets)
+
+
+def bytes_to_char_offsets(data: bytes, byte_offsets: np.ndarray) -> np.ndarray:
+    """Map sorted UTF-8 byte offsets of `data` to character offsets, flooring into character starts."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    continuation = (raw & 0xC0) == 0x80
+    inner = byte_offsets[byte_offsets < len(raw)]
+    if len(inner) == 0:
+        return byte_offsets - int(np.count_nonzero(continuation))
+    # continuation bytes before each offset, counted per segment (no per-byte prefix-sum array).
+    per_segment = np.add.reduceat(continuation.view(np.uint8), inner, dtype=np.int64)
+    before = np.empty(len(byte_offsets), dtype=np.int64)
+    before[0] = int(np.count_nonzero(continuation[: inner[0]]))
+    before[1 : len(inner)] = before[0] + np.cumsum(per_segment[:-1])
+    before[len(inner) :] = int(np.count_nonzero(continuation))
+    chars = byte_offsets - before
+    # an offset that lands on a continuation byte is inside a character: floor to its start
+    inside = np.zeros(len(byte_offsets), dtype=bool)
+    inside[: len(inner)] = continuation[inner]
+    chars[inside] -= 1
+    return chars
+
+
+_BYTE_LENGTH_CACHE: dict[str, np.ndarray] = {}
+
+
+def _token_byte_lengths(encoding_name: str) -> np.ndarray:
+    table = _BYTE_LENGTH_CACHE.get(encoding_name)
+    if table is None:
+        encoding = get_encoding(encoding_name)
+        table = np.zeros(encoding.n_vocab, dtype=np.int64)
+        for token_id in range(encoding.n_vocab):
+            try:
+                table[token_id] = len(encoding.decode_single_token_bytes(token_id))
+            except KeyError:
+                continue
+        _BYTE_LENGTH_CACHE[encoding_name] = table
+    return table
+
+
+def split_to_fit(
+    text: str, start: int, end: int, max_tokens: int, counter: TokenCounter
+) -> list[tuple[int, int]]:
+    """Cut `text[start:end]` into pieces of at most ~max_tokens tokens: between words, else between tokens."""
+    if counter.count(text[start:end]) <= max_tokens:
+        return [(start, end)]
+    words = [(m.start(), m.end()) for m in _WORD.finditer(text, start, end)]
+    if len(words) > 1:
+        pieces = [p for w in words for p in split_to_fit(text, w[0], w[1], max_tokens, counter)]
+        counts = counter.count_many([text[s:e] for s, e in pieces])
+        return [(p.start, p.end) for p in pack_units(text, pieces, counts, max_tokens, 0, counter)]
+    # one run without whitespace: cut between tokens, a little under the limit so re-encoding fits
+    step = max(1, max_tokens - 4)
+    offsets = token_starts(text[start:end], counter.encoding_name)
+    cuts = sorted({int(offsets[i]) for i in range(0, len(offsets) - 1, step)} | {end - start})
+    return [(start + a, start + b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+
+
+def fit_units(
+    text: str, units: Sequence[tuple[int, int]], max_tokens: int, counter: TokenCounter
+) -> tuple[list[tuple[int, int]], list[int]]:
+    """Count each unit's tokens and split any unit larger than max_tokens; returns (units, counts)."""
+    counts = counter.count_many([text[s:e] for s, e in units])
+    if all(c <= max_tokens for c in counts):
+        return list(units), counts
+    fitted: list[tuple[int, int]] = []
+    for (s, e), c in zip(units, counts, strict=True):
+        fitted.extend([(s, e)] if c <= max_tokens else split_to_fit(text, s, e, max_tokens, counter))
+    return fitted, counter.count_many([text[s:e] for s, e in fitted])
+
+
+def pack_units(
+    text: str,
+    units: Sequence[tuple[int, int]],
+    unit_tokens: Sequence[int],
+    max_tokens: int,
+    overlap_tokens: int,
+    counter: TokenCounter,
+) -> list[Packed]:
+    """Greedily pack consecutive units into chunks of at most max_tokens (measured on the real text).
+
+    The next chunk starts with the trailing units of the previous one that fit in overlap_tokens (never
+    the whole previous chunk, so packing always advances). A single unit larger than max_tokens becomes
+    its own chunk; use `fit_units` first to prevent that.
+    """
+    packed: list[Packed] = []
+    n = len(units)
+    i = 0
+    while i < n:
+        j, estimate = i, 0
+        while j < n and (j == i or estimate + unit_tokens[j] <= max_tokens):
+            estimate += unit_tokens[j]
+            j += 1
+        while True:
+            exact = counter.count(text[units[i][0] : units[j - 1][1]])
+            if exact <= max_tokens or j - 1 == i:
+                break
+            j -= 1
+        packed.append(Packed(units[i][0], units[j - 1][1], exact))
+        if j >= n:
+            break
+        k, carried = j, 0
+        while k - 1 > i and carried + unit_tokens[k - 1] <= overlap_tokens:
+            k -= 1
+            carried += unit_tokens[k]
+        # the next chunk must reach at least one new unit, or it would repeat a tail of this one
+        while k < j and carried + unit_tokens[j] > max_tokens:
+            carried -= unit_tokens[k]
+            k += 1
+        i = k
+    return packed

@@ -1,0 +1,68 @@
+"""Sentence boundaries as character spans, for every strategy that cuts "at sentence boundaries".
+
+A regular expression rather than a trained model: it is linear, exact about offsets (it never rewrites
+text), and good enough for packing. It splits after `.`, `!`, `?`, `…` (with closing quotes/brackets)
+followed by whitespace and a character that is not a lowercase letter, after CJK full stops, and at blank
+lines. Common abbreviations ("e.g.", "Dr.", single initials) do not end a sentence.
+"""
+
+from __future__ import annotations
+
+import re
+
+# A terminator run plus closing quotes, then whitespace; or CJK terminators; or a blank line.
+_BOUNDARY = re.compile(
+    r"""(?P<latin>[.!?…]+[\"'”’»)\]]*)(?P<ws>\s+)(?=[^\s])"""
+    r"""|(?P<cjk>[。！？]+[」』”’)）]*)(?P<cjkws>\s*)"""
+    r"""|(?P<blank>\n[ \t]*\n\s*)"""
+)
+_ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof sr jr st vs etc e.g i.e cf fig no vol al approx dept est inc ltd co corp jan feb mar "
+    "apr jun jul aug sep sept oct nov dec u.s u.k".split()
+)
+_WORD_BEFORE = re.compile(r"([\w.]+)$")
+
+
+def _is_abbreviation(text: str, terminator_start: int) -> bool:
+    """True when the `.` at terminator_start closes an abbreviation or an initial, not a sentence."""
+    window = text[max(0, terminator_start - 12) : terminator_start]
+    match = _WORD_BEFORE.search(window)
+    if not match:
+        return False
+    word = match.group(1).lower().rstrip(".")
+    return word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha())
+
+
+def sentence_spans(text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+    """Non-empty sentences of `text[start:end]` as (start, end) offsets into `text`, whitespace trimmed.
+
+    Whitespace between sentences belongs to no sentence; every non-whitespace character of the range
+    belongs to exactly one span, and spans are in order.
+    """
+    end = len(text) if end is None else end
+    spans: list[tuple[int, int]] = []
+    cursor = start
+    for match in _BOUNDARY.finditer(text, start, end):
+        if match["latin"]:
+            if text[match.end()].islower() or (
+                match["latin"] == "." and _is_abbreviation(text, match.start("latin"))
+            ):
+                continue
+            cut, resume = match.end("latin"), match.end()
+        elif match["cjk"]:
+            cut, resume = match.end("cjk"), match.end()
+        else:
+            cut, resume = match.start(), match.end()
+        _append_trimmed(text, cursor, cut, spans)
+        cursor = resume
+    _append_trimmed(text, cursor, end, spans)
+    return spans
+
+
+def _append_trimmed(text: str, start: int, end: int, out: list[tuple[int, int]]) -> None:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    if end > start:
+        out.append((start, end))

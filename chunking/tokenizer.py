@@ -1,0 +1,64 @@
+"""tiktoken, offline, and token counting shared by every token-aware strategy.
+
+tiktoken downloads its BPE files on first use, which fails without internet. `llama-index-core` ships
+cl100k_base and o200k_base in its package data; we point `TIKTOKEN_CACHE_DIR` there (unless the user set
+it) before the first encoding is loaded. We locate the directory without importing LlamaIndex, so the
+chunking library stays light.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import tiktoken
+
+
+def _bundled_cache_dir() -> Path | None:
+    spec = importlib.util.find_spec("llama_index")
+    for root in spec.submodule_search_locations or [] if spec else []:
+        candidate = Path(root) / "core" / "_static" / "tiktoken_cache"
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def ensure_offline_cache() -> None:
+    """Set TIKTOKEN_CACHE_DIR to the BPE files LlamaIndex ships, unless the user chose a directory."""
+    if os.environ.get("TIKTOKEN_CACHE_DIR"):
+        return
+    bundled = _bundled_cache_dir()
+    if bundled is not None:
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(bundled)
+
+
+@lru_cache(maxsize=8)
+def get_encoding(name: str = "cl100k_base") -> tiktoken.Encoding:
+    """The named tiktoken encoding, loaded once per process."""
+    ensure_offline_cache()
+    try:
+        return tiktoken.get_encoding(name)
+    except Exception as exc:  # tiktoken raises bare requests/OS errors when the file is missing
+        raise RuntimeError(
+            f"tiktoken encoding {name!r} is not available offline; set TIKTOKEN_CACHE_DIR to a directory "
+            "holding its BPE file (llama-index-core ships cl100k_base and o200k_base)"
+        ) from exc
+
+
+class TokenCounter:
+    """Counts tokens the way chunk sizes are measured: `encode_ordinary` (special tokens are text)."""
+
+    def __init__(self, encoding_name: str = "cl100k_base") -> None:
+        self.encoding_name = encoding_name
+        self.encoding = get_encoding(encoding_name)
+
+    def count(self, text: str) -> int:
+        return len(self.encoding.encode_ordinary(text)) if text else 0
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        """Batch count; tiktoken runs batches on several threads."""
+        if not texts:
+            return []
+        return [len(t) for t in self.encoding.encode_ordinary_batch(texts)]

