@@ -8,11 +8,29 @@ matching.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chunking.ids import derive_document_id, sha256_hex
+
+
+BlockKind = Literal["heading", "paragraph", "list_item", "table", "code", "quote", "other"]
+
+
+class Block(BaseModel):
+    """A structural element of a document whose text was extracted from markup (HTML, PDF pages).
+
+    `[start, end)` are offsets into `Document.text` (the extracted text), so a strategy can follow the
+    original structure while cutting exact slices of the text the document keeps.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: BlockKind
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+    level: int = 0  # heading level (1-6) or list nesting depth
 
 
 class Document(BaseModel):
@@ -34,6 +52,7 @@ class Document(BaseModel):
     path: str | None = None
     mime_type: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    blocks: tuple[Block, ...] = Field(default=(), description="Structure of extracted markup, if any.")
 
     @model_validator(mode="before")
     @classmethod
