@@ -45,10 +45,18 @@ class BaseChunker(ABC):
 
     def chunk(self, document: Document) -> list[Chunk]:
         text = document.text
-        kept = [s for s in self.spans(text, document) if s.end > s.start and not text[s.start : s.end].isspace()]
+        kept = [
+            s for s in self.spans(text, document) if s.end > s.start and not text[s.start : s.end].isspace()
+        ]
         _check_order(kept, len(text), self.name)
         missing = [i for i, s in enumerate(kept) if s.token_count is None]
-        counted = dict(zip(missing, self.counter.count_many([text[kept[i].start : kept[i].end] for i in missing]), strict=True))
+        counted = dict(
+            zip(
+                missing,
+                self.counter.count_many([text[kept[i].start : kept[i].end] for i in missing]),
+                strict=True,
+            )
+        )
         chunks = []
         for index, span in enumerate(kept):
             content = text[span.start : span.end]

@@ -36,21 +36,41 @@ class ChunkStrategy(BaseSettings):
 
     name: StrategyName = Field("auto", description="Strategy; auto picks by mime type / file extension.")
     tokenizer: str = Field("cl100k_base", description="tiktoken encoding used to measure tokens.")
-    chunk_size: int | None = Field(None, ge=128, le=2048, description="Max chunk size (tokens; chars for fixed_chars).")
+    chunk_size: int | None = Field(
+        None, ge=128, le=2048, description="Max chunk size (tokens; chars for fixed_chars)."
+    )
     chunk_overlap: int | None = Field(None, ge=0, le=512, description="Overlap between consecutive chunks.")
-    single_piece_max: int = Field(1200, ge=128, le=8192, description="token_window: documents up to this many tokens stay whole.")
-    prefer_sentence_end: bool = Field(False, description="fixed_chars: move a cut back to a sentence end when one is near.")
-    paragraph_separator: str = Field(r"\n[ \t]*\n", description="paragraph: regular expression separating paragraphs.")
-    html_mode: Literal["auto", "structured", "flat"] = Field("auto", description="html: structured tags or flat <p> (PDF-like).")
+    single_piece_max: int = Field(
+        1200, ge=128, le=8192, description="token_window: documents up to this many tokens stay whole."
+    )
+    prefer_sentence_end: bool = Field(
+        False, description="fixed_chars: move a cut back to a sentence end when one is near."
+    )
+    paragraph_separator: str = Field(
+        r"\n[ \t]*\n", description="paragraph: regular expression separating paragraphs."
+    )
+    html_mode: Literal["auto", "structured", "flat"] = Field(
+        "auto", description="html: structured tags or flat <p> (PDF-like)."
+    )
     target_words: int = Field(300, ge=20, le=2000, description="html: words to aim for per chunk.")
     max_words: int = Field(400, ge=20, le=4000, description="html: hard word ceiling per chunk.")
-    min_words: int = Field(50, ge=0, le=1000, description="html: fragments shorter than this merge into the previous chunk.")
-    overlap_sentences: int = Field(2, ge=0, le=10, description="html: sentences repeated at the start of the next chunk.")
+    min_words: int = Field(
+        50, ge=0, le=1000, description="html: fragments shorter than this merge into the previous chunk."
+    )
+    overlap_sentences: int = Field(
+        2, ge=0, le=10, description="html: sentences repeated at the start of the next chunk."
+    )
 
     @model_validator(mode="after")
     def _check_sizes(self) -> ChunkStrategy:
-        if self.chunk_size is not None and self.chunk_overlap is not None and self.chunk_overlap >= self.chunk_size:
-            raise ValueError(f"chunk_overlap ({self.chunk_overlap}) must be smaller than chunk_size ({self.chunk_size})")
+        if (
+            self.chunk_size is not None
+            and self.chunk_overlap is not None
+            and self.chunk_overlap >= self.chunk_size
+        ):
+            raise ValueError(
+                f"chunk_overlap ({self.chunk_overlap}) must be smaller than chunk_size ({self.chunk_size})"
+            )
         if not self.min_words <= self.target_words <= self.max_words:
             raise ValueError("html word sizes must satisfy min_words <= target_words <= max_words")
         return self

@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chunking.ids import derive_document_id, sha256_hex
 
-
 BlockKind = Literal["heading", "paragraph", "list_item", "table", "code", "quote", "other"]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -98,7 +99,7 @@ def split_to_fit(
     step = max(1, max_tokens - 4)
     offsets = token_starts(text[start:end], counter.encoding_name)
     cuts = sorted({int(offsets[i]) for i in range(0, len(offsets) - 1, step)} | {end - start})
-    return [(start + a, start + b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+    return [(start + a, start + b) for a, b in pairwise(cuts) if b > a]
 
 
 def fit_units(

@@ -17,8 +17,46 @@ _BOUNDARY = re.compile(
     r"""|(?P<blank>\n[ \t]*\n\s*)"""
 )
 _ABBREVIATIONS = frozenset(
-    "mr mrs ms dr prof sr jr st vs etc e.g i.e cf fig no vol al approx dept est inc ltd co corp jan feb mar "
-    "apr jun jul aug sep sept oct nov dec u.s u.k".split()
+    [
+        "mr",
+        "mrs",
+        "ms",
+        "dr",
+        "prof",
+        "sr",
+        "jr",
+        "st",
+        "vs",
+        "etc",
+        "e.g",
+        "i.e",
+        "cf",
+        "fig",
+        "no",
+        "vol",
+        "al",
+        "approx",
+        "dept",
+        "est",
+        "inc",
+        "ltd",
+        "co",
+        "corp",
+        "jan",
+        "feb",
+        "mar",
+        "apr",
+        "jun",
+        "jul",
+        "aug",
+        "sep",
+        "sept",
+        "oct",
+        "nov",
+        "dec",
+        "u.s",
+        "u.k",
+    ]
 )
 _WORD_BEFORE = re.compile(r"([\w.]+)$")
 

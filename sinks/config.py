@@ -29,10 +29,14 @@ class SinkSettings(BaseSettings):
 
     # Embedder
     embedder: Literal["minilm", "openai"] = "minilm"
-    embedding_base_url: str | None = Field(None, description="OpenAI-compatible /v1 base URL (openai embedder).")
+    embedding_base_url: str | None = Field(
+        None, description="OpenAI-compatible /v1 base URL (openai embedder)."
+    )
     embedding_model: str = "text-embedding-3-small"
     embedding_api_key: SecretStr | None = None
-    embedding_dimensions: int | None = Field(None, description="Vector size for the openai embedder (probed if unset).")
+    embedding_dimensions: int | None = Field(
+        None, description="Vector size for the openai embedder (probed if unset)."
+    )
     embedding_batch_size: int = Field(64, ge=1, le=2048)
 
     # BM25 (keywords)
@@ -44,7 +48,9 @@ class SinkSettings(BaseSettings):
     neo4j_user: str = "neo4j"
     neo4j_password: SecretStr | None = None
     neo4j_database: str | None = None
-    falkordb_url: str | None = Field(None, description="redis://host:port of a FalkorDB server; unset = start one.")
+    falkordb_url: str | None = Field(
+        None, description="redis://host:port of a FalkorDB server; unset = start one."
+    )
     graph_name: str = "unichunk"
     extractor: Literal["spacy", "llm"] = "spacy"
     llm_base_url: str | None = Field(None, description="OpenAI-compatible /v1 base URL (llm extractor).")

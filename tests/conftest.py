@@ -17,7 +17,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 sys.path.insert(0, str(Path(__file__).parent))
-import servers  # noqa: E402  (tests/servers.py, found through the path above)
+import servers
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_EVAL = REPO_ROOT.parent / "shared" / "eval"

@@ -9,10 +9,10 @@ go green by skipping what it was meant to check.
 from __future__ import annotations
 
 import os
-import sys
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,7 +71,12 @@ def _wait(ready: Callable[[], bool], process: subprocess.Popen, log: Path, what:
 def _spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     handle = log.open("ab")
     return subprocess.Popen(
-        cmd, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        cmd,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
     )
 
 
