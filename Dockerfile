@@ -1,0 +1,29 @@
+# One image for the worker (`unichunk serve --no-webhook`) and the webhook receiver
+# (`uvicorn --factory deployments.webhook:create_app`).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    DO_NOT_TRACK=1 \
+    PREFECT_SERVER_ANALYTICS_ENABLED=false \
+    HF_HUB_OFFLINE=1 \
+    UNICHUNK_DATA_DIR=/data
+
+WORKDIR /app
+# Pass e.g. --build-arg PIP_EXTRA_INDEX_URL=<a CPU-only torch index> to avoid the multi-GB CUDA torch.
+ARG PIP_EXTRA_INDEX_URL=""
+COPY pyproject.toml constraints.txt README.md ./
+COPY chunking ./chunking
+COPY sinks ./sinks
+COPY tasks ./tasks
+COPY flows ./flows
+COPY deployments ./deployments
+RUN pip install -c constraints.txt .
+
+RUN useradd --create-home --uid 10001 unichunk && mkdir -p /data && chown unichunk /data
+USER unichunk
+VOLUME ["/data"]
+EXPOSE 8787 9464
+
+CMD ["unichunk", "serve", "--no-webhook"]

@@ -1,0 +1,168 @@
+"""The four deployments and the process that serves them.
+
+- `ingest/ingest`: ad-hoc runs from the Prefect UI or `prefect deployment run` (no schedule).
+- `reindex/reindex`: the nightly safety net, on the cron in UNICHUNK_REINDEX_CRON (default "0 2 * * *").
+- `ingest-document/ingest-document` and `delete-document/delete-document`: fired by the Prefect events
+  "document.updated" / "document.deleted" that the webhook receiver emits; their parameters are Jinja
+  templates over the event payload, rendered by the Prefect server when the trigger fires.
+
+`serve_all()` serves them in this one process (`prefect.serve`: each flow run is a subprocess of it)
+and exposes /metrics on UNICHUNK_METRICS_PORT (default 9464) for Prometheus.
+
+Scaling out. One served process suits one machine. To spread runs over machines, use the prefect.yaml at
+the repo root instead, which declares the same four deployments for a process work pool::
+
+    prefect work-pool create unichunk --type process
+    prefect deploy --all                       # from the repo root, registers the four deployments
+    prefect worker start --pool unichunk       # on each machine, as many as you like
+
+Every worker polls the pool and runs flow runs as local subprocesses, so adding workers adds
+throughput; the triggers and the cron live on the server and do not care which worker picks a run up.
+Within one large run, the tasks themselves can be spread across a cluster by giving the flow a
+distributed task runner, e.g. `ingest.with_options(task_runner=DaskTaskRunner(address="tcp://sched:8786"))`
+from prefect-dask or `RayTaskRunner(address="ray://head:10001")` from prefect-ray (neither is installed by
+default; add the package and set the runner where the deployment is built). Every worker needs the same
+UNICHUNK_* settings pointing at shared stores (Qdrant, Neo4j/FalkorDB servers, a shared data dir for
+BM25 and the status store), since embedded stores are per machine.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+SAMPLE_CORPUS = Path(__file__).resolve().parent / "sample_corpus"
+UPDATED_EVENT = "document.updated"
+DELETED_EVENT = "document.deleted"
+DOCUMENT_RESOURCE = "unichunk.document.*"
+DEPLOYMENT_NAMES = ("ingest", "reindex", "ingest-document", "delete-document")
+
+log = logging.getLogger(__name__)
+
+
+class ServeSettings(BaseSettings):
+    """Env: UNICHUNK_REINDEX_CRON, UNICHUNK_METRICS_PORT, UNICHUNK_SOURCE_ROOT."""
+
+    model_config = SettingsConfigDict(env_prefix="UNICHUNK_", extra="ignore")
+
+    reindex_cron: str = Field("0 2 * * *", description="When the reindex deployment runs.")
+    metrics_port: int = Field(
+        9464, ge=0, le=65535, description="/metrics port of the served process; 0 = off."
+    )
+    source_root: Path | None = Field(None, description="Directory the ingest/reindex deployments scan.")
+
+    def scan_root(self) -> str:
+        """The directory `ingest` and `reindex` scan by default: the source root, else the sample corpus."""
+        return str((self.source_root or SAMPLE_CORPUS).resolve())
+
+
+def ingest_document_parameters(settings: ServeSettings) -> dict[str, Any]:
+    """Flow parameters rendered from the triggering event (templates kept whole so types survive)."""
+    parameters: dict[str, Any] = {
+        "path": "{{ event.payload.path }}",
+        "source_system": "{{ event.payload.source_system }}",
+        "source_id": "{{ event.payload.source_id }}",
+    }
+    if settings.source_root is not None:
+        parameters["root"] = str(settings.source_root.resolve())
+    return parameters
+
+
+def build_deployments(
+    settings: ServeSettings | None = None, names: tuple[str, ...] | list[str] = DEPLOYMENT_NAMES
+) -> list[Any]:
+    """The RunnerDeployments to serve (only those in `names`), with schedules and triggers attached."""
+    from prefect.events import DeploymentEventTrigger
+    from prefect.types.entrypoint import EntrypointType
+
+    from flows.documents import delete_document, ingest_document
+    from flows.ingest import ingest
+    from flows.reindex import reindex
+
+    settings = settings or ServeSettings()
+    source = {"params": {"source": {"kind": "directory", "root": settings.scan_root()}}}
+    # Module entrypoints: flow runs import `flows.*` wherever the package is installed, whatever the cwd.
+    common: dict[str, Any] = {"entrypoint_type": EntrypointType.MODULE_PATH, "tags": ["unichunk"]}
+    builders = {
+        "ingest": lambda: ingest.to_deployment(
+            "ingest", parameters=source, description="Ad-hoc ingestion of a directory or files.", **common
+        ),
+        "reindex": lambda: reindex.to_deployment(
+            "reindex",
+            cron=settings.reindex_cron,
+            parameters=source,
+            description="Scheduled full incremental scan plus alignment check and repair.",
+            **common,
+        ),
+        "ingest-document": lambda: ingest_document.to_deployment(
+            "ingest-document",
+            triggers=[
+                DeploymentEventTrigger(
+                    name="unichunk: document updated",
+                    expect={UPDATED_EVENT},
+                    match={"prefect.resource.id": DOCUMENT_RESOURCE},
+                    parameters=ingest_document_parameters(settings),
+                )
+            ],
+            description="Re-ingest one document when a webhook reports it changed.",
+            **common,
+        ),
+        "delete-document": lambda: delete_document.to_deployment(
+            "delete-document",
+            triggers=[
+                DeploymentEventTrigger(
+                    name="unichunk: document deleted",
+                    expect={DELETED_EVENT},
+                    match={"prefect.resource.id": DOCUMENT_RESOURCE},
+                    parameters={"document_id": "{{ event.payload.document_id }}"},
+                )
+            ],
+            description="Remove one document from every sink when a webhook reports it deleted.",
+            **common,
+        ),
+    }
+    unknown = set(names) - set(builders)
+    if unknown:
+        raise ValueError(f"unknown deployment(s) {sorted(unknown)}; known: {list(builders)}")
+    return [builders[name]() for name in names]
+
+
+def start_metrics_server(port: int, addr: str = "0.0.0.0") -> int | None:
+    """Expose the default registry on /metrics (port 0 = disabled); returns the bound port.
+
+    Flow runs are subprocesses and push their own metrics to the Pushgateway; this page shows what the
+    serving process itself records (and the process/platform collectors) so Prometheus can scrape it.
+    """
+    if port == 0:
+        return None
+    from prometheus_client import start_http_server
+
+    server, _thread = start_http_server(port, addr=addr)
+    return server.server_port
+
+
+def serve_all(
+    names: tuple[str, ...] | list[str] = DEPLOYMENT_NAMES,
+    settings: ServeSettings | None = None,
+    limit: int | None = None,
+) -> None:
+    """Register and serve the deployments against PREFECT_API_URL until interrupted (blocking)."""
+    from prefect import serve
+
+    settings = settings or ServeSettings()
+    deployments = build_deployments(settings, names)
+    port = start_metrics_server(settings.metrics_port)
+    if port:
+        log.info("metrics on http://0.0.0.0:%s/metrics", port)
+    serve(*deployments, limit=limit)
+
+
+if __name__ == "__main__":  # python -m deployments.serve [name ...]
+    import sys
+
+    logging.basicConfig(level=logging.INFO)
+    serve_all(tuple(sys.argv[1:]) or DEPLOYMENT_NAMES)

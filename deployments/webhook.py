@@ -1,0 +1,298 @@
+"""Webhook receiver: turns a signed "document changed" call from a source system into a Prefect event.
+
+Prefect Cloud's incoming webhooks do not exist on a self-hosted server, so this small FastAPI app plays
+that part. It only verifies and translates: the event it emits fires the `ingest-document` /
+`delete-document` deployments' triggers, and those flow runs touch the stores, never the receiver.
+
+Checks, in order (see `webhook_security`): size (Content-Length, then while streaming) -> 413, content
+type -> 415, HMAC signature and timestamp freshness -> 401, replay of a signature or delivery id -> 409,
+JSON shape and types, unsafe ids or paths -> 422. Then the event is sent with an id derived from the
+delivery id, so a sender's retry can never start a second run (Prefect drops events whose id it has
+seen). If Prefect cannot take the event the answer is 503 and the sender should retry.
+
+Sender side, e.g. in Python::
+
+    body = json.dumps({"event": "updated", "source_system": "fs", "source_id": "a.md", "path": "a.md"})
+    ts = str(int(time.time()))
+    headers = {"Content-Type": "application/json", "X-Unichunk-Timestamp": ts,
+               "X-Unichunk-Delivery": "<unique id per change, reused on retries>",
+               "X-Unichunk-Signature": sign(secret, ts, body.encode())}
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from chunking.ids import derive_document_id
+from deployments.webhook_security import (
+    ReplayCache,
+    WebhookRejected,
+    check_delivery_id,
+    check_document_id,
+    check_source_id,
+    check_source_system,
+    event_id_for,
+    replay_keys,
+    resolve_source_path,
+    verify_signature,
+)
+
+EVENT_NAMES = {"updated": "document.updated", "deleted": "document.deleted"}
+RESOURCE_PREFIX = "unichunk.document."
+
+WEBHOOKS_ACCEPTED = Counter(
+    "unichunk_webhooks_accepted_total", "Webhooks verified and turned into a Prefect event.", ["event"]
+)
+WEBHOOKS_REJECTED = Counter(
+    "unichunk_webhooks_rejected_total",
+    "Webhooks refused, by reason (signature, replay, size...).",
+    ["reason"],
+)
+
+
+class WebhookSettings(BaseSettings):
+    """Receiver settings. Env: UNICHUNK_WEBHOOK_SECRET, UNICHUNK_SOURCE_ROOT, UNICHUNK_DATA_DIR, ..."""
+
+    model_config = SettingsConfigDict(env_prefix="UNICHUNK_", extra="ignore")
+
+    webhook_secret: SecretStr | None = Field(None, description="Shared HMAC secret; unset = refuse all.")
+    webhook_max_body: int = Field(1024 * 1024, ge=1, description="Largest accepted body in bytes.")
+    webhook_tolerance: int = Field(300, ge=1, description="Max age (and future skew) of a timestamp, s.")
+    source_root: Path | None = Field(None, description="Only paths inside this directory are accepted.")
+    data_dir: Path = Field(Path(".unichunk"), description="The replay cache lives here (webhook/replay.db).")
+
+
+class WebhookPayload(BaseModel):
+    """The body a source system sends. Strict types: a number where a string belongs is an error."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    event: Literal["updated", "deleted"]
+    document_id: StrictStr | None = None
+    source_system: StrictStr
+    source_id: StrictStr
+    path: StrictStr | None = None
+
+
+class PrefectEventSink:
+    """Sends events to a Prefect server's REST API (POST /api/events) and probes its health.
+
+    A direct HTTP call, rather than `emit_event`'s background websocket worker, so the receiver
+    knows whether Prefect took the event and can answer 503 when it did not.
+    """
+
+    def __init__(self, api_url: str | None, timeout: float = 10.0) -> None:
+        self.api_url = api_url.rstrip("/") if api_url else None
+        headers: dict[str, str] = {}
+        from prefect.settings import get_current_settings
+
+        api = get_current_settings().api
+        if api.auth_string:
+            import base64
+
+            token = base64.b64encode(api.auth_string.get_secret_value().encode()).decode()
+            headers["Authorization"] = f"Basic {token}"
+        elif api.key:
+            headers["Authorization"] = f"Bearer {api.key.get_secret_value()}"
+        self._headers = headers
+        self._timeout = timeout
+
+    async def emit(self, event: dict[str, Any]) -> None:
+        if not self.api_url:
+            raise ConnectionError("PREFECT_API_URL is not set")
+        async with httpx.AsyncClient(timeout=self._timeout, headers=self._headers) as client:
+            response = await client.post(f"{self.api_url}/events", json=[event])
+        response.raise_for_status()
+
+    async def healthy(self) -> tuple[bool, str]:
+        if not self.api_url:
+            return False, "PREFECT_API_URL is not set"
+        try:
+            async with httpx.AsyncClient(timeout=3.0, headers=self._headers) as client:
+                response = await client.get(f"{self.api_url}/health")
+            return response.status_code == 200, f"HTTP {response.status_code}"
+        except httpx.HTTPError as exc:
+            return False, f"{type(exc).__name__}: {exc}"
+
+
+def default_prefect_api_url() -> str | None:
+    """PREFECT_API_URL from the environment first (it may be set after Prefect was imported)."""
+    if url := os.environ.get("PREFECT_API_URL"):
+        return url
+    from prefect.settings import get_current_settings
+
+    return get_current_settings().api.url
+
+
+def build_event(payload: WebhookPayload, event_id: uuid.UUID, source_root: Path | None) -> dict[str, Any]:
+    """The Prefect event for a verified payload; raises WebhookRejected(422) on unsafe values.
+
+    Every payload key is always present (path may be null) so the triggers' Jinja templates
+    (`{{ event.payload.path }}`) never meet an undefined value.
+    """
+    source_system = check_source_system(payload.source_system)
+    source_id = check_source_id(payload.source_id)
+    if payload.document_id is not None:
+        document_id = check_document_id(payload.document_id)
+    else:
+        document_id = derive_document_id(source_system=source_system, source_id=source_id)
+    path: str | None = None
+    if payload.path is not None:
+        path = str(resolve_source_path(payload.path, source_root))
+    elif payload.event == "updated":
+        # No explicit path: the source id is the path relative to the source root.
+        if source_root is None:
+            raise WebhookRejected(422, "invalid_payload", "an updated event needs a path")
+        path = str(resolve_source_path(source_id, source_root))
+    from prefect.events import Event
+
+    event = Event(
+        id=event_id,
+        event=EVENT_NAMES[payload.event],
+        resource={"prefect.resource.id": RESOURCE_PREFIX + document_id, "prefect.resource.name": source_id},
+        payload={
+            "document_id": document_id,
+            "source_system": source_system,
+            "source_id": source_id,
+            "path": path,
+        },
+    )
+    return event.model_dump(mode="json")
+
+
+def _check_declared_length(request: Request, limit: int) -> None:
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise WebhookRejected(400, "bad_content_length", "invalid Content-Length")
+        if int(declared) > limit:
+            raise WebhookRejected(413, "too_large", f"body over {limit} bytes")
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """Read at most `limit` bytes: a body streamed without (or lying about) its length is cut off early."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise WebhookRejected(413, "too_large", f"body over {limit} bytes")
+    return bytes(body)
+
+
+def _check_content_type(request: Request) -> None:
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        raise WebhookRejected(415, "content_type", "Content-Type must be application/json")
+
+
+def create_app(
+    settings: WebhookSettings | None = None,
+    events: PrefectEventSink | None = None,
+    clock: Callable[[], float] = time.time,
+) -> FastAPI:
+    """Build the receiver. `events` and `clock` are seams (a Prefect server URL, the time) for tests."""
+    settings = settings or WebhookSettings()
+    events = events or PrefectEventSink(default_prefect_api_url())
+    secret = settings.webhook_secret.get_secret_value() if settings.webhook_secret else ""
+    replay = ReplayCache(settings.data_dir / "webhook" / "replay.db")
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        replay.close()
+
+    app = FastAPI(
+        title="unichunk webhook receiver", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
+    )
+    app.state.replay = replay
+    app.state.events = events
+
+    @app.exception_handler(WebhookRejected)
+    async def _rejected(_request: Request, exc: WebhookRejected) -> JSONResponse:
+        WEBHOOKS_REJECTED.labels(reason=exc.reason).inc()
+        return JSONResponse({"error": exc.reason, "detail": exc.detail}, status_code=exc.status)
+
+    @app.post("/webhooks/documents", status_code=202)
+    async def receive(request: Request) -> JSONResponse:
+        _check_declared_length(request, settings.webhook_max_body)
+        _check_content_type(request)
+        body = await _read_body(request, settings.webhook_max_body)
+        now = clock()
+        timestamp, signature_hex = verify_signature(
+            secret,
+            request.headers.get("x-unichunk-signature"),
+            request.headers.get("x-unichunk-timestamp"),
+            body,
+            tolerance=settings.webhook_tolerance,
+            now=now,
+        )
+        delivery = check_delivery_id(request.headers.get("x-unichunk-delivery"))
+        keys = replay_keys(signature_hex, delivery, timestamp, tolerance=settings.webhook_tolerance, now=now)
+        if not replay.reserve(keys, now):
+            raise WebhookRejected(409, "replay", "this signature or delivery id was already accepted")
+        try:
+            try:
+                payload = WebhookPayload.model_validate_json(body)
+            except ValidationError as exc:
+                reason = "malformed_json" if _is_json_error(exc) else "invalid_payload"
+                raise WebhookRejected(422, reason, _short_errors(exc)) from None
+            event_id = event_id_for(delivery, signature_hex)
+            event = build_event(payload, event_id, settings.source_root)
+            try:
+                await events.emit(event)
+            except (httpx.HTTPError, ConnectionError) as exc:
+                raise WebhookRejected(
+                    503, "prefect_unavailable", f"Prefect did not take the event: {exc}"
+                ) from None
+        except WebhookRejected:
+            replay.release(list(keys))  # not accepted: the sender's retry must go through
+            raise
+        WEBHOOKS_ACCEPTED.labels(event=event["event"]).inc()
+        return JSONResponse(
+            {
+                "event_id": str(event_id),
+                "event": event["event"],
+                "document_id": event["payload"]["document_id"],
+            },
+            status_code=202,
+        )
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        ok, detail = await events.healthy()
+        body = {"status": "ok" if ok else "unavailable", "prefect_api": events.api_url, "detail": detail}
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def _is_json_error(exc: ValidationError) -> bool:
+    return any(err.get("type") == "json_invalid" for err in exc.errors())
+
+
+def _short_errors(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()[:5])
+
+
+def run_receiver(host: str = "127.0.0.1", port: int = 8787) -> None:
+    """Serve the receiver with uvicorn (blocking). Bind 0.0.0.0 only behind TLS termination."""
+    import uvicorn
+
+    uvicorn.run(create_app(), host=host, port=port, log_level="info", access_log=True)

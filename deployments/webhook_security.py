@@ -1,0 +1,210 @@
+"""The checks a webhook must pass before it may start anything: signature, freshness, replay, safe paths.
+
+Kept apart from the HTTP layer so each check is a plain function that tests can call directly, and so
+the receiver reads as the order of the checks. Nothing here talks to Prefect or to any store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import sqlite3
+import threading
+import uuid
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+SIGNATURE_PREFIX = "sha256="
+# A fixed namespace: the same delivery id maps to the same Prefect event id in every receiver replica.
+EVENT_NAMESPACE = uuid.UUID("8d0f6a52-5a0e-4a53-9f5e-3c1c1b7f6e21")
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_DELIVERY_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+_DOCUMENT_ID = re.compile(r"^[A-Za-z0-9_:\-][A-Za-z0-9._:\-]{0,127}$")
+_SOURCE_SYSTEM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$")
+
+
+class WebhookRejected(Exception):
+    """A check failed; `status` is the HTTP answer and `reason` the metrics label."""
+
+    def __init__(self, status: int, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.reason = reason
+        self.detail = detail
+
+
+def sign(secret: str, timestamp: str | int, body: bytes) -> str:
+    """The `X-Unichunk-Signature` value a sender computes: HMAC-SHA256 over `"{timestamp}.{body}"`."""
+    message = str(timestamp).encode() + b"." + body
+    return SIGNATURE_PREFIX + hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def verify_signature(
+    secret: str, signature: str | None, timestamp: str | None, body: bytes, *, tolerance: float, now: float
+) -> tuple[int, str]:
+    """Check the HMAC of the raw body and the timestamp's age; return (timestamp, signature hex).
+
+    The timestamp is inside the signed message, so an attacker cannot refresh an old capture, and the
+    comparison is constant-time so the signature cannot be guessed byte by byte.
+    """
+    if not secret:
+        raise WebhookRejected(401, "no_secret", "the receiver has no shared secret configured")
+    if not signature or not timestamp:
+        raise WebhookRejected(
+            401, "missing_signature", "X-Unichunk-Signature and X-Unichunk-Timestamp required"
+        )
+    if not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > 12:
+        raise WebhookRejected(401, "bad_timestamp", "X-Unichunk-Timestamp must be unix seconds")
+    if not signature.startswith(SIGNATURE_PREFIX):
+        raise WebhookRejected(401, "bad_signature", "signature must be 'sha256=<hex>'")
+    expected = sign(secret, timestamp, body)
+    if not hmac.compare_digest(expected.encode(), signature.strip().lower().encode()):
+        raise WebhookRejected(401, "bad_signature", "signature does not match the body")
+    ts = int(timestamp)
+    if abs(now - ts) > tolerance:
+        raise WebhookRejected(401, "stale_timestamp", f"timestamp is more than {tolerance:.0f} s from now")
+    return ts, expected[len(SIGNATURE_PREFIX) :]
+
+
+def check_delivery_id(delivery: str | None) -> str | None:
+    """A delivery id is optional but, when sent, must be a short token (it becomes a cache key)."""
+    if delivery is None:
+        return None
+    if not _DELIVERY_ID.match(delivery):
+        raise WebhookRejected(422, "bad_delivery_id", "X-Unichunk-Delivery must match [A-Za-z0-9._:-]{1,128}")
+    return delivery
+
+
+def event_id_for(delivery: str | None, signature_hex: str) -> uuid.UUID:
+    """Deterministic Prefect event id: a retried delivery yields the same id, which Prefect dedups."""
+    return uuid.uuid5(EVENT_NAMESPACE, f"delivery:{delivery}" if delivery else f"signature:{signature_hex}")
+
+
+def _reject_unsafe_text(field: str, value: str) -> None:
+    if _CONTROL.search(value):
+        raise WebhookRejected(422, "unsafe_path", f"{field} contains NUL or control characters")
+
+
+def _has_dotdot(value: str) -> bool:
+    return ".." in PurePosixPath(value.replace("\\", "/")).parts
+
+
+def check_document_id(value: str) -> str:
+    """Document ids become resource ids and file names downstream: a strict token, never a path."""
+    _reject_unsafe_text("document_id", value)
+    if not _DOCUMENT_ID.match(value) or ".." in value:
+        raise WebhookRejected(422, "unsafe_path", "document_id must be a token like doc_0123abcd...")
+    return value
+
+
+def check_source_system(value: str) -> str:
+    _reject_unsafe_text("source_system", value)
+    if not _SOURCE_SYSTEM.match(value):
+        raise WebhookRejected(422, "unsafe_path", "source_system must match [A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+    return value
+
+
+def check_source_id(value: str) -> str:
+    """Source ids are often relative paths ("docs/a.md"): allowed, but never absolute nor climbing up."""
+    _reject_unsafe_text("source_id", value)
+    if not value or len(value) > 1024:
+        raise WebhookRejected(422, "unsafe_path", "source_id must be 1-1024 characters")
+    if _has_dotdot(value) or _is_absolute(value):
+        raise WebhookRejected(422, "unsafe_path", "source_id must be relative and must not contain '..'")
+    return value
+
+
+def _is_absolute(value: str) -> bool:
+    return (
+        PurePosixPath(value).is_absolute() or PureWindowsPath(value).is_absolute() or value.startswith("\\")
+    )
+
+
+def resolve_source_path(value: str, root: Path | None) -> Path:
+    """Resolve `value` (relative to `root`, or absolute) and require it to stay inside `root`.
+
+    Resolving follows symlinks, so a link pointing out of the root is refused like a literal '..'.
+    Without a configured root no path is accepted: the safe default for a receiver on a network.
+    """
+    _reject_unsafe_text("path", value)
+    if not value or len(value) > 4096:
+        raise WebhookRejected(422, "unsafe_path", "path must be 1-4096 characters")
+    if _has_dotdot(value):
+        raise WebhookRejected(422, "unsafe_path", "path must not contain '..'")
+    if root is None:
+        raise WebhookRejected(422, "unsafe_path", "no UNICHUNK_SOURCE_ROOT configured: paths are refused")
+    base = root.resolve()
+    candidate = Path(value)
+    resolved = (candidate if candidate.is_absolute() else base / candidate).resolve()
+    if not resolved.is_relative_to(base):
+        raise WebhookRejected(422, "unsafe_path", "path is outside the allowed source root")
+    return resolved
+
+
+class ReplayCache:
+    """Remembers recently accepted signatures and delivery ids until they expire.
+
+    An in-memory map answers fast; a small SQLite file under the data dir makes a restarted receiver
+    (or a second one on the same volume) still refuse what was accepted moments before. `reserve` is
+    atomic (one SQLite transaction), and `release` undoes it when the event could not be emitted, so
+    the sender's retry is accepted.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self._memory: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, expires REAL NOT NULL)")
+
+    def reserve(self, keys: dict[str, float], now: float) -> bool:
+        """Record every key with its expiry; False (and nothing recorded) if any is already known."""
+        with self._lock:
+            self._memory = {k: exp for k, exp in self._memory.items() if exp > now}
+            if any(k in self._memory for k in keys):
+                return False
+            if self._db is not None:
+                db = self._db
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    db.execute("DELETE FROM seen WHERE expires <= ?", (now,))
+                    marks = ",".join("?" * len(keys))
+                    known = db.execute(f"SELECT key, expires FROM seen WHERE key IN ({marks})", list(keys))
+                    rows = known.fetchall()
+                    if rows:
+                        db.execute("COMMIT")
+                        self._memory.update(dict(rows))
+                        return False
+                    db.executemany("INSERT INTO seen (key, expires) VALUES (?, ?)", list(keys.items()))
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+            self._memory.update(keys)
+            return True
+
+    def release(self, keys: list[str]) -> None:
+        with self._lock:
+            for key in keys:
+                self._memory.pop(key, None)
+            if self._db is not None:
+                self._db.executemany("DELETE FROM seen WHERE key = ?", [(k,) for k in keys])
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def replay_keys(
+    signature_hex: str, delivery: str | None, timestamp: int, *, tolerance: float, now: float
+) -> dict[str, float]:
+    """Keys to remember and until when: a signature can only be replayed while its timestamp is fresh."""
+    keys = {f"sig:{signature_hex}": max(timestamp, now) + tolerance}
+    if delivery:
+        keys[f"dlv:{delivery}"] = now + tolerance
+    return keys

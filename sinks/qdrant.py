@@ -1,0 +1,386 @@
+"""The vector store: one Qdrant point per chunk, keyed by a UUID derived from the shared chunk ID.
+
+Local mode (`QdrantClient(path=...)`) under `data_dir` by default; setting UNICHUNK_QDRANT_URL switches
+to a server with no other change. Point IDs are `uuid5(namespace, chunk_id)` because Qdrant only accepts
+integers or UUIDs, and a deterministic mapping makes re-upserts overwrite instead of duplicating.
+
+Replacement deletes stale points by the IDs we compute (stored IDs of the document minus the new ones)
+rather than by a filter: filtered deletes scan every point in local mode, and deleting "the document's
+points not in this set" cannot be expressed as one filter without listing the IDs anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from qdrant_client import QdrantClient, models
+
+from chunking.models import Chunk, Document
+from chunking.neighbors import embed_text
+from sinks.base import DocumentChunks, Prepared, Sink, SinkError, group_batch
+from sinks.config import SinkSettings
+from sinks.embedders import Embedder, EmbedderError, make_embedder
+from sinks.metrics import (
+    EMBEDDER_TRUNCATED_CHUNKS,
+    SINK_CHUNKS_REMOVED,
+    SINK_CHUNKS_WRITTEN,
+    SINK_OPERATION_SECONDS,
+)
+
+logger = logging.getLogger(__name__)
+
+SINK_NAME = "vectors"
+# Fixed forever: changing it would orphan every stored point.
+POINT_NAMESPACE = uuid.UUID("6f1c7a52-3d0e-5b8e-9c4a-2b7d1e0f9a31")
+_SCROLL_PAGE = 10_000  # big pages: local mode re-filters the whole collection per page
+_INDEXED_FIELDS = ("document_id", "chunk_id")
+
+
+def point_id(chunk_id: str) -> str:
+    """The Qdrant point ID of a chunk: uuid5 of its chunk ID, as a string."""
+    return str(uuid.uuid5(POINT_NAMESPACE, chunk_id))
+
+
+@dataclass(frozen=True)
+class ScoredChunk:
+    """One search hit: the chunk's identity, offsets and text, its cosine score and full payload."""
+
+    chunk_id: str
+    document_id: str
+    score: float
+    content: str
+    start_char: int
+    end_char: int
+    heading_chain: tuple[str, ...]
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+def open_client(settings: SinkSettings) -> QdrantClient:
+    """A client for the configured server, else local mode under `settings.qdrant_path`."""
+    if settings.qdrant_url:
+        api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+        return QdrantClient(url=settings.qdrant_url, api_key=api_key)
+    path = settings.qdrant_path
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        return QdrantClient(path=str(path))
+    except RuntimeError as exc:
+        if "already accessed" not in str(exc):
+            raise
+        raise SinkError(
+            SINK_NAME,
+            f"the local Qdrant storage at {path} is already open in another process (or another client in "
+            "this one); local mode allows one user at a time: stop the other process, or run a Qdrant "
+            "server and set UNICHUNK_QDRANT_URL",
+        ) from exc
+
+
+def build_filter(conditions: dict[str, Any] | None) -> models.Filter | None:
+    """`{"field": value}` -> all must match; a list/tuple/set value matches any of its items."""
+    if not conditions:
+        return None
+    must: list[models.Condition] = []
+    for key, value in conditions.items():
+        if isinstance(value, list | tuple | set | frozenset):
+            match: models.Match = models.MatchAny(any=list(value))
+        else:
+            match = models.MatchValue(value=value)
+        must.append(models.FieldCondition(key=key, match=match))
+    return models.Filter(must=must)
+
+
+class QdrantSink(Sink):
+    """Chunks with their embeddings in one Qdrant collection, sized by the embedder, cosine distance."""
+
+    name = SINK_NAME
+
+    def __init__(
+        self, settings: SinkSettings, embedder: Embedder | None = None, client: QdrantClient | None = None
+    ) -> None:
+        self.settings = settings
+        self.collection = settings.qdrant_collection
+        self._owns_embedder = embedder is None
+        self.embedder = embedder if embedder is not None else make_embedder(settings)
+        self._owns_client = client is None
+        self.client = client if client is not None else open_client(settings)
+        self._lock = threading.RLock()  # Prefect runs tasks in threads; local mode is not thread-safe
+        self._collection_verified = False  # vectors fit the embedder
+        self._collection_ready = False  # exists, verified, indexes created
+
+    @classmethod
+    def from_settings(cls, settings: SinkSettings | None = None) -> QdrantSink:
+        """A sink configured entirely from UNICHUNK_* settings (embedder and client included)."""
+        return cls(settings or SinkSettings())
+
+    # --- the Sink interface -------------------------------------------------------------------------
+
+    def prepare(self, batch: Sequence[DocumentChunks]) -> Prepared:
+        """Embed every chunk (in `embedding_batch_size` batches) and count truncations; writes nothing."""
+        documents, chunks = group_batch(batch)
+        with self._operation("prepare"):
+            with self._lock:
+                self._check_collection(create=False)
+            all_chunks = [c for doc_chunks in chunks.values() for c in doc_chunks]
+            texts = [embed_text(c) for c in all_chunks]
+            size = self.settings.embedding_batch_size
+            vectors: list[list[float]] = []
+            truncated = 0
+            try:
+                for start in range(0, len(texts), size):
+                    part = texts[start : start + size]
+                    truncated += self._report_truncation(all_chunks[start : start + size], part)
+                    vectors.extend(self.embedder.embed(part))
+            except EmbedderError as exc:
+                raise SinkError(self.name, f"embedding failed: {exc}") from exc
+            if len(vectors) != len(all_chunks):
+                raise SinkError(
+                    self.name, f"embedder returned {len(vectors)} vectors for {len(all_chunks)} chunks"
+                )
+            payload = {c.chunk_id: v for c, v in zip(all_chunks, vectors, strict=True)}
+            stats = {"embedded_chunks": float(len(all_chunks)), "truncated_chunks": float(truncated)}
+            return Prepared(self.name, documents, chunks, payload=payload, stats=stats)
+
+    def write(self, prepared: Prepared) -> int:
+        """Upsert the prepared points (wait=True), then delete each document's points not among them."""
+        if prepared.sink != self.name:
+            raise SinkError(self.name, f"cannot write a batch prepared by sink {prepared.sink!r}")
+        vectors: dict[str, list[float]] = prepared.payload
+        ingested_at = datetime.now(UTC).isoformat()
+        points = [
+            models.PointStruct(
+                id=point_id(chunk.chunk_id),
+                vector=vectors[chunk.chunk_id],
+                payload=chunk_payload(document, chunk, ingested_at),
+            )
+            for document in prepared.documents
+            for chunk in prepared.chunks[document.document_id]
+        ]
+        document_ids = [d.document_id for d in prepared.documents]
+        with self._operation("write"), self._lock:
+            self._check_collection(create=True)
+            size = self.settings.upsert_batch_size
+            for start in range(0, len(points), size):
+                self.client.upsert(self.collection, points=points[start : start + size], wait=True)
+            new_ids = {str(p.id) for p in points}
+            stale = [pid for pid in self._stored_points(document_ids) if pid not in new_ids]
+            self._delete_points(stale)
+        SINK_CHUNKS_WRITTEN.labels(self.name).inc(len(points))
+        return len(points)
+
+    def delete(self, document_id: str) -> int:
+        """Remove every point of the document; 0 if it has none (or the collection does not exist yet)."""
+        with self._operation("delete"), self._lock:
+            if not self._collection_exists():
+                return 0
+            ids = list(self._stored_points([document_id]))
+            self._delete_points(ids)
+            return len(ids)
+
+    def chunk_ids(self, document_id: str | None = None) -> set[str]:
+        """Chunk IDs stored, for all documents or one (paginated scroll, chunk_id payload only)."""
+        with self._operation("chunk_ids"), self._lock:
+            if not self._collection_exists():
+                return set()
+            scroll_filter = build_filter({"document_id": document_id}) if document_id is not None else None
+            return {payload["chunk_id"] for _, payload in self._scroll(scroll_filter, ["chunk_id"])}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._owns_client:
+                self.client.close()
+            if self._owns_embedder:
+                self.embedder.close()
+
+    # --- reads for retrieval ------------------------------------------------------------------------
+
+    def search(self, query: str, k: int = 10, filter: dict[str, Any] | None = None) -> list[ScoredChunk]:
+        """The `k` chunks nearest to `query` (cosine), optionally restricted by payload field matches."""
+        with self._operation("search"):
+            with self._lock:
+                if not self._collection_exists():
+                    return []
+                self._check_collection(create=False)
+            try:
+                vector = self.embedder.embed_query(query)
+            except EmbedderError as exc:
+                raise SinkError(self.name, f"embedding the query failed: {exc}") from exc
+            with self._lock:
+                response = self.client.query_points(
+                    self.collection,
+                    query=vector,
+                    query_filter=build_filter(filter),
+                    limit=k,
+                    with_payload=True,
+                )
+        return [_scored(point.score, point.payload or {}) for point in response.points]
+
+    def count(self, filter: dict[str, Any] | None = None) -> int:
+        """Exact number of stored points (chunks), optionally matching a payload filter."""
+        with self._operation("count"), self._lock:
+            if not self._collection_exists():
+                return 0
+            return self.client.count(self.collection, count_filter=build_filter(filter), exact=True).count
+
+    def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """Stored payloads by chunk ID (absent IDs are left out), fetched by point ID without vectors."""
+        ids = [point_id(c) for c in dict.fromkeys(chunk_ids)]
+        with self._operation("get_chunks"), self._lock:
+            if not ids or not self._collection_exists():
+                return {}
+            records = self.client.retrieve(self.collection, ids=ids, with_payload=True, with_vectors=False)
+        return {r.payload["chunk_id"]: r.payload for r in records if r.payload}
+
+    # --- internals ----------------------------------------------------------------------------------
+
+    def _collection_exists(self) -> bool:
+        return self._collection_ready or self.client.collection_exists(self.collection)
+
+    def _check_collection(self, *, create: bool) -> None:
+        """Fail if the collection's vectors do not fit the embedder; with `create`, make it and its indexes."""
+        if self._collection_ready:
+            return
+        exists = self.client.collection_exists(self.collection)
+        if exists and not self._collection_verified:
+            self._verify_vectors()
+            self._collection_verified = True
+        if not create:
+            return
+        if not exists:
+            self.client.create_collection(
+                self.collection,
+                vectors_config=models.VectorParams(
+                    size=self.embedder.dimension, distance=models.Distance.COSINE
+                ),
+            )
+        with warnings.catch_warnings():
+            # Local mode warns that payload indexes do nothing there; a server needs them for filters.
+            warnings.filterwarnings("ignore", message="Payload indexes have no effect", category=UserWarning)
+            for field_name in _INDEXED_FIELDS:
+                self.client.create_payload_index(
+                    self.collection, field_name, field_schema=models.PayloadSchemaType.KEYWORD, wait=True
+                )
+        self._collection_ready = True
+
+    def _verify_vectors(self) -> None:
+        dimension = self.embedder.dimension
+        params = self.client.get_collection(self.collection).config.params.vectors
+        if not isinstance(params, models.VectorParams):
+            raise SinkError(
+                self.name, f"collection {self.collection!r} uses named vectors; expected one vector"
+            )
+        if params.size != dimension or params.distance != models.Distance.COSINE:
+            raise SinkError(
+                self.name,
+                f"collection {self.collection!r} holds {params.size}-d {params.distance.value} vectors but "
+                f"embedder {self.embedder.name!r} makes {dimension}-d cosine ones; the embedder changed: "
+                "rebuild the collection (delete it and re-ingest) or use another qdrant_collection",
+            )
+
+    def _scroll(
+        self, scroll_filter: models.Filter | None, fields: list[str]
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(point ID, payload subset) for every matching point, page by page."""
+        offset: models.ExtendedPointId | None = None
+        while True:
+            records, offset = self.client.scroll(
+                self.collection,
+                scroll_filter=scroll_filter,
+                limit=_SCROLL_PAGE,
+                offset=offset,
+                with_payload=fields,
+                with_vectors=False,
+            )
+            for record in records:
+                yield str(uuid.UUID(str(record.id))), record.payload or {}
+            if offset is None:
+                return
+
+    def _stored_points(self, document_ids: list[str]) -> list[str]:
+        if not document_ids:
+            return []
+        return [pid for pid, _ in self._scroll(build_filter({"document_id": document_ids}), ["chunk_id"])]
+
+    def _delete_points(self, ids: list[str]) -> None:
+        size = self.settings.upsert_batch_size
+        for start in range(0, len(ids), size):
+            self.client.delete(
+                self.collection, models.PointIdsList(points=ids[start : start + size]), wait=True
+            )
+        if ids:
+            SINK_CHUNKS_REMOVED.labels(self.name).inc(len(ids))
+
+    def _report_truncation(self, chunks: list[Chunk], texts: list[str]) -> int:
+        """Count (metric + WARNING per chunk) embed texts longer than the embedder's max input."""
+        limit = self.embedder.max_tokens
+        truncated = 0
+        for chunk, tokens in zip(chunks, self.embedder.count_tokens(texts), strict=True):
+            if tokens > limit:
+                truncated += 1
+                logger.warning(
+                    "document %s chunk %s: embed text is %d tokens, over %s's limit of %d; only its start "
+                    "is embedded (use smaller chunks for this embedder)",
+                    chunk.document_id,
+                    chunk.chunk_id,
+                    tokens,
+                    self.embedder.name,
+                    limit,
+                )
+        if truncated:
+            EMBEDDER_TRUNCATED_CHUNKS.labels(self.embedder.name).inc(truncated)
+        return truncated
+
+    @contextmanager
+    def _operation(self, operation: str) -> Iterator[None]:
+        """Time the operation, and report any store failure as a SinkError (what the pipeline retries)."""
+        started = time.perf_counter()
+        try:
+            yield
+        except SinkError:
+            raise
+        except Exception as exc:
+            raise SinkError(
+                self.name, f"Qdrant {operation} on collection {self.collection!r} failed: {exc}"
+            ) from exc
+        finally:
+            SINK_OPERATION_SECONDS.labels(self.name, operation).observe(time.perf_counter() - started)
+
+
+def chunk_payload(document: Document, chunk: Chunk, ingested_at: str) -> dict[str, Any]:
+    """What a point carries: the source metadata, flattened, under the chunk's own fields (which win)."""
+    return document.source_metadata() | {
+        "chunk_id": chunk.chunk_id,
+        "document_id": chunk.document_id,
+        "chunk_index": chunk.chunk_index,
+        "start_char": chunk.start_char,
+        "end_char": chunk.end_char,
+        "token_count": chunk.token_count,
+        "heading_chain": list(chunk.heading_chain),
+        "content": chunk.content,
+        "content_hash": chunk.content_hash,
+        "whole_document": chunk.is_whole_document,
+        "document_content_hash": document.content_hash,
+        "ingested_at": ingested_at,
+        "metadata": dict(chunk.metadata),
+    }
+
+
+def _scored(score: float, payload: dict[str, Any]) -> ScoredChunk:
+    return ScoredChunk(
+        chunk_id=payload["chunk_id"],
+        document_id=payload["document_id"],
+        score=score,
+        content=payload.get("content", ""),
+        start_char=payload.get("start_char", 0),
+        end_char=payload.get("end_char", 0),
+        heading_chain=tuple(payload.get("heading_chain", ())),
+        payload=payload,
+    )

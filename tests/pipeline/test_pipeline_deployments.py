@@ -1,0 +1,242 @@
+"""Deployments: their definitions, prefect.yaml, and the issue's main test, end to end against a real
+Prefect server: a signed webhook -> receiver -> Prefect event -> trigger -> served flow run -> stores."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+
+from chunking.ids import derive_document_id
+from deployments.serve import DEPLOYMENT_NAMES, SAMPLE_CORPUS, ServeSettings, build_deployments
+from deployments.webhook import PrefectEventSink, WebhookSettings, create_app
+from deployments.webhook_security import sign
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SECRET = "e2e-secret"
+RUN_TIMEOUT = 240.0  # first run loads MiniLM and spaCy on a shared 2-core machine
+
+
+def test_deployments_carry_schedule_triggers_and_templated_parameters(tmp_path: Path) -> None:
+    settings = ServeSettings(reindex_cron="15 4 * * *", source_root=tmp_path)
+    by_name = {d.name: d for d in build_deployments(settings)}
+    assert set(by_name) == set(DEPLOYMENT_NAMES)
+    assert {d.flow_name for d in by_name.values()} == set(DEPLOYMENT_NAMES)
+
+    assert [s.schedule.cron for s in by_name["reindex"].schedules] == ["15 4 * * *"]
+    assert by_name["ingest"].schedules in (None, [])
+    assert by_name["reindex"].parameters["params"]["source"]["root"] == str(tmp_path.resolve())
+
+    (updated,) = by_name["ingest-document"].triggers
+    assert updated.expect == {"document.updated"}
+    assert updated.match.root == {"prefect.resource.id": "unichunk.document.*"}
+    assert updated.parameters["path"] == "{{ event.payload.path }}"
+    assert updated.parameters["root"] == str(tmp_path.resolve())
+    (deleted,) = by_name["delete-document"].triggers
+    assert deleted.expect == {"document.deleted"}
+    assert deleted.parameters == {"document_id": "{{ event.payload.document_id }}"}
+
+    # Entrypoints are module paths that import to the very flow objects.
+    for deployment in by_name.values():
+        module, _, attr = deployment.entrypoint.rpartition(".")
+        assert getattr(importlib.import_module(module), attr).name == deployment.flow_name
+
+
+def test_default_scan_root_is_the_bundled_sample_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("UNICHUNK_SOURCE_ROOT", raising=False)
+    monkeypatch.delenv("UNICHUNK_REINDEX_CRON", raising=False)
+    settings = ServeSettings()
+    assert settings.reindex_cron == "0 2 * * *"
+    assert settings.scan_root() == str(SAMPLE_CORPUS)
+    with pytest.raises(ValueError, match="unknown deployment"):
+        build_deployments(settings, ["nope"])
+
+
+def test_sample_corpus_is_ours_varied_and_sized() -> None:
+    files = sorted(p for p in SAMPLE_CORPUS.iterdir() if p.is_file())
+    assert 8 <= len(files) <= 12
+    assert {p.suffix for p in files} >= {".md", ".html", ".txt", ".eml"}
+    for path in files:
+        words = len(path.read_text(encoding="utf-8").split())
+        assert 300 <= words <= 1500, f"{path.name}: {words} words"
+        assert "unichunk" in path.read_text(encoding="utf-8").lower(), path.name
+
+
+def test_prefect_yaml_declares_the_same_four_deployments_for_a_process_pool() -> None:
+    config = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text())
+    deployments = {d["name"]: d for d in config["deployments"]}
+    assert set(deployments) == set(DEPLOYMENT_NAMES)
+    for name, deployment in deployments.items():
+        assert deployment["work_pool"]["name"], name
+        path, _, attr = deployment["entrypoint"].partition(":")
+        assert (REPO_ROOT / path).is_file(), deployment["entrypoint"]
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        assert getattr(module, attr).name == name
+    assert any(s.get("cron") for s in deployments["reindex"]["schedules"])
+    for name, event in (("ingest-document", "document.updated"), ("delete-document", "document.deleted")):
+        (trigger,) = deployments[name]["triggers"]
+        assert trigger["expect"] == [event]
+        assert trigger["match"] == {"prefect.resource.id": "unichunk.document.*"}
+    assert deployments["ingest-document"]["triggers"][0]["parameters"]["path"] == "{{ event.payload.path }}"
+    # The YAML triggers validate as Prefect deployment triggers.
+    from prefect.events.schemas.deployment_triggers import DeploymentTriggerTypes
+    from pydantic import TypeAdapter
+
+    for name in ("ingest-document", "delete-document"):
+        TypeAdapter(DeploymentTriggerTypes).validate_python(deployments[name]["triggers"][0])
+    pools = {p["name"]: p for p in config.get("work_pools", [])} if config.get("work_pools") else {}
+    pool_names = {d["work_pool"]["name"] for d in deployments.values()}
+    assert len(pool_names) == 1 and (not pools or pools[next(iter(pool_names))]["type"] == "process")
+
+
+# --- end to end ------------------------------------------------------------------------------------
+
+
+def _api(api_url: str, method: str, path: str, body: Any = None) -> Any:
+    response = httpx.request(method, f"{api_url}{path}", json=body, timeout=15)
+    response.raise_for_status()
+    return response.json() if response.content else None
+
+
+def _wait(what: str, probe: Any, timeout: float, log: Path | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := probe():
+            return result
+        time.sleep(1)
+    tail = log.read_text()[-3000:] if log and log.exists() else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n--- serve log ---\n{tail}")
+
+
+@pytest.fixture()
+def served(
+    tmp_path: Path, prefect_api_url: str, falkordb_url: str
+) -> Iterator[tuple[dict[str, str], Path, Path]]:
+    """`python -m deployments.serve ingest-document delete-document` in a subprocess on the test server."""
+    source_root = tmp_path / "source"
+    source_root.mkdir()
+    data_dir = tmp_path / "data"
+    log = tmp_path / "serve.log"
+    env = dict(os.environ)
+    env.update(
+        PREFECT_API_URL=prefect_api_url,
+        UNICHUNK_DATA_DIR=str(data_dir),
+        UNICHUNK_FALKORDB_URL=falkordb_url,
+        UNICHUNK_SOURCE_ROOT=str(source_root),
+        UNICHUNK_METRICS_PORT="0",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        DO_NOT_TRACK="1",
+        PREFECT_RUNNER_POLL_FREQUENCY="1",
+    )
+    cmd = [sys.executable, "-m", "deployments.serve", "ingest-document", "delete-document"]
+    with log.open("wb") as handle:
+        process = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=handle, stderr=subprocess.STDOUT)
+    ids: dict[str, str] = {}
+    try:
+        for name in ("ingest-document", "delete-document"):
+
+            def deployment(name: str = name) -> str | None:
+                if process.poll() is not None:
+                    raise AssertionError(
+                        f"serve exited with {process.returncode}:\n{log.read_text()[-3000:]}"
+                    )
+                response = httpx.get(f"{prefect_api_url}/deployments/name/{name}/{name}", timeout=10)
+                return response.json()["id"] if response.status_code == 200 else None
+
+            ids[name] = _wait(f"deployment {name} registered", deployment, 120, log)
+
+        def automations() -> bool:
+            found = _api(prefect_api_url, "POST", "/automations/filter", {})
+            owned = {a["actions"][0].get("deployment_id") for a in found if a.get("actions")}
+            return set(ids.values()) <= owned
+
+        _wait("the deployments' trigger automations", automations, 60, log)
+        time.sleep(2)  # let the runner start polling
+        yield ids, source_root, data_dir
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        # Leave no trigger behind: later tests' events must not start runs nobody serves.
+        for deployment_id in ids.values():
+            httpx.delete(f"{prefect_api_url}/deployments/{deployment_id}", timeout=10)
+
+
+def _send(client: TestClient, payload: dict[str, Any], delivery: str) -> dict[str, Any]:
+    body = json.dumps(payload).encode()
+    ts = int(time.time())
+    headers = {
+        "Content-Type": "application/json",
+        "X-Unichunk-Timestamp": str(ts),
+        "X-Unichunk-Signature": sign(SECRET, ts, body),
+        "X-Unichunk-Delivery": delivery,
+    }
+    response = client.post("/webhooks/documents", content=body, headers=headers)
+    assert response.status_code == 202, response.text
+    return response.json()
+
+
+def _finished_run(api_url: str, deployment_id: str, log: Path) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        runs = _api(api_url, "POST", "/flow_runs/filter", {"deployments": {"id": {"any_": [deployment_id]}}})
+        if len(runs) > 1:
+            raise AssertionError(f"one webhook started {len(runs)} runs")
+        if runs and runs[0]["state"]["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            return runs[0]
+        return None
+
+    return _wait("the triggered flow run to finish", probe, RUN_TIMEOUT, log)
+
+
+def test_signed_webhook_triggers_served_ingest_then_delete(
+    served: tuple[dict[str, str], Path, Path], prefect_api_url: str, tmp_path: Path
+) -> None:
+    deployment_ids, source_root, data_dir = served
+    source_id = f"notes/{uuid.uuid4().hex[:8]}.md"
+    document = source_root / source_id
+    document.parent.mkdir(parents=True)
+    document.write_text(
+        "# Webhook end to end\n\nThe receiver verified this change and Prefect ran ingest-document.\n\n"
+        "## Second section\n\nQdrant, BM25 and the knowledge graph now hold the same chunk IDs.\n"
+    )
+    document_id = derive_document_id(source_system="fs", source_id=source_id)
+    settings = WebhookSettings(webhook_secret=SECRET, source_root=source_root, data_dir=tmp_path / "receiver")
+    log = tmp_path / "serve.log"
+
+    with TestClient(create_app(settings, PrefectEventSink(prefect_api_url))) as client:
+        accepted = _send(
+            client,
+            {"event": "updated", "source_system": "fs", "source_id": source_id, "path": source_id},
+            "e2e-up",
+        )
+        assert accepted["document_id"] == document_id
+        run = _finished_run(prefect_api_url, deployment_ids["ingest-document"], log)
+        assert run["state"]["type"] == "COMPLETED", f"{run['state']}\n{log.read_text()[-3000:]}"
+        assert run["parameters"]["path"] == str(document.resolve())
+        assert run["parameters"]["source_id"] == source_id
+
+        from tasks.status import StatusStore
+
+        status = StatusStore.in_data_dir(data_dir, readonly=True).get(document_id)
+        assert status is not None and status.state == "processed", status
+        assert status.chunk_count >= 1 and len(status.chunk_ids) == status.chunk_count
+
+        _send(client, {"event": "deleted", "source_system": "fs", "source_id": source_id}, "e2e-del")
+        run = _finished_run(prefect_api_url, deployment_ids["delete-document"], log)
+        assert run["state"]["type"] == "COMPLETED", f"{run['state']}\n{log.read_text()[-3000:]}"
+        assert run["parameters"] == {"document_id": document_id}
+        assert StatusStore.in_data_dir(data_dir, readonly=True).get(document_id) is None

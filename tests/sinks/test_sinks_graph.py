@@ -1,0 +1,309 @@
+"""The knowledge-graph sink on a real FalkorDB server (and Neo4j when NEO4J_URI is set), real spaCy NER."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import pairwise
+
+import pytest
+
+from chunking.models import Chunk
+from sinks.base import SinkError
+from sinks.extraction import EntityExtractor, ExtractedEntity, ExtractedRelation, Extraction, entity_key
+from sinks.graph import KnowledgeGraphSink
+from sinks.graph_backends import GraphBackend
+
+DOC_A = [
+    "Apple Inc. hired Tim Cook in California.",
+    "Tim Cook met Zoë Müller at Microsoft in Berlin.",
+    "Satya Nadella runs Microsoft from Redmond.",
+]
+DOC_B = ["Apple Inc hired Tim O'Reilly in Paris.", "Tim O'Reilly founded O'Reilly Media in Sebastopol."]
+
+
+@pytest.fixture
+def sink(graph_backend: GraphBackend) -> KnowledgeGraphSink:
+    return KnowledgeGraphSink(graph_backend)
+
+
+def _relations(sink: KnowledgeGraphSink) -> set[tuple[str, str]]:
+    rows = sink.backend.run("MATCH (a:Entity)-[x:RELATED]->(b:Entity) RETURN a.name AS a, b.name AS b")
+    return {(r["a"], r["b"]) for r in rows}
+
+
+def _entity_names(sink: KnowledgeGraphSink) -> set[str]:
+    return {r["n"] for r in sink.backend.run("MATCH (e:Entity) RETURN e.name AS n")}
+
+
+def test_reupsert_is_idempotent(sink: KnowledgeGraphSink, make_doc) -> None:
+    doc, chunks = make_doc("doc_a", DOC_A, title="A")
+    assert sink.upsert(doc, chunks) == 3
+    first = sink.stats()
+    entity_before = sink.entity("Tim Cook")
+    assert sink.upsert(doc, chunks) == 3
+    assert sink.stats() == first
+    assert first["Chunk"] == 3 and first["Document"] == 1 and first["FROM_DOCUMENT"] == 3
+    assert first["Entity"] == len(_entity_names(sink))  # names are unique keys
+    assert sink.entity("Tim Cook") == entity_before
+    assert sink.entity("tim cook").source_chunk_ids == (chunks[0].chunk_id, chunks[1].chunk_id)
+    assert sink.chunk_ids("doc_a") == {c.chunk_id for c in chunks}
+    # "Apple Inc." and "Apple Inc" are one entity across documents.
+    doc_b, chunks_b = make_doc("doc_b", DOC_B)
+    sink.upsert(doc_b, chunks_b)
+    apple = sink.entity("APPLE INC.")
+    assert apple is not None and apple.source_chunk_ids == (chunks[0].chunk_id, chunks_b[0].chunk_id)
+    assert sink.chunk_ids() == {c.chunk_id for c in chunks + chunks_b}
+
+
+def test_relations_are_stored_once_per_pair_in_canonical_order(sink: KnowledgeGraphSink, make_doc) -> None:
+    doc, chunks = make_doc("doc_a", DOC_A)
+    sink.upsert(doc, chunks)
+    pairs = _relations(sink)
+    assert ("apple inc", "tim cook") in pairs and ("tim cook", "apple inc") not in pairs
+    assert all(a < b for a, b in pairs)
+
+
+def test_next_chunk_chain_follows_chunk_order(sink: KnowledgeGraphSink, make_doc) -> None:
+    pieces = [f"Part {i} of the story." for i in range(6)]
+    doc, chunks = make_doc("doc_chain", pieces)
+    sink.upsert(doc, chunks)
+    rows = sink.backend.run(
+        "MATCH (a:Chunk)-[:NEXT_CHUNK]->(b:Chunk) RETURN a.chunk_index AS a, b.chunk_index AS b, "
+        "a.document_id AS d"
+    )
+    assert sorted((r["a"], r["b"]) for r in rows) == [(i, i + 1) for i in range(5)]
+    # Re-chunked into fewer pieces: the chain is rebuilt without dangling links.
+    doc2, chunks2 = make_doc("doc_chain", [*pieces[:2], "A new ending."])
+    sink.upsert(doc2, chunks2)
+    rows = sink.backend.run(
+        "MATCH (a:Chunk)-[:NEXT_CHUNK]->(b:Chunk) RETURN a.chunk_id AS a, b.chunk_id AS b"
+    )
+    ids = [c.chunk_id for c in chunks2]
+    assert sorted((r["a"], r["b"]) for r in rows) == sorted(pairwise(ids))
+    stored = sink.backend.run(
+        "MATCH (c:Chunk)-[:FROM_DOCUMENT]->(d:Document {document_id: 'doc_chain'}) "
+        "RETURN c.chunk_index AS i, c.start_char AS s, c.end_char AS e, c.content AS t, c.token_count AS n"
+    )
+    assert sorted((r["i"], r["s"], r["e"], r["t"], r["n"]) for r in stored) == [
+        (c.chunk_index, c.start_char, c.end_char, c.content, c.token_count) for c in chunks2
+    ]
+
+
+def test_changed_document_replaces_old_chunks_and_trims_entities(sink: KnowledgeGraphSink, make_doc) -> None:
+    doc, chunks = make_doc("doc_a", DOC_A)
+    sink.upsert(doc, chunks)
+    assert sink.entity("Satya Nadella") is not None
+    edited = [DOC_A[0], "Tim Cook visited Zoë Müller in Munich."]
+    doc2, chunks2 = make_doc("doc_a", edited)
+    sink.upsert(doc2, chunks2)
+
+    assert sink.chunk_ids("doc_a") == {c.chunk_id for c in chunks2}
+    assert sink.stats()["Chunk"] == 2
+    assert (
+        sink.entity("Satya Nadella") is None and sink.entity("Redmond") is None
+    )  # only in the removed chunk
+    assert sink.entity("Berlin") is None  # its chunk changed
+    assert sink.entity("Munich").source_chunk_ids == (chunks2[1].chunk_id,)
+    tim = sink.entity("Tim Cook")
+    assert tim.source_chunk_ids == (chunks2[0].chunk_id, chunks2[1].chunk_id)
+    assert "Berlin" not in tim.description and "Munich" in tim.description
+    microsoft_pairs = {p for p in _relations(sink) if "microsoft" in p or "satya nadella" in p}
+    assert sink.entity("Microsoft") is None and microsoft_pairs == set()
+    dangling = sink.backend.run(
+        "MATCH (e:Entity)-[:MENTIONED_IN]->(c:Chunk) WHERE NOT c.chunk_id IN $ids RETURN count(e) AS n",
+        {"ids": [c.chunk_id for c in chunks2]},
+    )
+    assert dangling[0]["n"] == 0
+
+
+def test_delete_keeps_shared_entities_with_the_other_documents_contribution(
+    sink: KnowledgeGraphSink, make_doc
+) -> None:
+    doc_a, chunks_a = make_doc("doc_a", DOC_A)
+    doc_b, chunks_b = make_doc(
+        "doc_b", ["Apple Inc. hired Tim Cook in Texas.", "Microsoft opened an office in Oslo."]
+    )
+    sink.upsert(doc_a, chunks_a)
+    sink.upsert(doc_b, chunks_b)
+    shared_relation = sink.neighbourhood("Apple Inc").relations
+    hired = next(r for r in shared_relation if (r.source, r.target) == ("apple inc", "tim cook"))
+    assert hired.source_chunk_ids == (chunks_a[0].chunk_id, chunks_b[0].chunk_id) and hired.weight == 2.0
+
+    assert sink.delete("doc_a") == 3
+    assert sink.chunk_ids("doc_a") == set() and sink.chunk_ids() == {c.chunk_id for c in chunks_b}
+    apple = sink.entity("Apple Inc")
+    assert apple.source_chunk_ids == (chunks_b[0].chunk_id,)
+    assert apple.description == "Apple Inc. hired Tim Cook in Texas."
+    assert sink.entity("Tim Cook").description == "Apple Inc. hired Tim Cook in Texas."
+    assert sink.entity("Microsoft").source_chunk_ids == (chunks_b[1].chunk_id,)
+    for gone in ("California", "Zoë Müller", "Berlin", "Satya Nadella", "Redmond"):
+        assert sink.entity(gone) is None, gone
+    relations = {(r.source, r.target): r for r in sink.neighbourhood("Tim Cook", hops=2).relations}
+    hired = relations[("apple inc", "tim cook")]
+    assert hired.source_chunk_ids == (chunks_b[0].chunk_id,) and hired.weight == 1.0
+    assert hired.description == "Apple Inc. hired Tim Cook in Texas."
+    assert all(entity_key(n) in _entity_names(sink) for pair in _relations(sink) for n in pair)
+    assert ("california", "tim cook") not in _relations(sink)
+    assert sink.stats()["Document"] == 1
+
+    assert sink.delete("doc_a") == 0  # deleting again is harmless
+    assert sink.delete("doc_b") == 2
+    assert sink.stats() == dict.fromkeys(sink.stats(), 0)
+
+
+class _Scripted(EntityExtractor):
+    """Returns fixed entities/relations per chunk text: storage tests independent of what NER finds."""
+
+    def __init__(self, script: dict[str, tuple[list[tuple[str, str, str]], list[tuple[str, str, str, str]]]]):
+        self.script = script
+
+    def extract(self, chunks: Sequence[Chunk]) -> list[Extraction]:
+        out = []
+        for c in chunks:
+            ents, rels = self.script.get(c.content, ([], []))
+            out.append(
+                Extraction(
+                    c.chunk_id,
+                    tuple(ExtractedEntity(n, t, d, c.chunk_id) for n, t, d in ents),
+                    tuple(ExtractedRelation(s, t, k, d, 2.5, c.chunk_id) for s, t, k, d in rels),
+                )
+            )
+        return out
+
+
+AWKWARD = [
+    ("O'Reilly", "ORG", "It's O'Reilly's \"book\" on C:\\path\\to\nnew lines"),
+    ('Zoë "Z" Müller', "PERSON", "Zoë said: 'hello' \\ \"bye\" 🎉"),
+    ("東京大学", "ORG", "東京大学は日本の大学です。\tTabbed"),
+    ("Back\\slash", "THING", "ends with a backslash \\"),
+    ("Nul\x00Byte", "THING", "nul \x00 inside"),
+]
+
+
+def test_unicode_quotes_backslashes_and_newlines_round_trip(graph_backend: GraphBackend, make_doc) -> None:
+    text = "Awkward names everywhere."
+    script = {
+        text: (AWKWARD, [("O'Reilly", 'Zoë "Z" Müller', 'quote\'s, "keys"', "O'Reilly\nmet Zoë \\ 東京")])
+    }
+    sink = KnowledgeGraphSink(graph_backend, _Scripted(script))
+    doc, chunks = make_doc("doc_u", [text])
+    sink.upsert(doc, chunks)
+    sink.upsert(doc, chunks)
+    for name, entity_type, description in AWKWARD[:4]:
+        stored = sink.entity(name)
+        assert stored is not None, name
+        assert (
+            stored.display_name == name and stored.type == entity_type and stored.description == description
+        )
+    assert sink.entity("Nul Byte").description == "nul  inside"
+    ctx = sink.context_for_chunks([chunks[0].chunk_id])
+    assert len(ctx.entities) == 5
+    (relation,) = ctx.relations
+    assert relation.keywords == 'quote\'s, "keys"' and relation.description == "O'Reilly\nmet Zoë \\ 東京"
+    assert relation.weight == 2.5
+    assert ctx.chunk_ids == {chunks[0].chunk_id}
+    assert "東京大学" in ctx.to_text()
+    sink.delete("doc_u")
+    assert sink.stats()["Entity"] == 0
+
+
+def test_context_and_neighbourhood(sink: KnowledgeGraphSink, make_doc) -> None:
+    doc, chunks = make_doc("doc_a", DOC_A)
+    doc_b, chunks_b = make_doc("doc_b", DOC_B)
+    sink.write(sink.prepare([(doc, chunks), (doc_b, chunks_b)]))
+    ctx = sink.context_for_chunks([chunks[2].chunk_id])
+    assert {e.name for e in ctx.entities} == {"satya nadella", "microsoft", "redmond"}
+    assert {(r.source, r.target) for r in ctx.relations} == {
+        ("microsoft", "satya nadella"),
+        ("microsoft", "redmond"),
+        ("redmond", "satya nadella"),
+    }
+    # Relations between these entities stated only in other chunks are not this chunk's context.
+    ctx0 = sink.context_for_chunks([chunks[1].chunk_id])
+    assert all(chunks[1].chunk_id in r.source_chunk_ids for r in ctx0.relations)
+    assert sink.context_for_chunks([]) == sink.context_for_chunks(["no-such-chunk"])
+
+    near = sink.neighbourhood("tim cook.")
+    assert near.entities[0].name == "tim cook"
+    names = {e.name for e in near.entities}
+    assert {"apple inc", "zoë müller", "microsoft"} <= names and "satya nadella" not in names
+    weights = [r.weight for r in near.relations]
+    assert weights == sorted(weights, reverse=True)
+    far = sink.neighbourhood("Tim Cook", hops=2, limit=100)
+    assert {"satya nadella", "tim o'reilly"} <= {e.name for e in far.entities}
+    assert len(sink.neighbourhood("Tim Cook", hops=2, limit=3).relations) == 3
+    assert sink.neighbourhood("Nobody At All").relations == ()
+    with pytest.raises(ValueError):
+        sink.neighbourhood("Tim Cook", hops=9)
+
+
+class _Failing(EntityExtractor):
+    def extract(self, chunks: Sequence[Chunk]) -> list[Extraction]:
+        raise RuntimeError("model exploded")
+
+
+def test_failed_extraction_writes_nothing(graph_backend: GraphBackend, make_doc) -> None:
+    sink = KnowledgeGraphSink(graph_backend, _Failing())
+    doc, chunks = make_doc("doc_a", DOC_A)
+    with pytest.raises(SinkError, match="model exploded"):
+        sink.upsert(doc, chunks)
+    assert sink.chunk_ids() == set()
+    assert sink.stats()["Document"] == 0
+
+
+class _CrashAfter(GraphBackend):
+    """The real backend, interrupted after `limit` statements: a process dying half-way through a write."""
+
+    name = "crashing"
+
+    def __init__(self, inner: GraphBackend, limit: int) -> None:
+        self.inner, self.limit = inner, limit
+
+    def run(self, query, params=None, *, write=True):  # type: ignore[no-untyped-def]
+        if write and self.limit <= 0:
+            raise ConnectionError("process died")
+        self.limit -= write
+        return self.inner.run(query, params, write=write)
+
+    def setup_schema(self) -> None:
+        self.inner.setup_schema()
+
+    def clear(self) -> None:
+        self.inner.clear()
+
+
+@pytest.mark.parametrize("crash_after", [1, 3, 5, 7, 8, 9, 10, 11])
+def test_rerun_after_a_crash_half_way_converges(
+    graph_backend: GraphBackend, make_doc, crash_after: int
+) -> None:
+    doc_b, chunks_b = make_doc("doc_b", ["Apple Inc. hired Tim Cook in Texas."])
+    doc, chunks = make_doc("doc_a", DOC_A)
+    doc2, chunks2 = make_doc("doc_a", [DOC_A[0], "Tim Cook visited Zoë Müller in Munich."])
+    clean = KnowledgeGraphSink(graph_backend)
+    clean.upsert(doc_b, chunks_b)
+    clean.upsert(doc, chunks)
+    clean.upsert(doc2, chunks2)
+    expected = (clean.stats(), _entity_names(clean), _relations(clean), clean.entity("Tim Cook"))
+    clean.delete("doc_a")
+
+    clean.upsert(doc, chunks)
+    crashing = KnowledgeGraphSink(_CrashAfter(graph_backend, crash_after))
+    with pytest.raises(SinkError, match="process died"):
+        crashing.upsert(doc2, chunks2)
+        crashing.delete("doc_a")  # reached only if the write had fewer statements than the limit
+    clean.upsert(doc2, chunks2)
+    assert (clean.stats(), _entity_names(clean), _relations(clean), clean.entity("Tim Cook")) == expected
+
+    crashing = KnowledgeGraphSink(_CrashAfter(graph_backend, min(crash_after, 5)))
+    with pytest.raises(SinkError, match="process died"):
+        crashing.delete("doc_a")
+    clean.delete("doc_a")
+    assert clean.chunk_ids() == {chunks_b[0].chunk_id}
+    assert sink_entity_sources(clean, "Tim Cook") == (chunks_b[0].chunk_id,)
+    assert _entity_names(clean) == {"apple inc", "tim cook", "texas"}
+
+
+def sink_entity_sources(sink: KnowledgeGraphSink, name: str) -> tuple[str, ...]:
+    entity = sink.entity(name)
+    assert entity is not None
+    return entity.source_chunk_ids
