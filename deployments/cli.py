@@ -1,0 +1,333 @@
+"""`unichunk`: ingest, search, inspect and verify from a shell.
+
+`ingest`, `delete` and `demo` run the real Prefect flows in this process (against PREFECT_API_URL, or an
+ephemeral local Prefect server when none is set); `search`, `status` and `verify` read the stores
+directly, so they answer in seconds. A user mistake prints one line and exits 2; a failed document or a
+misaligned store exits 1.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before Prefect is imported: no telemetry, time for the ephemeral server to start on a slow machine, and
+# only warnings from Prefect's own console logging (the CLI prints its own summary).
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+app = typer.Typer(
+    help="Chunk each document once; keep Qdrant, BM25 and the knowledge graph in step.", no_args_is_help=True
+)
+console = Console()
+err_console = Console(stderr=True)
+
+SAMPLE_CORPUS = Path(__file__).resolve().parent / "sample_corpus"
+DEMO_QUERY = "how does the pipeline keep the stores aligned"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class UserError(Exception):
+    """A mistake the user can fix from the message alone."""
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "input"
+        return f"invalid {where}: {first['msg']}"
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def friendly_errors(fn: F) -> F:
+    """One clear line instead of a traceback (UNICHUNK_DEBUG=1 shows tracebacks)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from chunking.errors import ChunkingError
+        from sinks.base import SinkError
+
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if os.environ.get("UNICHUNK_DEBUG") == "1":
+                raise
+            expected = (UserError, ValidationError, ChunkingError, SinkError, OSError, ValueError)
+            prefix = "error" if isinstance(exc, expected) else f"error ({type(exc).__name__})"
+            err_console.print(f"[red]{prefix}:[/red] {_one_line(exc)}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _settings():
+    from sinks.config import SinkSettings
+
+    return SinkSettings()
+
+
+def _status_store():
+    from tasks.status import StatusStore
+
+    return StatusStore.in_data_dir(_settings().data_dir, readonly=True)
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    )
+
+
+def _run_ingest(params: Any) -> Any:
+    """Run the ingest flow with a progress bar; returns the IngestSummary (exits 1 if documents failed)."""
+    from flows import progress
+    from flows.ingest import ingest
+
+    with _progress() as bar:
+        task_id = bar.add_task("documents", total=None)
+
+        def update(stage: str, done: int, total: int) -> None:
+            bar.update(task_id, description=stage, completed=done, total=total)
+
+        with progress.listening(update):
+            state = ingest(params, return_state=True)
+    summary = state.result(raise_on_failure=False)
+    if isinstance(summary, BaseException):  # the flow crashed before producing a summary
+        raise summary
+    console.print(summary.line(), highlight=False, soft_wrap=True)
+    if summary.dry_run:
+        for source_id in summary.would_process:
+            console.print(f"  would process  {source_id}", highlight=False)
+        for source_id in summary.would_delete:
+            console.print(f"  would delete   {source_id}", highlight=False)
+    for failure in summary.failed:
+        console.print(
+            f"  [red]failed[/red]  {failure.source_id or failure.document_id}: {failure.error}",
+            highlight=False,
+        )
+    return summary
+
+
+@app.command()
+@friendly_errors
+def ingest(
+    path: Annotated[Path, typer.Argument(help="A directory to scan, or one file.")],
+    pattern: Annotated[
+        list[str] | None,
+        typer.Option("--pattern", "-p", help="gitignore-style glob (repeatable); default: all formats."),
+    ] = None,
+    strategy: Annotated[
+        str, typer.Option("--strategy", "-s", help="auto, token_window, sentence, markdown, ...")
+    ] = "auto",
+    sink: Annotated[list[str] | None, typer.Option("--sink", help="Only these sinks (repeatable).")] = None,
+    delete_missing: Annotated[bool, typer.Option("--delete-missing/--no-delete-missing")] = True,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would happen; write nothing.")
+    ] = False,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=1000)] = 32,
+) -> None:
+    """Ingest PATH into every sink, re-doing only new and changed documents."""
+    from chunking.config import ChunkStrategy
+    from flows.params import IngestParams, SourceParams
+    from tasks.sources import DEFAULT_PATTERNS
+
+    path = path.expanduser()
+    if not path.exists():
+        raise UserError(f"no such file or directory: {path}")
+    if path.is_dir():
+        source = SourceParams(kind="directory", root=str(path), patterns=pattern or list(DEFAULT_PATTERNS))
+    else:  # one file: its ID is its name relative to its directory, as a scan of that directory would give
+        source = SourceParams(kind="paths", root=str(path.resolve().parent), paths=[str(path.resolve())])
+    params = IngestParams(
+        source=source,
+        strategy=ChunkStrategy(name=strategy),
+        delete_missing=delete_missing,
+        dry_run=dry_run,
+        batch_size=batch_size,
+        **({"sinks": sink} if sink else {}),
+    )
+    summary = _run_ingest(params)
+    if summary.failed and not summary.dry_run:
+        raise typer.Exit(1)
+
+
+@app.command()
+@friendly_errors
+def search(
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    k: Annotated[int, typer.Option("-k", "--top", min=1, max=100, help="How many hits.")] = 5,
+) -> None:
+    """Hybrid search: BM25 and vector hits fused by reciprocal rank."""
+    from sinks.hybrid import hybrid_search
+    from tasks.resources import flow_sinks
+
+    with flow_sinks(("keywords", "vectors"), _settings()) as sinks:
+        hits = hybrid_search(sinks, query, k=k)
+    if not hits:
+        console.print("no results (is anything ingested? try `unichunk demo`)")
+        return
+    rows = _status_store().get_many(h.document_id for h in hits)
+    for n, hit in enumerate(hits, start=1):
+        row = rows.get(hit.document_id)
+        where = row.source_id if row and row.source_id else hit.document_id
+        ranks = " ".join(f"{name}#{rank}" for name, rank in sorted(hit.ranks.items()))
+        heading = " > ".join(hit.heading_chain) or "-"
+        preview = " ".join(hit.content.split())[:200]
+        console.print(
+            f"[bold]{n}. {hit.chunk_id}[/bold]  score={hit.score:.4f}  ({ranks})",
+            highlight=False,
+            soft_wrap=True,
+        )
+        console.print(
+            f"   {where} [{hit.start_char}:{hit.end_char}]  {heading}", highlight=False, soft_wrap=True
+        )
+        console.print(f"   {preview}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+@friendly_errors
+def status(failed: Annotated[bool, typer.Option("--failed", help="Only failed documents.")] = False) -> None:
+    """Document states recorded by the pipeline."""
+    store = _status_store()
+    rows = store.rows(state="failed" if failed else None)
+    counts = store.counts()
+    table = Table("document", "source", "state", "chunks", "updated", "error")
+    for row in rows:
+        table.add_row(
+            row.document_id,
+            row.source_id or "",
+            row.state,
+            str(row.chunk_count),
+            row.updated_at[:19],
+            (row.error or "")[:120],
+        )
+    if rows:
+        console.print(table)
+    console.print(", ".join(f"{name}: {n}" for name, n in counts.items()), highlight=False)
+
+
+def _verify() -> bool:
+    from sinks.alignment import verify_alignment
+    from tasks.maintenance import record_alignment
+    from tasks.resources import ALL_SINKS, flow_sinks
+
+    with flow_sinks(ALL_SINKS, _settings()) as sinks:
+        report = verify_alignment(sinks, expected=_status_store().expected_chunk_ids())
+    record_alignment(report)
+    table = Table("sink", "chunks", "missing", "extra")
+    for name in report.counts:
+        table.add_row(
+            name, str(report.counts[name]), str(len(report.missing[name])), str(len(report.extra[name]))
+        )
+    console.print(table)
+    for name in report.counts:
+        for kind, ids in (("missing", report.missing[name]), ("extra", report.extra[name])):
+            for chunk_id in sorted(ids)[:10]:
+                console.print(f"  {name}: {kind} {chunk_id}", highlight=False)
+    verdict = "[green]aligned[/green]" if report.ok else f"[red]{report.mismatch_count()} mismatch(es)[/red]"
+    console.print(f"{report.expected_count} expected chunk IDs: {verdict}")
+    return report.ok
+
+
+@app.command()
+@friendly_errors
+def verify() -> None:
+    """Check every sink holds exactly the chunk IDs the status table expects (exit 1 if not)."""
+    if not _verify():
+        raise typer.Exit(1)
+
+
+@app.command()
+@friendly_errors
+def delete(
+    document_id: Annotated[str, typer.Argument(help="A document ID, as shown by `unichunk status`.")],
+) -> None:
+    """Remove one document from every sink and from the pipeline's records."""
+    from flows.documents import delete_document
+
+    known = _status_store().get(document_id) is not None
+    removed = delete_document(document_id)
+    if not known and not any(removed.values()):
+        raise UserError(f"no such document: {document_id}")
+    console.print(f"deleted {document_id}: " + ", ".join(f"{k}={v}" for k, v in sorted(removed.items())))
+
+
+@app.command()
+@friendly_errors
+def serve(
+    webhook: Annotated[
+        bool, typer.Option("--webhook/--no-webhook", help="Also run the webhook receiver.")
+    ] = True,
+    host: Annotated[str, typer.Option(help="Webhook receiver host.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Webhook receiver port.")] = 8787,
+) -> None:
+    """Serve the four deployments (cron reindex, event-triggered document flows) and the webhook receiver."""
+    import threading
+
+    from deployments.serve import serve_all
+
+    if webhook:
+        from deployments.webhook import run_receiver
+
+        threading.Thread(target=run_receiver, args=(host, port), name="webhook", daemon=True).start()
+        err_console.print(f"webhook receiver on http://{host}:{port}")
+    serve_all()
+
+
+@app.command()
+@friendly_errors
+def up() -> None:
+    """Start a local Prefect server and the embedded FalkorDB for development."""
+    from deployments.stack import up as stack_up
+
+    stack_up()
+
+
+@app.command()
+@friendly_errors
+def demo(query: Annotated[str, typer.Option(help="The sample search.")] = DEMO_QUERY) -> None:
+    """Ingest the bundled sample corpus, run a sample search, and verify the stores agree."""
+    from flows.params import IngestParams, SourceParams
+
+    if not SAMPLE_CORPUS.is_dir():
+        raise UserError(f"the sample corpus is missing: {SAMPLE_CORPUS}")
+    console.rule("ingest")
+    summary = _run_ingest(IngestParams(source=SourceParams(kind="directory", root=str(SAMPLE_CORPUS))))
+    console.rule(f"search: {query}")
+    search(query, k=3)
+    console.rule("verify")
+    ok = _verify()
+    if summary.failed or not ok:
+        raise typer.Exit(1)
+
+
+def main() -> None:  # pragma: no cover - console entry point alternative
+    app(prog_name="unichunk")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

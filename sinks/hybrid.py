@@ -1,0 +1,99 @@
+"""Hybrid retrieval: keyword and vector hits fused by reciprocal-rank fusion (Cormack et al., 2009).
+
+RRF uses ranks only, so BM25 scores and cosine similarities never need calibrating against each other;
+this works because both stores hold the same chunks under the same IDs, so a chunk found by both simply
+collects two contributions. score(c) = sum over retrievers r of weight_r / (rrf_k + rank_r(c)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+RETRIEVERS: tuple[str, ...] = ("keywords", "vectors")
+
+
+class SearchHit(Protocol):
+    chunk_id: str
+    document_id: str
+    score: float
+    content: str
+    start_char: int
+    end_char: int
+    heading_chain: tuple[str, ...]
+
+
+class Searchable(Protocol):
+    def search(self, query: str, k: int = 10, filter: Any = None) -> Sequence[SearchHit]: ...
+
+
+@dataclass
+class Hit:
+    """One fused result; `ranks`/`scores` hold the 1-based rank and raw score from each retriever."""
+
+    chunk_id: str
+    document_id: str
+    score: float
+    content: str
+    start_char: int
+    end_char: int
+    heading_chain: tuple[str, ...]
+    ranks: dict[str, int] = field(default_factory=dict)
+    scores: dict[str, float] = field(default_factory=dict)
+
+
+def rrf_fuse(
+    rankings: Mapping[str, Sequence[SearchHit]],
+    k: int = 10,
+    weights: Mapping[str, float] | None = None,
+    rrf_k: int = 60,
+) -> list[Hit]:
+    """Fuse ranked lists (best first) into the top `k` hits; ties break by best single rank, then ID."""
+    hits: dict[str, Hit] = {}
+    for retriever, ranked in rankings.items():
+        weight = 1.0 if weights is None else weights.get(retriever, 1.0)
+        for rank, found in enumerate(ranked, start=1):
+            hit = hits.get(found.chunk_id)
+            if hit is None:
+                hit = hits[found.chunk_id] = Hit(
+                    chunk_id=found.chunk_id,
+                    document_id=found.document_id,
+                    score=0.0,
+                    content=found.content,
+                    start_char=found.start_char,
+                    end_char=found.end_char,
+                    heading_chain=tuple(found.heading_chain),
+                )
+            if retriever in hit.ranks:  # a retriever listing a chunk twice counts once, at its best rank
+                continue
+            hit.ranks[retriever] = rank
+            hit.scores[retriever] = float(found.score)
+            hit.score += weight / (rrf_k + rank)
+    ordered = sorted(hits.values(), key=lambda h: (-h.score, min(h.ranks.values()), h.chunk_id))
+    return ordered[:k]
+
+
+def hybrid_search(
+    sinks: Mapping[str, Any],
+    query: str,
+    k: int = 10,
+    weights: Mapping[str, float] | None = None,
+    rrf_k: int = 60,
+    *,
+    candidates: int | None = None,
+    filter: Mapping[str, Any] | None = None,
+) -> list[Hit]:
+    """Top `k` chunks for `query` from the "keywords" (BM25) and "vectors" sinks present in `sinks`.
+
+    Each retriever contributes its top `candidates` (default 4k, at least 20), since a chunk ranked
+    modestly by both retrievers should be able to beat one ranked first by only one of them.
+    """
+    if k <= 0:
+        return []
+    depth = candidates or max(4 * k, 20)
+    present = [name for name in RETRIEVERS if name in sinks]
+    if not present:
+        raise ValueError(f"hybrid search needs at least one of the sinks {RETRIEVERS}, got {sorted(sinks)}")
+    rankings = {name: sinks[name].search(query, depth, dict(filter) if filter else None) for name in present}
+    return rrf_fuse(rankings, k=k, weights=weights, rrf_k=rrf_k)

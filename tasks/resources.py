@@ -1,0 +1,139 @@
+"""Process-wide resources the tasks share: the open sinks, the chunking service and the run settings.
+
+Sinks hold clients, models and file locks (Qdrant local mode allows one client per directory), so each is
+opened once per process and shared by the task threads. A flow opens what it needs through `flow_sinks`
+and closes at its end only what it opened itself, so a long-lived process that opened them first (serve)
+keeps them, and a nested flow does not close its parent's sinks.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from chunking.config import ChunkStrategy
+from chunking.ids import sha256_hex
+from sinks.config import SinkSettings
+from tasks.chunk_store import ChunkStore
+from tasks.status import StatusStore
+
+if TYPE_CHECKING:
+    from chunking.service import ChunkingService
+    from sinks.base import Sink
+
+ALL_SINKS: tuple[str, ...] = ("vectors", "keywords", "graph")
+
+_lock = threading.RLock()
+_open: dict[tuple[str, str], Sink] = {}
+_service: ChunkingService | None = None
+
+
+def _settings_key(settings: SinkSettings) -> str:
+    # Secrets are masked in the dump, which is fine: the key only tells configurations apart.
+    return settings.model_dump_json()
+
+
+def acquire_sinks(names: Iterable[str], settings: SinkSettings) -> tuple[dict[str, Sink], list[str]]:
+    """The named sinks, opening those not open yet; also returns the names this call opened."""
+    from sinks.factory import open_sinks  # lazy: importing the sinks loads torch, spaCy, clients
+
+    key = _settings_key(settings)
+    wanted = list(dict.fromkeys(names))
+    with _lock:
+        missing = [name for name in wanted if (key, name) not in _open]
+        if missing:
+            for name, sink in open_sinks(settings, missing).items():
+                _open[(key, name)] = sink
+        return {name: _open[(key, name)] for name in wanted}, missing
+
+
+def get_sinks(names: Iterable[str], settings: SinkSettings) -> dict[str, Sink]:
+    return acquire_sinks(names, settings)[0]
+
+
+def release_sinks(names: Iterable[str], settings: SinkSettings) -> None:
+    """Close and forget the named sinks (errors while closing must not mask the flow's outcome)."""
+    key = _settings_key(settings)
+    with _lock:
+        for name in names:
+            sink = _open.pop((key, name), None)
+            if sink is not None:
+                with suppress(Exception):  # a close failure must not mask the flow's outcome
+                    sink.close()
+
+
+@contextmanager
+def flow_sinks(names: Iterable[str], settings: SinkSettings) -> Iterator[dict[str, Sink]]:
+    sinks, opened = acquire_sinks(names, settings)
+    try:
+        yield sinks
+    finally:
+        release_sinks(opened, settings)
+
+
+def close_all_sinks() -> None:
+    with _lock:
+        for (key, name), sink in list(_open.items()):
+            _open.pop((key, name), None)
+            with suppress(Exception):
+                sink.close()
+
+
+def chunking_service() -> ChunkingService:
+    """One ChunkingService per process (it caches chunkers and tokenizers)."""
+    global _service
+    from chunking.service import ChunkingService
+
+    with _lock:
+        if _service is None:
+            _service = ChunkingService()
+        return _service
+
+
+def sink_fingerprint(settings: SinkSettings, sinks: Iterable[str]) -> str:
+    """Hash of the sink settings that change what gets stored: a change means every document is redone."""
+    relevant = {
+        "sinks": sorted(set(sinks)),
+        "embedder": settings.embedder,
+        "embedding_model": settings.embedding_model if settings.embedder == "openai" else None,
+        "embedding_dimensions": settings.embedding_dimensions if settings.embedder == "openai" else None,
+        "qdrant_collection": settings.qdrant_collection,
+        "bm25": [settings.bm25_stemming, settings.bm25_stopwords],
+        "graph_name": settings.graph_name,
+        "extractor": settings.extractor,
+        "llm_model": settings.llm_model if settings.extractor == "llm" else None,
+    }
+    return sha256_hex(json.dumps(relevant, sort_keys=True))[:16]
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a task needs to know about its run, small enough to pass to every task."""
+
+    strategy: ChunkStrategy
+    settings: SinkSettings
+    sinks: tuple[str, ...] = ALL_SINKS
+
+    @cached_property
+    def chunk_fingerprint(self) -> str:
+        """Keys the chunk store: only chunking settings decide the chunks."""
+        return self.strategy.fingerprint()
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Stored in the status table: chunking plus sink settings decide whether a document is current."""
+        return sha256_hex(f"{self.chunk_fingerprint}:{sink_fingerprint(self.settings, self.sinks)}")[:16]
+
+    def status_store(self, *, readonly: bool = False) -> StatusStore:
+        return StatusStore.in_data_dir(self.settings.data_dir, readonly=readonly)
+
+    def chunk_store(self) -> ChunkStore:
+        return ChunkStore.in_data_dir(self.settings.data_dir)
+
+    def open_sinks(self) -> dict[str, Sink]:
+        return get_sinks(self.sinks, self.settings)

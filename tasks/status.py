@@ -1,0 +1,236 @@
+"""Durable per-document status, so re-runs skip what is done and reindex knows which chunks should exist.
+
+One SQLite file under the data dir, in WAL mode with one short transaction per call, so concurrent flow
+runs (a cron reindex and a webhook ingest) never block each other for long. `chunk_ids` is the set of IDs
+the sinks should hold for the document (those of its last successful write): `verify_alignment` compares
+the stores against their union.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+State = Literal["pending", "processing", "processed", "failed"]
+STATES: tuple[State, ...] = ("pending", "processing", "processed", "failed")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS documents (
+    document_id TEXT PRIMARY KEY,
+    source_system TEXT,
+    source_id TEXT,
+    path TEXT,
+    state TEXT NOT NULL,
+    error TEXT,
+    chunk_count INTEGER NOT NULL DEFAULT 0,
+    chunk_ids TEXT NOT NULL DEFAULT '[]',
+    content_hash TEXT,
+    fingerprint TEXT,
+    chunk_fingerprint TEXT,
+    strategy TEXT,
+    size INTEGER,
+    mtime_ns INTEGER,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    last_success_at TEXT
+);
+CREATE INDEX IF NOT EXISTS documents_source ON documents (source_system, source_id);
+CREATE INDEX IF NOT EXISTS documents_state ON documents (state);
+"""
+
+_COLUMNS = [
+    "document_id",
+    "source_system",
+    "source_id",
+    "path",
+    "state",
+    "error",
+    "chunk_count",
+    "chunk_ids",
+    "content_hash",
+    "fingerprint",
+    "chunk_fingerprint",
+    "strategy",
+    "size",
+    "mtime_ns",
+    "created_at",
+    "updated_at",
+    "last_success_at",
+]
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class DocumentStatus:
+    """One row of the status table. `strategy` is the ChunkStrategy JSON, so repair can re-chunk."""
+
+    document_id: str
+    state: State
+    source_system: str | None = None
+    source_id: str | None = None
+    path: str | None = None
+    error: str | None = None
+    chunk_count: int = 0
+    chunk_ids: list[str] = field(default_factory=list)
+    content_hash: str | None = None
+    fingerprint: str | None = None
+    chunk_fingerprint: str | None = None
+    strategy: str | None = None
+    size: int | None = None
+    mtime_ns: int | None = None
+    created_at: str = ""
+    updated_at: str = ""
+    last_success_at: str | None = None
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> DocumentStatus:
+        data = dict(row)
+        data["chunk_ids"] = json.loads(data["chunk_ids"] or "[]")
+        return cls(**data)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _COLUMNS}
+
+
+class StatusStore:
+    """Document states in `<data_dir>/status.sqlite3`. Cheap to construct; each call opens a connection."""
+
+    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        if not readonly:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._connect() as conn:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.executescript(_SCHEMA)
+
+    @classmethod
+    def in_data_dir(cls, data_dir: str | Path, *, readonly: bool = False) -> StatusStore:
+        return cls(Path(data_dir) / "status.sqlite3", readonly=readonly)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        if self.readonly:
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
+        else:
+            conn = sqlite3.connect(self.path, timeout=30)
+        conn.row_factory = sqlite3.Row
+        try:
+            with conn:  # one transaction: commit on success, roll back on error
+                yield conn
+        finally:
+            conn.close()
+
+    def _exists(self) -> bool:
+        return not self.readonly or self.path.exists()
+
+    # --- reads ---------------------------------------------------------------------------------------
+
+    def get(self, document_id: str) -> DocumentStatus | None:
+        return self.get_many([document_id]).get(document_id)
+
+    def get_many(self, document_ids: Iterable[str]) -> dict[str, DocumentStatus]:
+        ids = list(dict.fromkeys(document_ids))
+        found: dict[str, DocumentStatus] = {}
+        if not ids or not self._exists():
+            return found
+        with self._connect() as conn:
+            for start in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
+                part = ids[start : start + 500]
+                marks = ",".join("?" * len(part))
+                for row in conn.execute(f"SELECT * FROM documents WHERE document_id IN ({marks})", part):
+                    found[row["document_id"]] = DocumentStatus.from_row(row)
+        return found
+
+    def rows(self, *, source_system: str | None = None, state: State | None = None) -> list[DocumentStatus]:
+        if not self._exists():
+            return []
+        clauses, args = [], []
+        if source_system is not None:
+            clauses.append("source_system = ?")
+            args.append(source_system)
+        if state is not None:
+            clauses.append("state = ?")
+            args.append(state)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        with self._connect() as conn:
+            cursor = conn.execute(f"SELECT * FROM documents {where} ORDER BY source_system, source_id", args)
+            return [DocumentStatus.from_row(row) for row in cursor]
+
+    def counts(self) -> dict[str, int]:
+        """Documents per state (every state present, zero when none)."""
+        result = dict.fromkeys(STATES, 0)
+        if not self._exists():
+            return result
+        with self._connect() as conn:
+            for row in conn.execute("SELECT state, COUNT(*) AS n FROM documents GROUP BY state"):
+                result[row["state"]] = row["n"]
+        return result
+
+    def expected_chunk_ids(self) -> set[str]:
+        """Every chunk ID the sinks should hold: the last successfully written chunks of each document."""
+        expected: set[str] = set()
+        if not self._exists():
+            return expected
+        with self._connect() as conn:
+            for row in conn.execute("SELECT chunk_ids FROM documents"):
+                expected.update(json.loads(row["chunk_ids"] or "[]"))
+        return expected
+
+    @staticmethod
+    def is_current(row: DocumentStatus | None, content_hash: str, fingerprint: str) -> bool:
+        """The incremental rule: processed, with the same content and the same settings."""
+        return (
+            row is not None
+            and row.state == "processed"
+            and row.content_hash == content_hash
+            and row.fingerprint == fingerprint
+        )
+
+    # --- writes --------------------------------------------------------------------------------------
+
+    def upsert(self, document_id: str, **fields: Any) -> None:
+        """Insert or update one row; only the given columns change (created_at is kept)."""
+        unknown = set(fields) - set(_COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown status columns: {sorted(unknown)}")
+        if "chunk_ids" in fields:
+            fields["chunk_ids"] = json.dumps(list(fields["chunk_ids"]))
+            fields.setdefault("chunk_count", len(json.loads(fields["chunk_ids"])))
+        now = _now()
+        fields["updated_at"] = now
+        insert = {"document_id": document_id, "created_at": now, "state": "pending", **fields}
+        names = ", ".join(insert)
+        marks = ", ".join("?" * len(insert))
+        updates = ", ".join(f"{name} = excluded.{name}" for name in fields)
+        sql = (
+            f"INSERT INTO documents ({names}) VALUES ({marks}) "
+            f"ON CONFLICT(document_id) DO UPDATE SET {updates}"
+        )
+        with self._connect() as conn:
+            conn.execute(sql, list(insert.values()))
+
+    def mark_processing(self, document_id: str, **fields: Any) -> None:
+        self.upsert(document_id, state="processing", **fields)
+
+    def mark_processed(self, document_id: str, *, chunk_ids: list[str], **fields: Any) -> None:
+        self.upsert(
+            document_id, state="processed", error=None, chunk_ids=chunk_ids, last_success_at=_now(), **fields
+        )
+
+    def mark_failed(self, document_id: str, error: str, **fields: Any) -> None:
+        """Record the error; `chunk_ids` of the last success stay, as the sinks still hold those chunks."""
+        self.upsert(document_id, state="failed", error=error, **fields)
+
+    def delete(self, document_id: str) -> bool:
+        with self._connect() as conn:
+            return conn.execute("DELETE FROM documents WHERE document_id = ?", (document_id,)).rowcount > 0
