@@ -84,6 +84,15 @@ def _token_byte_lengths(encoding_name: str) -> np.ndarray:
     return table
 
 
+def _gap_tokens(text: str, units: Sequence[tuple[int, int]], j: int) -> int:
+    """Estimated tokens of the whitespace before unit j: a newline or a run of spaces is its own token,
+    a single space merges into the next word."""
+    if j == 0:
+        return 0
+    gap = text[units[j - 1][1] : units[j][0]]
+    return 1 if len(gap) > 1 or "\n" in gap else 0
+
+
 def split_to_fit(
     text: str, start: int, end: int, max_tokens: int, counter: TokenCounter
 ) -> list[tuple[int, int]]:
@@ -110,9 +119,30 @@ def fit_units(
     if all(c <= max_tokens for c in counts):
         return list(units), counts
     fitted: list[tuple[int, int]] = []
+    fitted_counts: list[int] = []
     for (s, e), c in zip(units, counts, strict=True):
-        fitted.extend([(s, e)] if c <= max_tokens else split_to_fit(text, s, e, max_tokens, counter))
-    return fitted, counter.count_many([text[s:e] for s, e in fitted])
+        if c <= max_tokens:
+            fitted.append((s, e))
+            fitted_counts.append(c)
+        else:  # count only the new pieces: re-counting every unit doubled the cost
+            for piece, count in _split_counted(text, s, e, max_tokens, counter):
+                fitted.append(piece)
+                fitted_counts.append(count)
+    return fitted, fitted_counts
+
+
+def _split_counted(
+    text: str, start: int, end: int, max_tokens: int, counter: TokenCounter
+) -> list[tuple[tuple[int, int], int]]:
+    """`split_to_fit` plus counts; a piece that re-encodes to more than max_tokens is split again."""
+    pieces = split_to_fit(text, start, end, max_tokens, counter)
+    out: list[tuple[tuple[int, int], int]] = []
+    for (a, b), count in zip(pieces, counter.count_many([text[a:b] for a, b in pieces]), strict=True):
+        if count > max_tokens and (a, b) != (start, end) and b - a > 1:
+            out.extend(_split_counted(text, a, b, max_tokens, counter))
+        else:
+            out.append(((a, b), count))
+    return out
 
 
 def pack_units(
@@ -134,14 +164,21 @@ def pack_units(
     i = 0
     while i < n:
         j, estimate = i, 0
-        while j < n and (j == i or estimate + unit_tokens[j] <= max_tokens):
-            estimate += unit_tokens[j]
+        while j < n:
+            cost = unit_tokens[j] + (_gap_tokens(text, units, j) if j > i else 0)
+            if j > i and estimate + cost > max_tokens:
+                break
+            estimate += cost
             j += 1
         while True:
             exact = counter.count(text[units[i][0] : units[j - 1][1]])
             if exact <= max_tokens or j - 1 == i:
                 break
-            j -= 1
+            # drop just enough trailing units (by their counts) to remove the excess, then re-measure
+            excess = exact - max_tokens
+            while j - 1 > i and excess > 0:
+                j -= 1
+                excess -= unit_tokens[j] + _gap_tokens(text, units, j)
         packed.append(Packed(units[i][0], units[j - 1][1], exact))
         if j >= n:
             break

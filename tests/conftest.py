@@ -43,8 +43,12 @@ def prefect_api_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Prefect server (PREFECT_API_URL, else `prefect server start`); sets PREFECT_API_URL."""
     server = _start(servers.start_prefect, tmp_path_factory.mktemp("prefect"))
     previous = os.environ.get("PREFECT_API_URL")
-    os.environ["PREFECT_API_URL"] = server.url
-    yield server.url
+    os.environ["PREFECT_API_URL"] = server.url  # for subprocesses (served flow runs, CLI runs)
+    # Prefect reads its settings when imported, before this fixture ran: override them in-process too.
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: server.url}):
+        yield server.url
     if previous is None:
         os.environ.pop("PREFECT_API_URL", None)
     server.stop()
