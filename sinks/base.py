@@ -45,6 +45,20 @@ class Prepared:
         return sum(len(c) for c in self.chunks.values())
 
 
+@dataclass(frozen=True)
+class ScoredChunk:
+    """One search hit from any sink: identity, exact offsets, text, the sink's own score, extra payload."""
+
+    chunk_id: str
+    document_id: str
+    score: float
+    content: str
+    start_char: int
+    end_char: int
+    heading_chain: tuple[str, ...]
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
 class Sink(ABC):
     """A store of chunks keyed by the shared chunk IDs."""
 

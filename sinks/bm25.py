@@ -34,7 +34,7 @@ import bm25s
 import numpy as np
 from bm25s.scoring import _build_idf_array, _select_idf_scorer, _select_tfc_scorer
 
-from sinks.base import DocumentChunks, Prepared, Sink, SinkError, group_batch
+from sinks.base import DocumentChunks, Prepared, ScoredChunk, Sink, SinkError, group_batch
 from sinks.bm25_tokenization import Analyzer
 from sinks.config import SinkSettings
 
@@ -90,19 +90,6 @@ WHERE chunks.document_id IS NOT excluded.document_id OR chunks.chunk_index IS NO
 """
 
 METHODS = ("lucene", "robertson", "atire")
-
-
-@dataclass(frozen=True)
-class ScoredChunk:
-    """One keyword hit, with what a caller needs to show it and trace it back to the document."""
-
-    chunk_id: str
-    document_id: str
-    score: float
-    content: str
-    start_char: int
-    end_char: int
-    heading_chain: tuple[str, ...]
 
 
 class CountsBM25(bm25s.BM25):

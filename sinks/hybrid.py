@@ -11,21 +11,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from sinks.base import ScoredChunk
+
 RETRIEVERS: tuple[str, ...] = ("keywords", "vectors")
 
 
-class SearchHit(Protocol):
-    chunk_id: str
-    document_id: str
-    score: float
-    content: str
-    start_char: int
-    end_char: int
-    heading_chain: tuple[str, ...]
-
-
 class Searchable(Protocol):
-    def search(self, query: str, k: int = 10, filter: Any = None) -> Sequence[SearchHit]: ...
+    def search(self, query: str, k: int = 10, filter: Any = None) -> Sequence[ScoredChunk]: ...
 
 
 @dataclass
@@ -44,7 +36,7 @@ class Hit:
 
 
 def rrf_fuse(
-    rankings: Mapping[str, Sequence[SearchHit]],
+    rankings: Mapping[str, Sequence[ScoredChunk]],
     k: int = 10,
     weights: Mapping[str, float] | None = None,
     rrf_k: int = 60,

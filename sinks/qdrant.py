@@ -18,7 +18,6 @@ import uuid
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,7 +25,7 @@ from qdrant_client import QdrantClient, models
 
 from chunking.models import Chunk, Document
 from chunking.neighbors import embed_text
-from sinks.base import DocumentChunks, Prepared, Sink, SinkError, group_batch
+from sinks.base import DocumentChunks, Prepared, ScoredChunk, Sink, SinkError, group_batch
 from sinks.config import SinkSettings
 from sinks.embedders import Embedder, EmbedderError, make_embedder
 from sinks.metrics import (
@@ -48,20 +47,6 @@ _INDEXED_FIELDS = ("document_id", "chunk_id")
 def point_id(chunk_id: str) -> str:
     """The Qdrant point ID of a chunk: uuid5 of its chunk ID, as a string."""
     return str(uuid.uuid5(POINT_NAMESPACE, chunk_id))
-
-
-@dataclass(frozen=True)
-class ScoredChunk:
-    """One search hit: the chunk's identity, offsets and text, its cosine score and full payload."""
-
-    chunk_id: str
-    document_id: str
-    score: float
-    content: str
-    start_char: int
-    end_char: int
-    heading_chain: tuple[str, ...]
-    payload: dict[str, Any] = field(default_factory=dict)
 
 
 def open_client(settings: SinkSettings) -> QdrantClient:
