@@ -1,0 +1,223 @@
+"""Turn files (or bytes from a webhook) into `Document`s, or fail with a typed, explanatory error.
+
+Text is kept exactly as decoded (no newline normalisation; only a leading BOM is dropped), because chunk
+offsets refer to `Document.text`. Parsers for PDF and HTML are imported only when such a file is loaded,
+keeping `import chunking` light.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+from email import policy
+from email.message import EmailMessage
+from email.parser import BytesParser
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from chunking.errors import (
+    DocumentLoadError,
+    EmptyDocumentError,
+    UndecodableTextError,
+    UnsupportedFormatError,
+)
+from chunking.models import Block, Document
+
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+MAX_BYTES_ENV = "UNICHUNK_MAX_DOCUMENT_BYTES"
+
+_TEXT_TYPES = {".txt": "text/plain", ".text": "text/plain", ".log": "text/plain", ".csv": "text/csv"}
+_MARKDOWN = {".md", ".markdown"}
+_HTML = {".html", ".htm"}
+
+# (BOM, codec): UTF-32 first, its little-endian BOM starts with UTF-16's.
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"GIF87a", "a GIF image"),
+    (b"GIF89a", "a GIF image"),
+    (b"\x7fELF", "an ELF executable"),
+    (b"PK\x03\x04", "a ZIP archive"),
+    (b"PK\x05\x06", "a ZIP archive"),
+    (b"%PDF-", "a PDF file"),
+)
+_ATX_HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
+_SETEXT_HEADING = re.compile(r"^ {0,3}(\S[^\n]*?)[ \t]*\r?\n {0,3}(?:=+|-+)[ \t]*$", re.MULTILINE)
+_EMAIL_HEADERS = ("From", "To", "Cc", "Date", "Subject")
+
+
+def max_document_bytes() -> int:
+    """Largest accepted document, from UNICHUNK_MAX_DOCUMENT_BYTES (default 64 MB)."""
+    return int(os.environ.get(MAX_BYTES_ENV, DEFAULT_MAX_BYTES))
+
+
+def load_document(
+    path: str | os.PathLike[str],
+    *,
+    source_system: str = "fs",
+    source_id: str | None = None,
+    root: str | os.PathLike[str] | None = None,
+    max_bytes: int | None = None,
+) -> Document:
+    """Read and decode one file. source_id defaults to the path relative to `root` (POSIX), else absolute."""
+    file = Path(path)
+    limit = max_document_bytes() if max_bytes is None else max_bytes
+    try:
+        size = file.stat().st_size
+    except OSError as exc:
+        raise DocumentLoadError(str(path), f"cannot read file: {exc.strerror or exc}") from exc
+    if size > limit:
+        raise DocumentLoadError(str(path), f"file is {size} bytes, over the {limit}-byte limit")
+    if source_id is None:
+        absolute = file.resolve()
+        try:
+            source_id = absolute.relative_to(Path(root).resolve()).as_posix() if root else absolute.as_posix()
+        except ValueError as exc:
+            raise DocumentLoadError(str(path), f"file is not under the root directory {root}") from exc
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise DocumentLoadError(str(path), f"cannot read file: {exc.strerror or exc}") from exc
+    return load_bytes(
+        data, file.name, source_system=source_system, source_id=source_id, path=str(path), max_bytes=limit
+    )
+
+
+def load_bytes(
+    data: bytes,
+    name: str,
+    *,
+    source_system: str = "fs",
+    source_id: str | None = None,
+    path: str | None = None,
+    max_bytes: int | None = None,
+) -> Document:
+    """Build a `Document` from raw bytes; `name` (a file name) selects the format by its extension."""
+    limit = max_document_bytes() if max_bytes is None else max_bytes
+    if len(data) > limit:
+        raise DocumentLoadError(name, f"document is {len(data)} bytes, over the {limit}-byte limit")
+    suffix = PurePosixPath(name.replace("\\", "/")).suffix.lower()
+    stem = PurePosixPath(name.replace("\\", "/")).stem or name
+    if suffix == ".pdf":
+        text, title, mime, extra = _load_pdf(data, name)
+        blocks: tuple[Block, ...] = ()
+    elif suffix == ".eml":
+        text, title, mime, extra = _load_email(data, name)
+        blocks = ()
+    else:
+        text, encoding = decode_text(data, name)
+        extra = {"encoding": encoding}
+        if suffix in _HTML:
+            text, blocks, title = _extract_html(text, name)
+            mime = "text/html"
+        else:
+            blocks = ()
+            mime = "text/markdown" if suffix in _MARKDOWN else _TEXT_TYPES.get(suffix, "text/plain")
+            title = _markdown_title(text) if suffix in _MARKDOWN else None
+    if not text.strip():
+        raise EmptyDocumentError(name, "document has no text (empty or whitespace only)")
+    return Document(
+        text=text,
+        source_system=source_system,
+        source_id=source_id or name,
+        title=title or stem,
+        path=path,
+        mime_type=mime,
+        metadata=extra,
+        blocks=blocks,
+    )
+
+
+def decode_text(data: bytes, name: str) -> tuple[str, str]:
+    """(text, encoding): BOM-detected UTF-8/16/32, else strict UTF-8; binary data is refused."""
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            return _decode(data[len(bom) :], encoding, name, len(bom)), encoding
+    _refuse_binary(data, name)
+    text = _decode(data, "utf-8", name, 0)
+    return text, "utf-8"
+
+
+def _decode(data: bytes, encoding: str, name: str, offset: int) -> str:
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise UndecodableTextError(
+            name, f"not valid {encoding} text: {exc.reason} at byte offset {exc.start + offset}"
+        ) from exc
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def _refuse_binary(data: bytes, name: str, allow_pdf: bool = False) -> None:
+    for magic, kind in _MAGIC:
+        if data.startswith(magic) and not (allow_pdf and magic == b"%PDF-"):
+            raise UnsupportedFormatError(name, f"binary content: looks like {kind}")
+    if b"\x00" in data[:8192]:
+        raise UnsupportedFormatError(name, "binary content: NUL bytes in the first 8 KB")
+
+
+def _markdown_title(text: str) -> str | None:
+    head = text[:20000]
+    matches = [m for m in (_ATX_HEADING.search(head), _SETEXT_HEADING.search(head)) if m]
+    return min(matches, key=lambda m: m.start()).group(1).strip() if matches else None
+
+
+def _extract_html(markup: str, name: str) -> tuple[str, tuple[Block, ...], str | None]:
+    from chunking.html_extract import extract_html  # bs4/lxml only when an HTML file is loaded
+
+    try:
+        extracted = extract_html(markup)
+    except Exception as exc:
+        raise DocumentLoadError(name, f"cannot extract text from HTML: {exc}") from exc
+    return extracted.text, tuple(extracted.blocks), extracted.title
+
+
+def _load_pdf(data: bytes, name: str) -> tuple[str, str | None, str, dict[str, Any]]:
+    import io
+
+    from pypdf import PdfReader  # imported only for PDFs
+    from pypdf.errors import PyPdfError
+
+    if b"%PDF-" not in data[:1024]:
+        _refuse_binary(data, name)
+        raise UnsupportedFormatError(name, "not a PDF file (no %PDF- header)")
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted:
+            raise DocumentLoadError(name, "PDF is encrypted")
+        pages = [page.extract_text() or "" for page in reader.pages]
+        title = reader.metadata.title if reader.metadata else None
+    except DocumentLoadError:
+        raise
+    except (PyPdfError, ValueError, KeyError, TypeError, OSError) as exc:
+        raise DocumentLoadError(name, f"cannot read PDF: {exc}") from exc
+    text = "\n\n".join(p.strip("\n") for p in pages if p.strip())
+    if not text.strip():
+        raise EmptyDocumentError(name, f"PDF has no text layer ({len(pages)} pages, no extractable text)")
+    return text, title, "application/pdf", {"pages": len(pages)}
+
+
+def _load_email(data: bytes, name: str) -> tuple[str, str | None, str, dict[str, Any]]:
+    _refuse_binary(data, name)
+    message = BytesParser(policy=policy.default).parsebytes(data)
+    assert isinstance(message, EmailMessage)
+    header_lines = [f"{h}: {message[h]}" for h in _EMAIL_HEADERS if message[h] is not None]
+    body = ""
+    part = message.get_body(preferencelist=("plain",))
+    if part is not None:
+        body = part.get_content()
+    else:
+        part = message.get_body(preferencelist=("html",))
+        if part is not None:
+            body = _extract_html(part.get_content(), name)[0]
+    subject = message["Subject"]
+    text = "\n".join(header_lines) + "\n\n" + body if header_lines else body
+    return text, str(subject) if subject else None, "message/rfc822", {}

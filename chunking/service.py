@@ -1,0 +1,86 @@
+"""`ChunkingService`: the one entry point the pipeline calls to chunk a document.
+
+It resolves "auto" to a concrete strategy, reuses chunker instances (token tables and compiled settings
+are built once), and records metrics. Strategies are imported lazily from a name -> "module:Class"
+registry, so a strategy's heavy dependencies load only when it is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import time
+from pathlib import PurePosixPath
+
+from chunking import metrics
+from chunking.base import BaseChunker
+from chunking.config import ChunkStrategy
+from chunking.models import Chunk, Document
+
+REGISTRY: dict[str, str] = {
+    "token_window": "chunking.token_window:TokenWindowChunker",
+    "fixed_chars": "chunking.fixed_chars:FixedCharsChunker",
+    "sentence": "chunking.sentence:SentenceChunker",
+    "paragraph": "chunking.paragraph:ParagraphChunker",
+    "markdown": "chunking.markdown:MarkdownChunker",
+    "html": "chunking.html:HtmlChunker",
+}
+
+_MARKDOWN_MIME = {"text/markdown", "text/x-markdown"}
+_MARKDOWN_EXT = {".md", ".markdown"}
+_HTML_MIME = {"text/html", "application/xhtml+xml"}
+_HTML_EXT = {".html", ".htm", ".xhtml"}
+
+
+def chunker_class(name: str) -> type[BaseChunker]:
+    """The chunker class registered under `name`, imported on first use (KeyError if unknown)."""
+    module_name, _, class_name = REGISTRY[name].partition(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def resolve_strategy_name(document: Document, strategy: ChunkStrategy | None = None) -> str:
+    """The concrete strategy for `document`: the configured one, or for "auto" one chosen by type.
+
+    Markdown (mime or .md/.markdown) -> markdown; HTML (mime or .html/.htm) or any document carrying
+    extracted `blocks` -> html; everything else -> token_window.
+    """
+    name = (strategy or ChunkStrategy()).name
+    if name != "auto":
+        return name
+    mime = (document.mime_type or "").split(";")[0].strip().lower()
+    suffixes = {
+        PurePosixPath(p.replace("\\", "/")).suffix.lower() for p in (document.path, document.source_id) if p
+    }
+    if mime in _MARKDOWN_MIME or suffixes & _MARKDOWN_EXT:
+        return "markdown"
+    if mime in _HTML_MIME or suffixes & _HTML_EXT or document.blocks:
+        return "html"
+    return "token_window"
+
+
+class ChunkingService:
+    """Chunks documents; chunker instances are cached per (strategy name, settings)."""
+
+    def __init__(self) -> None:
+        self._chunkers: dict[tuple[str, ChunkStrategy], BaseChunker] = {}
+        self._lock = threading.Lock()
+
+    def chunker_for(self, document: Document, strategy: ChunkStrategy | None = None) -> BaseChunker:
+        """The (cached) chunker that `chunk` would use for this document and strategy."""
+        strategy = strategy or ChunkStrategy()
+        name = resolve_strategy_name(document, strategy)
+        key = (name, strategy)
+        with self._lock:
+            chunker = self._chunkers.get(key)
+            if chunker is None:
+                settings = strategy if strategy.name == name else strategy.model_copy(update={"name": name})
+                chunker = self._chunkers[key] = chunker_class(name)(settings)
+        return chunker
+
+    def chunk(self, document: Document, strategy: ChunkStrategy | None = None) -> list[Chunk]:
+        """Chunks of `document`; `strategy` None reads `ChunkStrategy()` from UNICHUNK_CHUNK_* variables."""
+        chunker = self.chunker_for(document, strategy)
+        started = time.perf_counter()
+        chunks = chunker.chunk(document)
+        metrics.record(chunker.name, time.perf_counter() - started, [c.token_count for c in chunks])
+        return chunks
