@@ -10,7 +10,7 @@ text, so the size limit holds exactly, not just on the estimate.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -129,6 +129,34 @@ def fit_units(
                 fitted.append(piece)
                 fitted_counts.append(count)
     return fitted, fitted_counts
+
+
+def refine_oversize(
+    text: str,
+    units: Sequence[tuple[int, int]],
+    counts: Sequence[int],
+    max_tokens: int,
+    counter: TokenCounter,
+    finer: Callable[[str, int, int], list[tuple[int, int]]],
+) -> tuple[list[tuple[int, int]], list[int]]:
+    """Replace every unit over max_tokens by its `finer(text, start, end)` pieces, fitted with `fit_units`.
+
+    The step down one level of the LlamaIndex-style hierarchy (paragraph -> sentence -> clause -> word ->
+    token): units that fit keep their counts, only oversize ones are split and counted again.
+    """
+    if all(c <= max_tokens for c in counts):
+        return list(units), list(counts)
+    out_units: list[tuple[int, int]] = []
+    out_counts: list[int] = []
+    for (s, e), c in zip(units, counts, strict=True):
+        if c <= max_tokens:
+            out_units.append((s, e))
+            out_counts.append(c)
+            continue
+        pieces, piece_counts = fit_units(text, finer(text, s, e), max_tokens, counter)
+        out_units.extend(pieces)
+        out_counts.extend(piece_counts)
+    return out_units, out_counts
 
 
 def _split_counted(

@@ -91,16 +91,37 @@ def sentence_spans(text: str, start: int = 0, end: int | None = None) -> list[tu
             cut, resume = match.end("cjk"), match.end()
         else:
             cut, resume = match.start(), match.end()
-        _append_trimmed(text, cursor, cut, spans)
+        append_trimmed(text, cursor, cut, spans)
         cursor = resume
-    _append_trimmed(text, cursor, end, spans)
+    append_trimmed(text, cursor, end, spans)
     return spans
 
 
-def _append_trimmed(text: str, start: int, end: int, out: list[tuple[int, int]]) -> None:
+def append_trimmed(text: str, start: int, end: int, out: list[tuple[int, int]]) -> None:
+    """Append `(start, end)` to `out` with surrounding whitespace trimmed, unless nothing is left."""
     while start < end and text[start].isspace():
         start += 1
     while end > start and text[end - 1].isspace():
         end -= 1
     if end > start:
         out.append((start, end))
+
+
+def split_between(
+    text: str, pattern: re.Pattern[str], start: int = 0, end: int | None = None, *, keep_match: bool = False
+) -> list[tuple[int, int]]:
+    """Pieces of `text[start:end]` between matches of `pattern`, whitespace trimmed, in order.
+
+    With keep_match the matched text ends the piece before it (clause punctuation); otherwise the match is
+    dropped (paragraph separators). Empty matches are ignored.
+    """
+    end = len(text) if end is None else end
+    spans: list[tuple[int, int]] = []
+    cursor = start
+    for match in pattern.finditer(text, start, end):
+        if match.end() == match.start():
+            continue
+        append_trimmed(text, cursor, match.end() if keep_match else match.start(), spans)
+        cursor = match.end()
+    append_trimmed(text, cursor, end, spans)
+    return spans
