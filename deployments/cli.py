@@ -181,12 +181,12 @@ def search(
     query: Annotated[str, typer.Argument(help="What to look for.")],
     k: Annotated[int, typer.Option("-k", "--top", min=1, max=100, help="How many hits.")] = 5,
 ) -> None:
-    """Hybrid search: BM25 and vector hits fused by reciprocal rank."""
-    from sinks.hybrid import hybrid_search
+    """Hybrid search: BM25 and vector hits fused by reciprocal rank (`sinks.retrieval.retrieve`)."""
+    from sinks.retrieval import retrieve
     from tasks.resources import flow_sinks
 
     with flow_sinks(("keywords", "vectors"), _settings()) as sinks:
-        hits = hybrid_search(sinks, query, k=k)
+        hits = retrieve(sinks, query, k).hits
     if not hits:
         console.print("no results (is anything ingested? try `unichunk demo`)")
         return

@@ -2,7 +2,8 @@
 
 Prefect Cloud's incoming webhooks do not exist on a self-hosted server, so this small FastAPI app plays
 that part. It only verifies and translates: the event it emits fires the `ingest-document` /
-`delete-document` deployments' triggers, and those flow runs touch the stores, never the receiver.
+`delete-document` deployments' triggers, and those flow runs touch the stores, never the receiver (the
+read-only `GET /search` of `deployments.search_api` is mounted on the same app; it only reads).
 
 Checks, in order (see `webhook_security`): size (Content-Length, then while streaming) -> 413, content
 type -> 415, HMAC signature and timestamp freshness -> 401, replay of a signature or delivery id -> 409,
@@ -37,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictStr, Validat
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from chunking.ids import derive_document_id
+from deployments.search_api import SinksProvider, create_search_router
 from deployments.webhook_security import (
     ReplayCache,
     WebhookRejected,
@@ -202,8 +204,12 @@ def create_app(
     settings: WebhookSettings | None = None,
     events: PrefectEventSink | None = None,
     clock: Callable[[], float] = time.time,
+    search_sinks: SinksProvider | None = None,
 ) -> FastAPI:
-    """Build the receiver. `events` and `clock` are seams (a Prefect server URL, the time) for tests."""
+    """Build the receiver. `events` and `clock` are seams (a Prefect server URL, the time) for tests.
+
+    `search_sinks` provides the stores `GET /search` reads (default: the configured ones, on first use).
+    """
     settings = settings or WebhookSettings()
     events = events or PrefectEventSink(default_prefect_api_url())
     secret = settings.webhook_secret.get_secret_value() if settings.webhook_secret else ""
@@ -219,6 +225,7 @@ def create_app(
     )
     app.state.replay = replay
     app.state.events = events
+    app.include_router(create_search_router(search_sinks))
 
     @app.exception_handler(WebhookRejected)
     async def _rejected(_request: Request, exc: WebhookRejected) -> JSONResponse:

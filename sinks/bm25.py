@@ -92,6 +92,28 @@ WHERE chunks.document_id IS NOT excluded.document_id OR chunks.chunk_index IS NO
 METHODS = ("lucene", "robertson", "atire")
 
 
+@dataclass(frozen=True)
+class StoredChunk:
+    """A stored chunk with its position in the document, for neighbour expansion and context assembly."""
+
+    chunk_id: str
+    document_id: str
+    chunk_index: int
+    start_char: int
+    end_char: int
+    content: str
+    heading_chain: tuple[str, ...]
+
+
+_STORED = "chunk_id, document_id, chunk_index, start_char, end_char, content, heading_chain"
+
+
+def _stored(row: Sequence[Any]) -> StoredChunk:
+    return StoredChunk(
+        row[0], row[1], int(row[2]), int(row[3]), int(row[4]), row[5], tuple(json.loads(row[6]))
+    )
+
+
 class CountsBM25(bm25s.BM25):
     """A bm25s retriever whose eager score matrix is built from stored term counts with numpy.
 
@@ -447,6 +469,31 @@ class BM25Sink(Sink):
                 ScoredChunk(chunk_id, row[1], score, row[2], row[3], row[4], tuple(json.loads(row[5])))
             )
         return out
+
+    def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, StoredChunk]:
+        """Stored chunks by ID (absent IDs are left out): the query side's source of text and offsets."""
+        ids = list(dict.fromkeys(chunk_ids))
+        if not ids:
+            return {}
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {_STORED} FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?))",
+                (json.dumps(ids),),
+            ).fetchall()
+        return {r[0]: _stored(r) for r in rows}
+
+    def chunks_at(self, document_id: str, indexes: Iterable[int]) -> list[StoredChunk]:
+        """A document's chunks at these `chunk_index` positions, in index order (neighbour expansion)."""
+        wanted = sorted({int(i) for i in indexes if int(i) >= 0})
+        if not wanted:
+            return []
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {_STORED} FROM chunks WHERE document_id = ? "
+                "AND chunk_index IN (SELECT value FROM json_each(?)) ORDER BY chunk_index",
+                (document_id, json.dumps(wanted)),
+            ).fetchall()
+        return [_stored(r) for r in rows]
 
     def _current(self) -> _Snapshot | None:
         """The index of the store's current generation, refreshed from changed rows if stale."""
