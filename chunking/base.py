@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from chunking.config import ChunkStrategy
-from chunking.ids import make_chunk_id, sha256_hex
+from chunking.ids import chunk_id_for_hash, sha256_hex
 from chunking.models import Chunk, Document
 from chunking.tokenizer import TokenCounter
 
@@ -60,16 +60,17 @@ class BaseChunker(ABC):
         chunks = []
         for index, span in enumerate(kept):
             content = text[span.start : span.end]
+            digest = sha256_hex(content)
             chunks.append(
                 Chunk(
-                    chunk_id=make_chunk_id(document.document_id, index, content),
+                    chunk_id=chunk_id_for_hash(document.document_id, index, digest),
                     document_id=document.document_id,
                     chunk_index=index,
                     content=content,
                     start_char=span.start,
                     end_char=span.end,
                     token_count=span.token_count if span.token_count is not None else counted[index],
-                    content_hash=sha256_hex(content),
+                    content_hash=digest,
                     heading_chain=span.heading_chain,
                     metadata={"strategy": self.name, **span.metadata},
                 )

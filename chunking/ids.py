@@ -35,7 +35,12 @@ def derive_document_id(
 
 def make_chunk_id(document_id: str, index: int, content: str) -> str:
     """`{document_id}::chunk::{index:03d}::{sha256(content)[:8]}`."""
-    return f"{document_id}::chunk::{index:03d}::{sha256_hex(content)[:8]}"
+    return chunk_id_for_hash(document_id, index, sha256_hex(content))
+
+
+def chunk_id_for_hash(document_id: str, index: int, content_hash: str) -> str:
+    """The chunk ID when the content's SHA-256 is already known (saves hashing every chunk twice)."""
+    return f"{document_id}::chunk::{index:03d}::{content_hash[:8]}"
 
 
 def parse_chunk_id(chunk_id: str) -> tuple[str, int, str]:

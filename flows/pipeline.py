@@ -21,7 +21,7 @@ from sinks.base import Sink
 from tasks import metrics
 from tasks.chunk import chunk_batch
 from tasks.chunk_store import ChunkKey
-from tasks.maintenance import delete_documents, mark_status
+from tasks.maintenance import delete_documents, mark_status, restore_previous
 from tasks.resources import RunConfig, flow_sinks
 from tasks.sink_io import PrepareOutcome, prepare_sink, write_sink
 from tasks.sources import Source, SourceItem
@@ -101,7 +101,12 @@ def process_items(
 def write_batch(
     keys: list[ChunkKey], run: RunConfig
 ) -> tuple[list[ChunkKey], dict[str, str], dict[str, int]]:
-    """Two-phase write of one batch to every sink: (written keys, failed document -> error, chunks per sink)."""
+    """Two-phase write of one batch to every sink: (written keys, failed document -> error, chunks per sink).
+
+    Guarantee when a write fails: the batch's documents are marked failed and every sink whose write
+    succeeded is put back to the previous version (a new document is removed), so those sinks never keep
+    a half-written new version; the sink that failed may, until a re-run (or reindex repair) converges.
+    """
     logger = get_run_logger()
     failed: dict[str, str] = {}
     outcomes = _prepare_all(keys, run, failed)
@@ -126,11 +131,14 @@ def write_batch(
             written[name] = future.result()
         except Exception as exc:
             errors.append(f"write[{name}] failed after retries: {type(exc).__name__}: {exc}")
-    if errors:  # the other sinks may hold the new chunks: the document stays failed until a re-run fixes it
+    if errors:
+        # The sinks that did write hold the new version: put the previous one back there (a document that
+        # never succeeded is deleted), so they agree with the status table, which keeps the last success.
         message = "; ".join(errors)
         for key in good:
             failed[key.document_id] = message
-        return [], failed, written
+        restore_previous(run, [key.document_id for key in good], sorted(written))
+        return [], failed, {}
     return good, failed, written
 
 

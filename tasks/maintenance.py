@@ -155,3 +155,39 @@ def _expected_chunks(row: DocumentStatus, run: RunConfig) -> tuple[Document, lis
         raise ValueError(f"{Path(row.path).name} changed since it was processed; the next ingest updates it")
     store.put(document, row.chunk_fingerprint, chunks)
     return document, chunks
+
+
+@task(name="restore_previous", cache_policy=NO_CACHE)
+def restore_previous(run: RunConfig, document_ids: list[str], sink_names: list[str]) -> dict[str, str]:
+    """After a failed write, put each document back to its last successful version in `sink_names`.
+
+    Sinks write concurrently, so when one fails the others already hold the new version. Re-writing the
+    previous version (from the chunk store: it is pruned only after a success) or deleting a document
+    that never succeeded makes those sinks agree with the status table again. The sink whose write
+    failed is not touched (it is likely still down, and may hold part of the new version): the document
+    stays failed and the next run or `reindex` repairs it. Returns document id -> error.
+    """
+    errors: dict[str, str] = {}
+    status = run.status_store()
+    sinks = {name: sink for name, sink in run.open_sinks().items() if name in sink_names}
+    rows = status.get_many(document_ids)
+    for document_id in document_ids:
+        row = rows.get(document_id)
+        previous = None
+        if row is not None and row.chunk_ids:
+            try:
+                previous = _expected_chunks(row, run)
+            except Exception as exc:
+                errors[document_id] = f"previous version unavailable: {type(exc).__name__}: {exc}"
+                continue
+        for name, sink in sinks.items():
+            try:
+                if previous is None:
+                    sink.delete(document_id)
+                else:
+                    sink.upsert(*previous)
+            except Exception as exc:
+                errors[document_id] = f"[{name}] restore failed: {type(exc).__name__}: {exc}"
+    if errors:
+        get_run_logger().warning("could not restore %d document(s): %s", len(errors), errors)
+    return errors

