@@ -1,0 +1,72 @@
+"""Checks the fault tests share: a small corpus, and whether the stores agree and hold nothing twice."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from sinks.config import SinkSettings
+from tasks.resources import ALL_SINKS, get_sinks
+from tasks.status import StatusStore
+
+
+def make_corpus(root: Path, count: int, start: int = 0) -> list[Path]:
+    """`count` one-sentence documents (one chunk each, so MiniLM stays cheap), each naming entities."""
+    root.mkdir(parents=True, exist_ok=True)
+    people = ["Alice Martin", "Bruno Costa", "Chen Wei", "Dara Okafor", "Emil Novak"]
+    cities = ["Berlin", "Lisbon", "Nairobi", "Osaka", "Toronto"]
+    paths = []
+    for n in range(start, start + count):
+        path = root / f"doc_{n:04d}.txt"
+        path.write_text(
+            f"Report {n}: {people[n % 5]} met {people[(n + 2) % 5]} in {cities[n % 5]} "
+            f"to review index shard {n} of the Qdrant cluster.\n"
+        )
+        paths.append(path)
+    return paths
+
+
+def held() -> dict[str, set[str]]:
+    return {name: sink.chunk_ids() for name, sink in get_sinks(ALL_SINKS, SinkSettings()).items()}
+
+
+def duplicates() -> dict[str, dict[str, int]]:
+    """Anything stored more than once: Qdrant points, BM25 index entries, graph nodes by their key."""
+    sinks = get_sinks(ALL_SINKS, SinkSettings())
+    found: dict[str, dict[str, int]] = {}
+    vectors = sinks["vectors"]
+    ids = [str(p.payload["chunk_id"]) for p in _scroll_all(vectors)]
+    found["vectors"] = {k: v for k, v in Counter(ids).items() if v > 1}
+    if len(ids) != vectors.count():
+        found["vectors"]["<count mismatch>"] = vectors.count()
+    keywords = sinks["keywords"]
+    with keywords._lock:
+        rows = {r[0] for r in keywords._conn.execute("SELECT chunk_id FROM chunks")}
+    snapshot = keywords._current()  # the in-memory BM25 index searches run on
+    indexed = list(snapshot.chunk_ids) if snapshot is not None else []
+    found["keywords"] = {k: v for k, v in Counter(indexed).items() if v > 1}
+    if set(indexed) != rows:
+        found["keywords"]["<index differs from the table>"] = len(indexed)
+    backend = sinks["graph"].backend
+    found["graph"] = {}
+    for label, key in (("Chunk", "chunk_id"), ("Document", "document_id"), ("Entity", "name")):
+        query = f"MATCH (n:{label}) WITH n.{key} AS k, count(*) AS c WHERE c > 1 RETURN k, c"
+        found["graph"].update({f"{label}:{r['k']}": r["c"] for r in backend.run(query, write=False)})
+    return {name: dups for name, dups in found.items() if dups}
+
+
+def _scroll_all(vectors):  # type: ignore[no-untyped-def]
+    points, offset = [], None
+    while True:
+        page, offset = vectors.client.scroll(vectors.collection, limit=1000, offset=offset, with_payload=True)
+        points.extend(page)
+        if offset is None:
+            return points
+
+
+def assert_converged(data_dir: Path) -> set[str]:
+    """verify's check: every sink holds exactly the expected IDs, and nothing twice."""
+    expected = StatusStore.in_data_dir(data_dir).expected_chunk_ids()
+    assert held() == dict.fromkeys(ALL_SINKS, expected)
+    assert duplicates() == {}
+    return expected

@@ -1,0 +1,60 @@
+"""Two ingest runs of overlapping sources at the same time, in one process (as `unichunk serve` runs a
+cron reindex beside a webhook-triggered ingest). Qdrant local mode admits one process per directory, so
+two processes would need a Qdrant server; here both flows share the process's sinks.
+
+Proves: both runs finish; the final state is exactly what a single run over the union gives (the chunk
+IDs the chunking service derives for each document, nothing more), with nothing stored twice.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from fault_checks import assert_converged, make_corpus
+
+from chunking.config import ChunkStrategy
+from chunking.service import ChunkingService
+from flows.ingest import ingest
+from flows.params import IngestParams, SourceParams
+from tasks import resources
+from tasks.sources import load_item
+from tasks.status import StatusStore
+
+
+def test_two_overlapping_runs_at_once_equal_one_run(fault_env, tmp_path):
+    corpus = tmp_path / "corpus"
+    paths = make_corpus(corpus, 60)
+    first = SourceParams(kind="paths", root=str(corpus), paths=[str(p) for p in paths[:40]])
+    second = SourceParams(kind="paths", root=str(corpus), paths=[str(p) for p in paths[20:]])
+    states: dict[str, object] = {}
+    start = threading.Barrier(2)
+
+    def run(name: str, source: SourceParams) -> None:
+        start.wait()
+        states[name] = ingest(IngestParams(source=source, batch_size=5), return_state=True)
+
+    threads = [threading.Thread(target=run, args=item) for item in (("a", first), ("b", second))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=500)
+    for name, state in states.items():
+        assert state.is_completed(), (name, state.message)
+    assert len(states) == 2
+    # The run that ended first did not close the sinks under the other (whose tasks would then reopen
+    # them, and nobody would close those): once both flows are done, nothing is left open.
+    assert not resources._open
+
+    status = StatusStore.in_data_dir(fault_env)
+    rows = status.rows()
+    assert len(rows) == 60 and {r.state for r in rows} == {"processed"}
+    # What one run would store: each document's chunk IDs as the chunking service derives them.
+    service = ChunkingService()
+    from tasks.sources import PathsSource
+
+    single = {
+        chunk.chunk_id
+        for item in PathsSource(paths, root=corpus).list()
+        for chunk in service.chunk(load_item(item), ChunkStrategy())
+    }
+    assert assert_converged(fault_env) == single
