@@ -307,3 +307,66 @@ def sink_entity_sources(sink: KnowledgeGraphSink, name: str) -> tuple[str, ...]:
     entity = sink.entity(name)
     assert entity is not None
     return entity.source_chunk_ids
+
+
+def _null_chunk_ids(sink: KnowledgeGraphSink) -> int:
+    rows = sink.backend.run("MATCH (c:Chunk) WHERE c.chunk_id IS NULL RETURN count(c) AS n", write=False)
+    return int(rows[0]["n"])
+
+
+def test_rewrite_removes_a_chunk_node_that_lost_its_chunk_id(sink: KnowledgeGraphSink, make_doc) -> None:
+    """The state seen once after a loaded benchmark run: a Chunk without chunk_id, its ID missing."""
+    doc, chunks = make_doc("doc_a", DOC_A)
+    doc_b, chunks_b = make_doc("doc_b", DOC_B)
+    sink.upsert(doc, chunks)
+    sink.upsert(doc_b, chunks_b)
+    sink.backend.run("MATCH (c:Chunk {chunk_id: $id}) SET c.chunk_id = null", {"id": chunks[2].chunk_id})
+    assert _null_chunk_ids(sink) == 1 and None in sink.chunk_ids()
+
+    edited, edited_chunks = make_doc("doc_a", [*DOC_A[:2], DOC_A[2] + " An edited closing line."])
+    sink.upsert(edited, edited_chunks)
+    assert _null_chunk_ids(sink) == 0
+    assert sink.chunk_ids() == {c.chunk_id for c in edited_chunks + chunks_b}
+    assert sink.stats()["Chunk"] == 5 and sink.stats()["NEXT_CHUNK"] == 3
+
+
+def test_a_chunk_without_id_is_rejected_before_anything_is_written(
+    sink: KnowledgeGraphSink, make_doc
+) -> None:
+    doc, chunks = make_doc("doc_a", DOC_A)
+    broken = [chunks[0], chunks[1].model_copy(update={"chunk_id": ""}), chunks[2]]
+    with pytest.raises(SinkError, match="has no chunk_id"):
+        sink.write(sink.prepare([(doc, broken)]))
+    assert sink.chunk_ids() == set() and sink.stats()["Document"] == 0
+
+
+class _DroppingChunks(GraphBackend):
+    """Acknowledges UPSERT_CHUNKS without storing the last row: a write that silently did less."""
+
+    name = "dropping"
+
+    def __init__(self, inner: GraphBackend) -> None:
+        self.inner = inner
+
+    def run(self, query, params=None, *, write=True):  # type: ignore[no-untyped-def]
+        if "MERGE (c:Chunk" in query:
+            params = {**params, "rows": params["rows"][:-1]}
+        return self.inner.run(query, params, write=write)
+
+    def setup_schema(self) -> None:
+        self.inner.setup_schema()
+
+    def clear(self) -> None:
+        self.inner.clear()
+
+
+def test_a_chunk_that_did_not_land_fails_the_write(graph_backend: GraphBackend, make_doc) -> None:
+    doc, chunks = make_doc("doc_a", DOC_A)
+    KnowledgeGraphSink(graph_backend).upsert(doc, chunks)
+    edited, edited_chunks = make_doc("doc_a", [*DOC_A[:2], "A new ending."])
+    with pytest.raises(SinkError, match="not stored"):
+        KnowledgeGraphSink(_DroppingChunks(graph_backend)).upsert(edited, edited_chunks)
+    # The old chunk was not removed before the new one existed; a clean retry converges.
+    assert chunks[2].chunk_id in KnowledgeGraphSink(graph_backend).chunk_ids()
+    KnowledgeGraphSink(graph_backend).upsert(edited, edited_chunks)
+    assert KnowledgeGraphSink(graph_backend).chunk_ids() == {c.chunk_id for c in edited_chunks}
