@@ -9,7 +9,7 @@ pieces, checking order) happens here, once, so no strategy can break the offset 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -44,38 +44,51 @@ class BaseChunker(ABC):
         """Ordered spans of `text` to become chunks (they may overlap; they must not go backwards)."""
 
     def chunk(self, document: Document) -> list[Chunk]:
-        text = document.text
-        kept = [
-            s for s in self.spans(text, document) if s.end > s.start and not text[s.start : s.end].isspace()
-        ]
-        _check_order(kept, len(text), self.name)
-        missing = [i for i, s in enumerate(kept) if s.token_count is None]
-        counted = dict(
-            zip(
-                missing,
-                self.counter.count_many([text[kept[i].start : kept[i].end] for i in missing]),
-                strict=True,
+        return chunks_from_spans(
+            document, self.spans(document.text, document), strategy=self.name, counter=self.counter
+        )
+
+
+def chunks_from_spans(
+    document: Document,
+    spans: Sequence[Span],
+    *,
+    strategy: str | None = None,
+    counter: TokenCounter | None = None,
+) -> list[Chunk]:
+    """The one place spans become `Chunk`s: content sliced from the text, IDs, exact token counts.
+
+    Whitespace-only spans are dropped and order is checked. Token counts missing from a span are measured
+    with `counter` (cl100k_base by default). `strategy`, when given, is recorded in each chunk's metadata.
+    Strategies reach it through `BaseChunker.chunk`; tests and benchmarks call it to cut chunks by hand.
+    """
+    text = document.text
+    kept = [s for s in spans if s.end > s.start and not text[s.start : s.end].isspace()]
+    _check_order(kept, len(text), strategy or "explicit spans")
+    missing = [i for i, s in enumerate(kept) if s.token_count is None]
+    if missing:
+        counts = (counter or TokenCounter()).count_many([text[kept[i].start : kept[i].end] for i in missing])
+        counted = dict(zip(missing, counts, strict=True))
+    chunks = []
+    for index, span in enumerate(kept):
+        content = text[span.start : span.end]
+        digest = sha256_hex(content)
+        metadata = {"strategy": strategy, **span.metadata} if strategy else dict(span.metadata)
+        chunks.append(
+            Chunk(
+                chunk_id=chunk_id_for_hash(document.document_id, index, digest),
+                document_id=document.document_id,
+                chunk_index=index,
+                content=content,
+                start_char=span.start,
+                end_char=span.end,
+                token_count=span.token_count if span.token_count is not None else counted[index],
+                content_hash=digest,
+                heading_chain=span.heading_chain,
+                metadata=metadata,
             )
         )
-        chunks = []
-        for index, span in enumerate(kept):
-            content = text[span.start : span.end]
-            digest = sha256_hex(content)
-            chunks.append(
-                Chunk(
-                    chunk_id=chunk_id_for_hash(document.document_id, index, digest),
-                    document_id=document.document_id,
-                    chunk_index=index,
-                    content=content,
-                    start_char=span.start,
-                    end_char=span.end,
-                    token_count=span.token_count if span.token_count is not None else counted[index],
-                    content_hash=digest,
-                    heading_chain=span.heading_chain,
-                    metadata={"strategy": self.name, **span.metadata},
-                )
-            )
-        return chunks
+    return chunks
 
 
 def _check_order(spans: list[Span], length: int, strategy: str) -> None:

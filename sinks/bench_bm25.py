@@ -21,7 +21,7 @@ import bm25s
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from chunking.ids import make_chunk_id, sha256_hex
+from chunking.base import Span, chunks_from_spans
 from chunking.models import Chunk, Document
 from chunking.sentences import sentence_spans
 from sinks.bm25 import BM25Sink
@@ -41,24 +41,12 @@ def load_sentences(corpora: Path = CORPORA) -> list[str]:
 
 def make_document(name: str, pieces: list[str]) -> tuple[Document, list[Chunk]]:
     """A document made of `pieces` separated by blank lines, chunked exactly at them."""
-    text = "\n\n".join(pieces)
-    doc = Document(text=text, source_system="bench", source_id=name)
-    chunks, start = [], 0
-    for i, piece in enumerate(pieces):
-        chunks.append(
-            Chunk(
-                chunk_id=make_chunk_id(doc.document_id, i, piece),
-                document_id=doc.document_id,
-                chunk_index=i,
-                content=piece,
-                start_char=start,
-                end_char=start + len(piece),
-                token_count=0,
-                content_hash=sha256_hex(piece),
-            )
-        )
+    doc = Document(text="\n\n".join(pieces), source_system="bench", source_id=name)
+    spans, start = [], 0
+    for piece in pieces:
+        spans.append(Span(start, start + len(piece), token_count=0))
         start += len(piece) + 2
-    return doc, chunks
+    return doc, chunks_from_spans(doc, spans)
 
 
 def build_batch(n_chunks: int, sentences: list[str], rng: random.Random, prefix: str = "doc"):

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from chunking.ids import derive_document_id, make_chunk_id, sha256_hex
+from chunking.base import Span, chunks_from_spans
+from chunking.ids import derive_document_id
 from chunking.models import Chunk, Document
 from sinks.hybrid import hybrid_search, rrf_fuse
 from tasks.chunk_store import ChunkKey, ChunkStore
@@ -128,20 +129,7 @@ def test_readonly_status_store_on_a_fresh_data_dir_creates_nothing(tmp_path):
 
 
 def _chunks(document: Document, pieces: list[tuple[int, int]]) -> list[Chunk]:
-    return [
-        Chunk(
-            chunk_id=make_chunk_id(document.document_id, i, document.text[s:e]),
-            document_id=document.document_id,
-            chunk_index=i,
-            content=document.text[s:e],
-            start_char=s,
-            end_char=e,
-            token_count=1,
-            content_hash=sha256_hex(document.text[s:e]),
-            heading_chain=("Title",),
-        )
-        for i, (s, e) in enumerate(pieces)
-    ]
+    return chunks_from_spans(document, [Span(s, e, 1, ("Title",)) for s, e in pieces])
 
 
 def test_chunk_store_round_trip_and_prune(tmp_path):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
-from chunking.ids import make_chunk_id, sha256_hex
+from chunking.base import Span, chunks_from_spans
 from chunking.models import Chunk, Document
 from sinks.graph_backends import FalkorDBBackend, GraphBackend, Neo4jBackend
 
@@ -46,25 +46,12 @@ def _make_doc(
     document_id: str, pieces: Sequence[str], title: str | None = None
 ) -> tuple[Document, list[Chunk]]:
     """A document whose chunks are exactly `pieces`, joined by one space, with real IDs and offsets."""
-    text = " ".join(pieces)
-    document = Document(document_id=document_id, text=text, title=title)
-    chunks, start = [], 0
-    for index, piece in enumerate(pieces):
-        end = start + len(piece)
-        chunks.append(
-            Chunk(
-                chunk_id=make_chunk_id(document_id, index, piece),
-                document_id=document_id,
-                chunk_index=index,
-                content=piece,
-                start_char=start,
-                end_char=end,
-                token_count=len(piece.split()),
-                content_hash=sha256_hex(piece),
-            )
-        )
-        start = end + 1
-    return document, chunks
+    document = Document(document_id=document_id, text=" ".join(pieces), title=title)
+    spans, start = [], 0
+    for piece in pieces:
+        spans.append(Span(start, start + len(piece), token_count=len(piece.split())))
+        start += len(piece) + 1
+    return document, chunks_from_spans(document, spans)
 
 
 @pytest.fixture

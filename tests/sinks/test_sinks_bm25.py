@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from chunking.ids import make_chunk_id, sha256_hex
+from chunking.base import Span, chunks_from_spans
 from chunking.models import Chunk, Document
 from chunking.sentences import sentence_spans
 from sinks.bm25 import BM25Sink, CountsBM25, ScoredChunk
@@ -24,25 +24,12 @@ CORPORA = Path(__file__).parents[3] / "shared/eval/corpora"
 
 def make_doc(source_id: str, pieces: Sequence[str]) -> tuple[Document, list[Chunk]]:
     """A document whose chunks are exactly `pieces`, joined by blank lines, with real offsets and IDs."""
-    text = "\n\n".join(pieces)
-    doc = Document(text=text, source_system="test", source_id=source_id)
-    chunks, start = [], 0
+    doc = Document(text="\n\n".join(pieces), source_system="test", source_id=source_id)
+    spans, start = [], 0
     for i, piece in enumerate(pieces):
-        chunks.append(
-            Chunk(
-                chunk_id=make_chunk_id(doc.document_id, i, piece),
-                document_id=doc.document_id,
-                chunk_index=i,
-                content=piece,
-                start_char=start,
-                end_char=start + len(piece),
-                token_count=len(piece.split()),
-                content_hash=sha256_hex(piece),
-                heading_chain=("Top", f"Section {i}"),
-            )
-        )
+        spans.append(Span(start, start + len(piece), len(piece.split()), ("Top", f"Section {i}")))
         start += len(piece) + 2
-    return doc, chunks
+    return doc, chunks_from_spans(doc, spans)
 
 
 def eval_corpus_batch(sentences_per_chunk: int = 4) -> list[tuple[Document, list[Chunk]]]:
@@ -53,23 +40,11 @@ def eval_corpus_batch(sentences_per_chunk: int = 4) -> list[tuple[Document, list
     for path in sorted(CORPORA.glob("*.md")):
         doc = Document(text=path.read_text(encoding="utf-8"), source_system="eval", source_id=path.name)
         spans = sentence_spans(doc.text)
-        chunks: list[Chunk] = []
-        for i in range(0, len(spans), sentences_per_chunk):
-            start, end = spans[i][0], spans[min(i + sentences_per_chunk, len(spans)) - 1][1]
-            content = doc.text[start:end]
-            n = len(chunks)
-            chunks.append(
-                Chunk(
-                    chunk_id=make_chunk_id(doc.document_id, n, content),
-                    document_id=doc.document_id,
-                    chunk_index=n,
-                    content=content,
-                    start_char=start,
-                    end_char=end,
-                    token_count=1,
-                    content_hash=sha256_hex(content),
-                )
-            )
+        windows = [
+            Span(spans[i][0], spans[min(i + sentences_per_chunk, len(spans)) - 1][1], token_count=1)
+            for i in range(0, len(spans), sentences_per_chunk)
+        ]
+        chunks = chunks_from_spans(doc, windows)
         batch.append((doc, chunks))
     return batch
 

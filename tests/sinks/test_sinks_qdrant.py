@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from chunking.ids import make_chunk_id, sha256_hex
+from chunking.base import Span, chunks_from_spans
 from chunking.models import Chunk, Document
 from sinks.base import SinkError
 from sinks.config import SinkSettings
@@ -60,25 +60,14 @@ def make_chunks(
     document: Document, heading_chain: tuple[str, ...] = (), metadata: dict[str, Any] | None = None
 ) -> list[Chunk]:
     """One chunk per paragraph, with exact offsets into the document text."""
-    chunks, start = [], 0
-    for index, paragraph in enumerate(document.text.split("\n\n")):
+    spans, start = [], 0
+    for paragraph in document.text.split("\n\n"):
         start = document.text.index(paragraph, start)
-        chunks.append(
-            Chunk(
-                chunk_id=make_chunk_id(document.document_id, index, paragraph),
-                document_id=document.document_id,
-                chunk_index=index,
-                content=paragraph,
-                start_char=start,
-                end_char=start + len(paragraph),
-                token_count=len(paragraph.split()),
-                content_hash=sha256_hex(paragraph),
-                heading_chain=heading_chain,
-                metadata=dict(metadata or {}),
-            )
+        spans.append(
+            Span(start, start + len(paragraph), len(paragraph.split()), heading_chain, metadata or {})
         )
         start += len(paragraph)
-    return chunks
+    return chunks_from_spans(document, spans)
 
 
 def settings_for(path: Path, **overrides: Any) -> SinkSettings:
