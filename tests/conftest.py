@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,3 +77,20 @@ def shared_eval_dir() -> Path:
     if not (SHARED_EVAL / "corpora").is_dir():
         pytest.skip(f"shared eval data not found at {SHARED_EVAL}")
     return SHARED_EVAL
+
+
+@pytest.fixture
+def pipeline_env(tmp_path, monkeypatch, falkordb_url, prefect_api_url):  # type: ignore[no-untyped-def]
+    """A fresh data dir and graph name for one test; flows run on the session's Prefect server.
+
+    The `prefect_api_url` fixture already points Prefect's in-process settings at that server.
+    """
+    from tasks.resources import close_all_sinks
+
+    data_dir = tmp_path / "data"
+    monkeypatch.setenv("UNICHUNK_DATA_DIR", str(data_dir))
+    monkeypatch.setenv("UNICHUNK_FALKORDB_URL", falkordb_url)
+    monkeypatch.setenv("UNICHUNK_GRAPH_NAME", f"test_{uuid.uuid4().hex[:12]}")
+    monkeypatch.delenv("PUSHGATEWAY_URL", raising=False)
+    yield data_dir
+    close_all_sinks()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -13,28 +12,6 @@ CORPUS = {
     "notes/plain.txt": "BM25 ranks chunks by keyword overlap. Alice maintains the keyword index in Berlin.\n",
     "notes/page.html": "<html><body><h1>Graphs</h1><p>Neo4j and FalkorDB hold entities and relations.</p></body></html>",
 }
-
-
-@pytest.fixture
-def pipeline_env(tmp_path, monkeypatch, falkordb_url, prefect_api_url):
-    """A fresh data dir and graph name for the test, flows run on the session's Prefect server.
-
-    Prefect reads its settings once, when imported (at collection, before the server fixture ran), so
-    PREFECT_API_URL in os.environ alone would leave flows on an ephemeral server: set it in a settings
-    context instead.
-    """
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    from tasks.resources import close_all_sinks
-
-    data_dir = tmp_path / "data"
-    monkeypatch.setenv("UNICHUNK_DATA_DIR", str(data_dir))
-    monkeypatch.setenv("UNICHUNK_FALKORDB_URL", falkordb_url)
-    monkeypatch.setenv("UNICHUNK_GRAPH_NAME", f"test_{uuid.uuid4().hex[:12]}")
-    monkeypatch.delenv("PUSHGATEWAY_URL", raising=False)
-    with temporary_settings(updates={PREFECT_API_URL: prefect_api_url}):
-        yield data_dir
-    close_all_sinks()
 
 
 @pytest.fixture
