@@ -133,6 +133,11 @@ class ChunkStore:
                 (document_id, keep_content_hash),
             ).rowcount
 
+    def document_ids(self) -> set[str]:
+        """Every document with at least one stored chunk list (any version, any settings)."""
+        with self._connect() as conn:
+            return {row[0] for row in conn.execute("SELECT DISTINCT document_id FROM chunks")}
+
     def delete_document(self, document_id: str) -> int:
         with self._connect() as conn:
             conn.execute("DELETE FROM documents WHERE document_id = ?", (document_id,))
