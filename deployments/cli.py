@@ -80,15 +80,52 @@ def friendly_errors(fn: F) -> F:
 
 
 def _settings():
+    """The UNICHUNK_* settings pinned to the live index generation (resolved once per command)."""
     from sinks.config import SinkSettings
+    from sinks.generations import live_settings
 
-    return SinkSettings()
+    return live_settings(SinkSettings())
 
 
-def _status_store():
+def _status_store(settings: Any = None):
     from tasks.status import StatusStore
 
-    return StatusStore.in_data_dir(_settings().data_dir, readonly=True)
+    settings = settings or _settings()
+    return StatusStore.in_data_dir(settings.data_dir, readonly=True, generation=settings.generation)
+
+
+def _with_progress(run: Callable[[], Any]) -> Any:
+    """Run a flow call under a progress bar fed by `flows.progress`."""
+    from flows import progress
+
+    with _progress() as bar:
+        task_id = bar.add_task("documents", total=None)
+
+        def update(stage: str, done: int, total: int) -> None:
+            bar.update(task_id, description=stage, completed=done, total=total)
+
+        with progress.listening(update):
+            return run()
+
+
+def _source_params(path: Path, pattern: list[str] | None) -> Any:
+    from flows.params import SourceParams
+    from tasks.sources import DEFAULT_PATTERNS
+
+    path = path.expanduser()
+    if not path.exists():
+        raise UserError(f"no such file or directory: {path}")
+    if path.is_dir():
+        return SourceParams(kind="directory", root=str(path), patterns=pattern or list(DEFAULT_PATTERNS))
+    # one file: its ID is its name relative to its directory, as a scan of that directory would give
+    return SourceParams(kind="paths", root=str(path.resolve().parent), paths=[str(path.resolve())])
+
+
+def _strategy(name: str | None) -> Any:
+    """`--strategy` if given, else UNICHUNK_CHUNK_* from the environment."""
+    from chunking.config import ChunkStrategy
+
+    return ChunkStrategy(name=name) if name else ChunkStrategy()
 
 
 def _progress() -> Progress:
@@ -104,17 +141,9 @@ def _progress() -> Progress:
 
 def _run_ingest(params: Any) -> Any:
     """Run the ingest flow with a progress bar; returns the IngestSummary (exits 1 if documents failed)."""
-    from flows import progress
     from flows.ingest import ingest
 
-    with _progress() as bar:
-        task_id = bar.add_task("documents", total=None)
-
-        def update(stage: str, done: int, total: int) -> None:
-            bar.update(task_id, description=stage, completed=done, total=total)
-
-        with progress.listening(update):
-            state = ingest(params, return_state=True)
+    state = _with_progress(lambda: ingest(params, return_state=True))
     summary = state.result(raise_on_failure=False)
     if isinstance(summary, BaseException):  # the flow crashed before producing a summary
         raise summary
@@ -141,8 +170,13 @@ def ingest(
         typer.Option("--pattern", "-p", help="gitignore-style glob (repeatable); default: all formats."),
     ] = None,
     strategy: Annotated[
-        str, typer.Option("--strategy", "-s", help="auto, token_window, sentence, markdown, ...")
-    ] = "auto",
+        str | None,
+        typer.Option(
+            "--strategy",
+            "-s",
+            help="auto, token_window, sentence, markdown, ... (default: UNICHUNK_CHUNK_NAME)",
+        ),
+    ] = None,
     sink: Annotated[list[str] | None, typer.Option("--sink", help="Only these sinks (repeatable).")] = None,
     delete_missing: Annotated[bool, typer.Option("--delete-missing/--no-delete-missing")] = True,
     dry_run: Annotated[
@@ -151,20 +185,11 @@ def ingest(
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=1000)] = 32,
 ) -> None:
     """Ingest PATH into every sink, re-doing only new and changed documents."""
-    from chunking.config import ChunkStrategy
-    from flows.params import IngestParams, SourceParams
-    from tasks.sources import DEFAULT_PATTERNS
+    from flows.params import IngestParams
 
-    path = path.expanduser()
-    if not path.exists():
-        raise UserError(f"no such file or directory: {path}")
-    if path.is_dir():
-        source = SourceParams(kind="directory", root=str(path), patterns=pattern or list(DEFAULT_PATTERNS))
-    else:  # one file: its ID is its name relative to its directory, as a scan of that directory would give
-        source = SourceParams(kind="paths", root=str(path.resolve().parent), paths=[str(path.resolve())])
     params = IngestParams(
-        source=source,
-        strategy=ChunkStrategy(name=strategy),
+        source=_source_params(path, pattern),
+        strategy=_strategy(strategy),
         delete_missing=delete_missing,
         dry_run=dry_run,
         batch_size=batch_size,
@@ -211,8 +236,10 @@ def search(
 @app.command()
 @friendly_errors
 def status(failed: Annotated[bool, typer.Option("--failed", help="Only failed documents.")] = False) -> None:
-    """Document states recorded by the pipeline."""
-    store = _status_store()
+    """The index generations (live, being built, retained) and the live one's document states."""
+    settings = _settings()
+    _print_generations(settings)
+    store = _status_store(settings)
     rows = store.rows(state="failed" if failed else None)
     counts = store.counts()
     table = Table("document", "source", "state", "chunks", "updated", "error")
@@ -230,13 +257,55 @@ def status(failed: Annotated[bool, typer.Option("--failed", help="Only failed do
     console.print(", ".join(f"{name}: {n}" for name, n in counts.items()), highlight=False)
 
 
+def _describe(description: dict[str, Any]) -> str:
+    """One line naming the settings of a generation: strategy and sizes, embedder, extractor."""
+    chunking = description.get("chunking", {})
+    sizes = "/".join(str(chunking.get(k)) for k in ("chunk_size", "chunk_overlap") if chunking.get(k))
+    embedder = description.get("embedder", "?")
+    if embedder == "openai":
+        embedder = f"openai:{description.get('embedding_model')}"
+    return f"{chunking.get('name', '?')}{' ' + sizes if sizes else ''}, {embedder}, {description.get('extractor')}"
+
+
+def _print_generations(settings: Any) -> None:
+    from sinks.generations import GenerationRegistry
+    from tasks.generations import generation_counts
+
+    generations = GenerationRegistry.in_data_dir(settings.data_dir).all()
+    if not generations:
+        console.print("no index generation yet (nothing ingested)")
+        return
+    table = Table("generation", "state", "fingerprint", "settings", "documents", "since / until", "note")
+    for gen in sorted(generations, key=lambda g: (g.state != "live", g.created_at)):
+        counts = generation_counts(settings, gen.generation_id)
+        done = counts["processed"]
+        documents = (
+            f"{done}/{gen.listed}" if gen.state in ("building", "failed") and gen.listed else str(done)
+        )
+        when = {
+            "live": f"live since {gen.live_since}",
+            "retired": f"kept until {gen.drop_after}",
+        }.get(gen.state, f"started {gen.created_at}")
+        table.add_row(
+            gen.generation_id,
+            gen.state,
+            gen.fingerprint,
+            _describe(gen.description),
+            documents,
+            when,
+            (gen.last_error or "")[:100],
+        )
+    console.print(table)
+
+
 def _verify() -> bool:
     from sinks.alignment import verify_alignment
     from tasks.maintenance import record_alignment
     from tasks.resources import ALL_SINKS, flow_sinks
 
-    with flow_sinks(ALL_SINKS, _settings()) as sinks:
-        report = verify_alignment(sinks, expected=_status_store().expected_chunk_ids())
+    settings = _settings()
+    with flow_sinks(ALL_SINKS, settings) as sinks:
+        report = verify_alignment(sinks, expected=_status_store(settings).expected_chunk_ids())
     record_alignment(report)
     table = Table("sink", "chunks", "missing", "extra")
     for name in report.counts:
@@ -274,6 +343,102 @@ def delete(
     if not known and not any(removed.values()):
         raise UserError(f"no such document: {document_id}")
     console.print(f"deleted {document_id}: " + ", ".join(f"{k}={v}" for k, v in sorted(removed.items())))
+
+
+@app.command()
+@friendly_errors
+def rebuild(
+    path: Annotated[Path, typer.Argument(help="The whole source: a directory to scan, or one file.")],
+    pattern: Annotated[
+        list[str] | None,
+        typer.Option("--pattern", "-p", help="gitignore-style glob (repeatable); default: all formats."),
+    ] = None,
+    strategy: Annotated[
+        str | None, typer.Option("--strategy", "-s", help="The new strategy (default: UNICHUNK_CHUNK_*).")
+    ] = None,
+    chunk_size: Annotated[int | None, typer.Option("--chunk-size", help="The new chunk size.")] = None,
+    chunk_overlap: Annotated[int | None, typer.Option("--chunk-overlap", help="The new overlap.")] = None,
+    switch: Annotated[
+        bool, typer.Option("--switch/--no-switch", help="Switch readers once the new generation is verified.")
+    ] = True,
+    retention_hours: Annotated[
+        float, typer.Option("--retention-hours", min=0, help="Keep the replaced generation this long.")
+    ] = 168.0,
+    max_document_loss: Annotated[
+        float, typer.Option("--max-document-loss", min=0, max=1, help="Allowed share of fewer documents.")
+    ] = 0.0,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=1000)] = 32,
+) -> None:
+    """Build a new index generation with new settings beside the live one, verify it, then switch to it.
+
+    Queries keep answering from the live generation until the switch. Change the embedder or extractor
+    with UNICHUNK_* variables; the chunking with the options here.
+    """
+    from flows.params import RebuildParams
+    from flows.rebuild import rebuild as rebuild_flow
+
+    sizes = {
+        k: v for k, v in {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap}.items() if v is not None
+    }
+    chosen = _strategy(strategy)
+    params = RebuildParams(
+        source=_source_params(path, pattern),
+        strategy=type(chosen).model_validate({**chosen.model_dump(), **sizes}),
+        switch=switch,
+        retention_hours=retention_hours,
+        max_document_loss=max_document_loss,
+        batch_size=batch_size,
+    )
+    state = _with_progress(lambda: rebuild_flow(params, return_state=True))
+    summary = state.result(raise_on_failure=False)
+    if isinstance(summary, BaseException):
+        raise summary
+    console.print(summary.line(), highlight=False, soft_wrap=True)
+    if summary.outcome == "refused":
+        raise typer.Exit(1)
+
+
+generations_app = typer.Typer(
+    help="List, switch (roll back) and drop index generations.", no_args_is_help=True
+)
+app.add_typer(generations_app, name="generations")
+
+
+@generations_app.command("list")
+@friendly_errors
+def generations_list() -> None:
+    """Every index generation: live, being built, ready, retained for rollback."""
+    _print_generations(_settings())
+
+
+@generations_app.command("switch")
+@friendly_errors
+def generations_switch(
+    generation_id: Annotated[
+        str | None, typer.Argument(help="Generation to make live (default: the last retired one).")
+    ] = None,
+    retention_hours: Annotated[float, typer.Option("--retention-hours", min=0)] = 168.0,
+) -> None:
+    """Roll back (or forward): verify a retained or ready generation, then make it live."""
+    from flows.switch import switch_generation
+
+    state = switch_generation(generation_id, retention_hours, return_state=True)
+    result = state.result(raise_on_failure=False)
+    if isinstance(result, BaseException):
+        raise result
+    console.print(f"live generation: {result['live']} (was {result['previous'] or result['live']})")
+
+
+@generations_app.command("drop")
+@friendly_errors
+def generations_drop(
+    generation_id: Annotated[str, typer.Argument(help="A generation that is not live.")],
+) -> None:
+    """Delete a generation's stores now, without waiting for its retention."""
+    from tasks.generations import drop_generation
+
+    drop_generation(_settings(), generation_id)  # a Prefect task run of its own (no flow needed)
+    console.print(f"dropped {generation_id}")
 
 
 @app.command()

@@ -12,6 +12,7 @@ from chunking.config import ChunkStrategy
 from flows.params import IngestSummary, SinkName
 from flows.pipeline import finish, process_items, sinks_context, timed_summary
 from sinks.config import SinkSettings
+from tasks.generations import target_for_ingest, writable_runs
 from tasks.maintenance import delete_documents
 from tasks.resources import ALL_SINKS, RunConfig
 from tasks.sources import PathsSource
@@ -28,7 +29,7 @@ def ingest_document(
 ) -> IngestSummary | State:
     """(Re-)ingest one file; `source_id` defaults to its path relative to `root` (else absolute)."""
     summary = IngestSummary(flow="ingest-document")
-    run = RunConfig(strategy or ChunkStrategy(), SinkSettings(), tuple(sinks or ALL_SINKS))
+    run = target_for_ingest(RunConfig(strategy or ChunkStrategy(), SinkSettings(), tuple(sinks or ALL_SINKS)))
     with timed_summary(summary, "ingest-document"):
         if root and not Path(path).is_absolute():  # a path relative to the source root
             path = str(Path(root) / path)
@@ -46,11 +47,18 @@ def ingest_document(
 
 @flow(name="delete-document")
 def delete_document(document_id: str, sinks: list[SinkName] | None = None) -> dict[str, int]:
-    """Remove one document from every sink, the chunk store and the status table; chunks removed per sink."""
-    run = RunConfig(ChunkStrategy(), SinkSettings(), tuple(sinks or ALL_SINKS))
+    """Remove one document from every sink, the chunk store and the status table; chunks removed per sink.
+
+    It reaches every generation that is live or being built, so a rebuild cannot bring the document back.
+    """
+    base = RunConfig(ChunkStrategy(), SinkSettings(), tuple(sinks or ALL_SINKS))
     summary = IngestSummary(flow="delete-document")
-    with timed_summary(summary, "delete-document"), sinks_context(run, dry_run=False):
-        removed = delete_documents(run, [document_id])
+    removed: dict[str, int] = {}
+    with timed_summary(summary, "delete-document"):
+        for run in writable_runs(base):
+            with sinks_context(run, dry_run=False):
+                for name, count in delete_documents(run, [document_id]).items():
+                    removed[name] = removed.get(name, 0) + count
     get_run_logger().info(
         "deleted %s: %s chunk(s) removed per sink %s", document_id, sum(removed.values()), removed
     )

@@ -8,18 +8,22 @@ from prefect.states import State
 from flows.params import IngestParams, IngestSummary
 from flows.pipeline import delete_missing, finish, process_items, sinks_context, timed_summary
 from sinks.config import SinkSettings
+from tasks.generations import ensure_live_alias, target_for_ingest
 from tasks.resources import RunConfig
 
 
 def sync_source(flow_name: str, params: IngestParams) -> tuple[IngestSummary, RunConfig]:
     """List the source, process new and changed documents, delete vanished ones; returns the summary."""
     summary = IngestSummary(flow=flow_name, dry_run=params.dry_run)
-    run = RunConfig(params.strategy, SinkSettings(), tuple(params.sinks))
+    run = target_for_ingest(
+        RunConfig(params.strategy, SinkSettings(), tuple(params.sinks)), dry_run=params.dry_run
+    )
     with timed_summary(summary, flow_name):
         source = params.source.build()
         items = source.list()
         summary.listed = len(items)
-        with sinks_context(run, params.dry_run):
+        with sinks_context(run, params.dry_run) as sinks:
+            ensure_live_alias(run, sinks)
             process_items(items, run, summary, batch_size=params.batch_size, dry_run=params.dry_run)
             if params.delete_missing:
                 delete_missing(source, items, run, summary, dry_run=params.dry_run)

@@ -98,3 +98,51 @@ class IngestSummary(BaseModel):
             f"{self.skipped} unchanged, {len(self.failed)} failed, {self.deleted} deleted; chunks written: "
             f"{written}; {self.duration_seconds:.1f} s"
         )
+
+
+class RebuildParams(BaseModel):
+    """Parameters of the `rebuild` flow: the new settings are `strategy` plus the UNICHUNK_* sink settings."""
+
+    source: SourceParams
+    strategy: ChunkStrategy = Field(default_factory=ChunkStrategy)
+    batch_size: int = Field(32, ge=1, le=1000, description="Documents per chunk/prepare/write round.")
+    switch: bool = Field(True, description="Switch readers to the new generation once it is verified.")
+    retention_hours: float = Field(
+        168.0, ge=0, description="Keep the replaced generation this long for rollback, then drop it."
+    )
+    max_document_loss: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Refuse to switch if the new generation has this share fewer documents than the live one.",
+    )
+
+
+class RebuildSummary(BaseModel):
+    """What a rebuild did. `outcome`: switched, built (not switched), already-live, or refused."""
+
+    generation: str
+    fingerprint: str
+    previous: str | None = None
+    outcome: Literal["switched", "built", "already-live", "refused"] = "refused"
+    reasons: list[str] = Field(default_factory=list)
+    build: IngestSummary | None = None
+    catch_up: IngestSummary | None = None
+    alignment: dict | None = None
+    repaired: dict | None = None
+    counts: dict[str, dict[str, int]] = Field(default_factory=dict)
+    dropped: list[str] = Field(default_factory=list)
+
+    def line(self) -> str:
+        counts = ", ".join(
+            f"{name} {c.get('processed', 0)} documents/{c.get('chunks', 0)} chunks"
+            for name, c in self.counts.items()
+        )
+        text = f"rebuild {self.generation}: {self.outcome}"
+        if self.previous:
+            text += f" (live before: {self.previous})"
+        if counts:
+            text += f"; {counts}"
+        if self.reasons:
+            text += "; " + "; ".join(self.reasons)
+        return text

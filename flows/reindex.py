@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from prefect import flow
+from prefect import flow, get_run_logger
 from prefect.states import State
 
 from flows.ingest import sync_source
 from flows.params import IngestParams, IngestSummary
 from flows.pipeline import finish, sinks_context, timed_summary
+from tasks.generations import drop_expired
 from tasks.maintenance import repair_alignment, verify_alignment_task
 
 
 @flow(name="reindex")
 def reindex(params: IngestParams) -> IngestSummary | State:
-    """Scan like `ingest`, then verify every sink against the status table and repair mismatches."""
+    """Scan like `ingest`, verify every sink against the status table and repair mismatches, then drop
+    retired index generations whose retention ran out."""
     summary, run = sync_source("reindex", params)
     problems: list[str] = []
     if not params.dry_run:
@@ -28,4 +30,7 @@ def reindex(params: IngestParams) -> IngestSummary | State:
             summary.alignment = report.as_dict()
         if not report.ok:
             problems.append(f"{report.mismatch_count()} chunk ID(s) still misaligned after repair")
+        dropped = drop_expired(run.settings)  # retired generations past their retention
+        if dropped:
+            get_run_logger().info("dropped retired generation(s) %s", dropped)
     return finish(summary, problems)

@@ -80,6 +80,10 @@ class Sink(ABC):
     def chunk_ids(self, document_id: str | None = None) -> set[str]:
         """All stored chunk IDs, or those of one document."""
 
+    @abstractmethod
+    def drop(self) -> None:
+        """Delete the whole store (collection, index file, graph): a retired index generation going away."""
+
     def upsert(self, document: Document, chunks: Sequence[Chunk]) -> int:
         """Prepare and write one document (the two phases in one call)."""
         return self.write(self.prepare([(document, chunks)]))

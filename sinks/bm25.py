@@ -425,6 +425,12 @@ class BM25Sink(Sink):
         self._snapshot = None
         self._postings = _Postings()
 
+    def drop(self) -> None:
+        """Close and delete the index file (with SQLite's WAL and shared-memory files)."""
+        self.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+
     # -- search --------------------------------------------------------------------------------------
 
     def search(self, query: str, k: int = 10, filter: Mapping[str, Any] | None = None) -> list[ScoredChunk]:

@@ -20,6 +20,10 @@ class SinkSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="UNICHUNK_", extra="ignore")
 
     data_dir: Path = Field(Path(".unichunk"), description="Root for every embedded store's files.")
+    generation: str | None = Field(
+        None,
+        description="Index generation the stores belong to (set by the pipeline; unset = base names).",
+    )
 
     # Qdrant (vectors)
     qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = local mode under data_dir.")
@@ -59,12 +63,33 @@ class SinkSettings(BaseSettings):
 
     @property
     def qdrant_path(self) -> Path:
+        """Local-mode storage: one directory for every generation, so one client can alias across them."""
         return self.data_dir / "qdrant"
 
     @property
+    def generation_dir(self) -> Path | None:
+        """Files of this generation alone (BM25 index, status table); None without a generation."""
+        return None if self.generation is None else self.data_dir / "generations" / self.generation
+
+    @property
+    def collection_name(self) -> str:
+        """The physical Qdrant collection; `qdrant_collection` itself becomes the alias of the live one."""
+        return physical_name(self.qdrant_collection, self.generation)
+
+    @property
+    def graph_key(self) -> str:
+        """The physical graph name (FalkorDB key / Neo4j label suffix) of this generation."""
+        return physical_name(self.graph_name, self.generation)
+
+    @property
     def bm25_path(self) -> Path:
-        return self.data_dir / "bm25"
+        return (self.generation_dir or self.data_dir) / "bm25"
 
     @property
     def falkordb_dir(self) -> Path:
         return self.data_dir / "falkordb"
+
+
+def physical_name(base: str, generation: str | None) -> str:
+    """`base` for the generation-less layout, else `base__<generation>`."""
+    return base if generation is None else f"{base}__{generation}"

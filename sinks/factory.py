@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 
 from sinks.base import Sink
 from sinks.config import SinkSettings
+from sinks.generations import live_settings
 
 SINK_NAMES: tuple[str, ...] = ("vectors", "keywords", "graph")
 
@@ -37,8 +38,11 @@ _OPENERS: dict[str, Callable[[SinkSettings], Sink]] = {
 
 
 def open_sinks(settings: SinkSettings | None = None, names: Iterable[str] = SINK_NAMES) -> dict[str, Sink]:
-    """Open each named sink from `settings` (env by default); on any failure, close what was opened."""
-    settings = settings or SinkSettings()
+    """Open each named sink from `settings` (env by default); on any failure, close what was opened.
+
+    Settings not pinned to an index generation open the live one (see `sinks.generations`).
+    """
+    settings = live_settings(settings or SinkSettings())
     wanted = list(dict.fromkeys(names))
     unknown = [n for n in wanted if n not in _OPENERS]
     if unknown:

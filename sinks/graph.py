@@ -503,6 +503,10 @@ class KnowledgeGraphSink(Sink):
     def close(self) -> None:
         self.backend.close()
 
+    def drop(self) -> None:
+        """Delete every node and relationship of this graph (FalkorDB: the graph key itself)."""
+        self.backend.clear()
+
 
 def _aggregate(extractions: Sequence[Extraction]) -> _DocumentGraph:
     """Fold per-chunk extractions into one row per entity key and per relation pair, lists in chunk order."""

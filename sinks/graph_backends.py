@@ -8,6 +8,7 @@ are declared (FalkorDB has no `IF NOT EXISTS` and declares constraints with a Re
 from __future__ import annotations
 
 import logging
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -20,6 +21,16 @@ log = logging.getLogger(__name__)
 # (label, property): looked up by key on every write, so each needs an index; all but document_id are unique.
 INDEXED = (("Chunk", "chunk_id"), ("Chunk", "document_id"), ("Entity", "name"), ("Document", "document_id"))
 UNIQUE = (("Chunk", "chunk_id"), ("Entity", "name"), ("Document", "document_id"))
+_LABEL = re.compile(r"(?<=:)(Chunk|Entity|Document)\b")
+
+
+def namespaced_labels(query: str, namespace: str | None) -> str:
+    """`query` with our node labels suffixed by `namespace` (`:Chunk` -> `:Chunk_g1a2b`).
+
+    Neo4j Community holds one graph per server, so an index generation lives beside the others under its
+    own labels (with its own uniqueness constraints); FalkorDB gives each generation its own graph instead.
+    """
+    return query if namespace is None else _LABEL.sub(lambda m: f"{m.group(1)}_{namespace}", query)
 
 
 class GraphBackend(ABC):
@@ -132,11 +143,17 @@ class Neo4jBackend(GraphBackend):
     name = "neo4j"
 
     def __init__(
-        self, uri: str, user: str = "neo4j", password: str | None = None, database: str | None = None
+        self,
+        uri: str,
+        user: str = "neo4j",
+        password: str | None = None,
+        database: str | None = None,
+        namespace: str | None = None,
     ) -> None:
         import neo4j
 
         self.database = database
+        self.namespace = namespace  # the index generation: suffixes every node label (namespaced_labels)
         self._driver = neo4j.GraphDatabase.driver(
             uri, auth=(user, password) if password is not None else None
         )
@@ -145,6 +162,7 @@ class Neo4jBackend(GraphBackend):
         def work(tx: Any) -> list[dict]:
             return tx.run(query, dict(params or {})).data()
 
+        query = namespaced_labels(query, self.namespace)
         with self._driver.session(database=self.database) as session:
             return session.execute_write(work) if write else session.execute_read(work)
 
@@ -158,6 +176,11 @@ class Neo4jBackend(GraphBackend):
             for label, prop in INDEXED
             if (label, prop) not in UNIQUE
         ]
+        statements = [namespaced_labels(s, self.namespace) for s in statements]
+        if self.namespace:  # constraint and index names are global: one set per generation
+            statements = [
+                s.replace(" IF NOT EXISTS", f"_{self.namespace} IF NOT EXISTS", 1) for s in statements
+            ]
         with self._driver.session(database=self.database) as session:
             for statement in statements:
                 session.run(statement).consume()
@@ -174,10 +197,16 @@ def open_backend(settings: SinkSettings | None = None) -> GraphBackend:
     settings = settings or SinkSettings()
     if settings.neo4j_uri:
         password = settings.neo4j_password.get_secret_value() if settings.neo4j_password else None
-        return Neo4jBackend(settings.neo4j_uri, settings.neo4j_user, password, settings.neo4j_database)
+        return Neo4jBackend(
+            settings.neo4j_uri,
+            settings.neo4j_user,
+            password,
+            settings.neo4j_database,
+            namespace=settings.generation,
+        )
     url = settings.falkordb_url
     if not url:
         from sinks.falkordb_server import ensure_server
 
         url = ensure_server(settings.data_dir)
-    return FalkorDBBackend(url, settings.graph_name)
+    return FalkorDBBackend(url, settings.graph_key)

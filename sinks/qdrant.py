@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -69,6 +69,45 @@ def open_client(settings: SinkSettings) -> QdrantClient:
         ) from exc
 
 
+class _SharedLocalClients:
+    """One local-mode client (and its lock) per storage directory in this process.
+
+    Local mode lets one client open a directory, but several sinks need it at once: the live generation
+    answering queries while a rebuild writes the next one, and the alias that joins them lives there too.
+    Server clients are not shared (each sink gets its own connection and lock).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[QdrantClient, threading.RLock, int]] = {}
+
+    def acquire(self, settings: SinkSettings) -> tuple[QdrantClient, threading.RLock, Callable[[], None]]:
+        if settings.qdrant_url:
+            client = open_client(settings)
+            return client, threading.RLock(), client.close
+        key = str(settings.qdrant_path.resolve())
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = (open_client(settings), threading.RLock(), 0)
+            client, lock, users = entry
+            self._entries[key] = (client, lock, users + 1)
+        return client, lock, lambda: self._release(key)
+
+    def _release(self, key: str) -> None:
+        with self._lock:
+            client, lock, users = self._entries[key]
+            if users > 1:
+                self._entries[key] = (client, lock, users - 1)
+                return
+            del self._entries[key]
+        with lock:
+            client.close()
+
+
+_LOCAL_CLIENTS = _SharedLocalClients()
+
+
 def build_filter(conditions: dict[str, Any] | None) -> models.Filter | None:
     """`{"field": value}` -> all must match; a list/tuple/set value matches any of its items."""
     if not conditions:
@@ -92,12 +131,15 @@ class QdrantSink(Sink):
         self, settings: SinkSettings, embedder: Embedder | None = None, client: QdrantClient | None = None
     ) -> None:
         self.settings = settings
-        self.collection = settings.qdrant_collection
+        self.collection = settings.collection_name
         self._owns_embedder = embedder is None
         self.embedder = embedder if embedder is not None else make_embedder(settings)
-        self._owns_client = client is None
-        self.client = client if client is not None else open_client(settings)
-        self._lock = threading.RLock()  # Prefect runs tasks in threads; local mode is not thread-safe
+        # Prefect runs tasks in threads and local mode is not thread-safe: every use holds the client's lock.
+        self._release_client: Callable[[], None] | None
+        if client is None:
+            self.client, self._lock, self._release_client = _LOCAL_CLIENTS.acquire(settings)
+        else:
+            self.client, self._lock, self._release_client = client, threading.RLock(), None
         self._collection_verified = False  # vectors fit the embedder
         self._collection_ready = False  # exists, verified, indexes created
 
@@ -179,11 +221,51 @@ class QdrantSink(Sink):
             return {payload["chunk_id"] for _, payload in self._scroll(scroll_filter, ["chunk_id"])}
 
     def close(self) -> None:
+        if self._release_client is not None:
+            release, self._release_client = self._release_client, None
+            release()
+        if self._owns_embedder:
+            self.embedder.close()
+
+    def drop(self) -> None:
+        """Delete this sink's whole collection (a retired generation being dropped)."""
+        with self._operation("drop"), self._lock:
+            if self.client.collection_exists(self.collection):
+                self.client.delete_collection(self.collection)
+            self._collection_ready = self._collection_verified = False
+
+    def alias_target(self, alias: str) -> str | None:
+        """The collection `alias` points at, if it exists."""
         with self._lock:
-            if self._owns_client:
-                self.client.close()
-            if self._owns_embedder:
-                self.embedder.close()
+            found = [a.collection_name for a in self.client.get_aliases().aliases if a.alias_name == alias]
+        return found[0] if found else None
+
+    def point_alias(self, alias: str) -> None:
+        """Make `alias` name this sink's collection, in one atomic alias operation.
+
+        Outside readers (dashboards, other apps) query the alias and see whole generations only; our own
+        readers resolve the generation registry, so that all three stores come from the same generation.
+        """
+        with self._operation("alias"), self._lock:
+            self._check_collection(create=True)  # an alias needs its collection to exist
+            current = self.alias_target(alias)
+            if current == self.collection:
+                return
+            if current is None and self.client.collection_exists(alias):
+                raise SinkError(
+                    self.name, f"a collection named {alias!r} exists, so it cannot become the live alias"
+                )
+            operations: list[models.AliasOperations] = []
+            if current is not None:
+                operations.append(
+                    models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias))
+                )
+            operations.append(
+                models.CreateAliasOperation(
+                    create_alias=models.CreateAlias(collection_name=self.collection, alias_name=alias)
+                )
+            )
+            self.client.update_collection_aliases(change_aliases_operations=operations)
 
     # --- reads for retrieval ------------------------------------------------------------------------
 

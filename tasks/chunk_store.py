@@ -121,17 +121,24 @@ class ChunkStore:
             raise KeyError(f"no stored chunks for {key}")
         return document, chunks
 
-    def prune(self, document_id: str, keep_content_hash: str) -> int:
-        """Drop older versions of a document once a newer one is stored everywhere."""
+    def prune(self, document_id: str, keep_content_hash: str, fingerprint: str) -> int:
+        """Drop older versions of a document chunked under `fingerprint` once a newer one is stored everywhere.
+
+        Scoped to one fingerprint: while a rebuild chunks under new settings, the live generation may
+        still need its own older chunks (for repair and restore), and the other way round.
+        """
         with self._connect() as conn:
+            removed = conn.execute(
+                "DELETE FROM chunks WHERE document_id = ? AND fingerprint = ? AND content_hash != ?",
+                (document_id, fingerprint, keep_content_hash),
+            ).rowcount
             conn.execute(
-                "DELETE FROM documents WHERE document_id = ? AND content_hash != ?",
+                "DELETE FROM documents WHERE document_id = ? AND content_hash != ? AND NOT EXISTS ("
+                "SELECT 1 FROM chunks WHERE chunks.document_id = documents.document_id "
+                "AND chunks.content_hash = documents.content_hash)",
                 (document_id, keep_content_hash),
             )
-            return conn.execute(
-                "DELETE FROM chunks WHERE document_id = ? AND content_hash != ?",
-                (document_id, keep_content_hash),
-            ).rowcount
+            return removed
 
     def document_ids(self) -> set[str]:
         """Every document with at least one stored chunk list (any version, any settings)."""

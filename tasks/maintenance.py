@@ -46,7 +46,7 @@ def mark_status(
                 strategy=run.strategy.model_dump_json(),
                 **item_fields(items[key.document_id]),
             )
-            store.prune(key.document_id, key.content_hash)
+            store.prune(key.document_id, key.content_hash, key.fingerprint)
         for document_id, error in failed.items():
             extra = item_fields(items[document_id]) if document_id in items else {}
             status.mark_failed(document_id, error, **extra)

@@ -12,13 +12,14 @@ import json
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from chunking.config import ChunkStrategy
 from chunking.ids import sha256_hex
 from sinks.config import SinkSettings
+from sinks.generations import live_settings
 from tasks.chunk_store import ChunkStore
 from tasks.status import StatusStore
 
@@ -41,9 +42,14 @@ def _settings_key(settings: SinkSettings) -> str:
 
 
 def acquire_sinks(names: Iterable[str], settings: SinkSettings) -> tuple[dict[str, Sink], list[str]]:
-    """The named sinks, opening those not open yet; also returns the names this call opened."""
+    """The named sinks, opening those not open yet; also returns the names this call opened.
+
+    Settings not pinned to a generation mean the live one, resolved here: after a cutover, a long-lived
+    process (serve, the search API) gets the new generation's sinks on its next call.
+    """
     from sinks.factory import open_sinks  # lazy: importing the sinks loads torch, spaCy, clients
 
+    settings = live_settings(settings)
     key = _settings_key(settings)
     wanted = list(dict.fromkeys(names))
     with _lock:
@@ -60,7 +66,7 @@ def get_sinks(names: Iterable[str], settings: SinkSettings) -> dict[str, Sink]:
 
 def release_sinks(names: Iterable[str], settings: SinkSettings) -> None:
     """Close and forget the named sinks (errors while closing must not mask the flow's outcome)."""
-    key = _settings_key(settings)
+    key = _settings_key(live_settings(settings))
     with _lock:
         for name in names:
             sink = _open.pop((key, name), None)
@@ -73,6 +79,7 @@ def release_sinks(names: Iterable[str], settings: SinkSettings) -> None:
 def flow_sinks(names: Iterable[str], settings: SinkSettings) -> Iterator[dict[str, Sink]]:
     """The sinks for one flow. A sink a flow opened is closed when the last flow using it ends, not when
     its opener ends: two flows running at once in one process must not close sinks under each other."""
+    settings = live_settings(settings)
     key = _settings_key(settings)
     with _lock:
         sinks, opened = acquire_sinks(names, settings)
@@ -115,10 +122,9 @@ def chunking_service() -> ChunkingService:
         return _service
 
 
-def sink_fingerprint(settings: SinkSettings, sinks: Iterable[str]) -> str:
-    """Hash of the sink settings that change what gets stored: a change means every document is redone."""
-    relevant = {
-        "sinks": sorted(set(sinks)),
+def index_settings(settings: SinkSettings) -> dict[str, object]:
+    """The sink settings that change what gets stored (with the chunking settings: an index generation)."""
+    return {
         "embedder": settings.embedder,
         "embedding_model": settings.embedding_model if settings.embedder == "openai" else None,
         "embedding_dimensions": settings.embedding_dimensions if settings.embedder == "openai" else None,
@@ -128,7 +134,6 @@ def sink_fingerprint(settings: SinkSettings, sinks: Iterable[str]) -> str:
         "extractor": settings.extractor,
         "llm_model": settings.llm_model if settings.extractor == "llm" else None,
     }
-    return sha256_hex(json.dumps(relevant, sort_keys=True))[:16]
 
 
 @dataclass(frozen=True)
@@ -145,12 +150,39 @@ class RunConfig:
         return self.strategy.fingerprint()
 
     @cached_property
+    def generation_fingerprint(self) -> str:
+        """What an index generation is: chunking, embedder, extractor and analyzer settings together."""
+        return sha256_hex(json.dumps(self.describe(), sort_keys=True))[:16]
+
+    @cached_property
     def fingerprint(self) -> str:
-        """Stored in the status table: chunking plus sink settings decide whether a document is current."""
-        return sha256_hex(f"{self.chunk_fingerprint}:{sink_fingerprint(self.settings, self.sinks)}")[:16]
+        """Stored in the status table: the generation plus the sinks a run wrote decide if a row is current."""
+        return sha256_hex(f"{self.generation_fingerprint}:{sorted(set(self.sinks))}")[:16]
+
+    @property
+    def generation_id(self) -> str:
+        from sinks.generations import generation_id_for
+
+        return generation_id_for(self.generation_fingerprint)
+
+    def describe(self) -> dict[str, object]:
+        """The settings behind the generation fingerprint, readable (shown by `unichunk status`)."""
+        return {
+            "chunking": self.strategy.model_dump(mode="json"),
+            "chunk_fingerprint": self.chunk_fingerprint,  # also covers the strategies' built-in defaults
+            **index_settings(self.settings),
+        }
+
+    def pinned(self, generation_id: str | None = None) -> RunConfig:
+        """This run writing to one generation's stores (its own by default)."""
+        from sinks.generations import settings_for
+
+        return replace(self, settings=settings_for(self.settings, generation_id or self.generation_id))
 
     def status_store(self, *, readonly: bool = False) -> StatusStore:
-        return StatusStore.in_data_dir(self.settings.data_dir, readonly=readonly)
+        return StatusStore.in_data_dir(
+            self.settings.data_dir, readonly=readonly, generation=self.settings.generation
+        )
 
     def chunk_store(self) -> ChunkStore:
         return ChunkStore.in_data_dir(self.settings.data_dir)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -102,27 +102,55 @@ class DocumentStatus:
 
 
 class StatusStore:
-    """Document states in `<data_dir>/status.sqlite3`. Cheap to construct; each call opens a connection."""
+    """Document states of one index generation, in `<data_dir>/generations/<id>/status.sqlite3`.
 
-    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
-        self.path = Path(path)
+    Each generation has its own table, so a rebuild's progress never touches the live generation's rows
+    (webhook runs keep updating those while the rebuild runs). Cheap to construct; each call opens a
+    connection.
+    """
+
+    def __init__(self, path: str | Path | Callable[[], Path], *, readonly: bool = False) -> None:
+        self._path = path if callable(path) else Path(path)
         self.readonly = readonly
-        if not readonly:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self._connect() as conn:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.executescript(_SCHEMA)
+        self._ready: set[Path] = set()
+        if not readonly and not callable(path):
+            self._ensure_schema(self.path)
+
+    @property
+    def path(self) -> Path:
+        """The table's file; a store following the live generation resolves it at every call."""
+        return self._path() if callable(self._path) else self._path
 
     @classmethod
-    def in_data_dir(cls, data_dir: str | Path, *, readonly: bool = False) -> StatusStore:
-        return cls(Path(data_dir) / "status.sqlite3", readonly=readonly)
+    def in_data_dir(
+        cls, data_dir: str | Path, *, readonly: bool = False, generation: str | None = None
+    ) -> StatusStore:
+        """The status of `generation`; by default of whichever generation is live at each call (readers
+        such as the CLI and tests may be built before the first ingest creates one, or across a switch)."""
+        if generation is not None:
+            return cls(status_path(data_dir, generation), readonly=readonly)
+        return cls(lambda: status_path(data_dir), readonly=readonly)
+
+    def _ensure_schema(self, path: Path) -> None:
+        if path in self._ready:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, timeout=30)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(_SCHEMA)
+        finally:
+            conn.close()
+        self._ready.add(path)
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
+        path = self.path
         if self.readonly:
-            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
         else:
-            conn = sqlite3.connect(self.path, timeout=30)
+            self._ensure_schema(path)
+            conn = sqlite3.connect(path, timeout=30)
         conn.row_factory = sqlite3.Row
         try:
             with conn:  # one transaction: commit on success, roll back on error
@@ -234,3 +262,12 @@ class StatusStore:
     def delete(self, document_id: str) -> bool:
         with self._connect() as conn:
             return conn.execute("DELETE FROM documents WHERE document_id = ?", (document_id,)).rowcount > 0
+
+
+def status_path(data_dir: str | Path, generation: str | None = None) -> Path:
+    """Where a generation's status table lives; `generation` None means the live one."""
+    from sinks.config import SinkSettings
+    from sinks.generations import live_settings
+
+    settings = live_settings(SinkSettings(data_dir=Path(data_dir), generation=generation))
+    return (settings.generation_dir or settings.data_dir) / "status.sqlite3"

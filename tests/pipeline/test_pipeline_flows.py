@@ -19,8 +19,8 @@ from flows.ingest import ingest
 from flows.params import IngestParams, SourceParams
 from flows.reindex import reindex
 from sinks.alignment import verify_alignment
-from sinks.config import SinkSettings
 from sinks.qdrant import point_id
+from tasks.generations import ingest_settings
 from tasks.resources import ALL_SINKS, get_sinks
 from tasks.status import StatusStore
 
@@ -39,7 +39,8 @@ def _params(root, **kwargs) -> IngestParams:
 
 
 def _sinks():
-    return get_sinks(ALL_SINKS, SinkSettings())
+    """The sinks the next ingest uses (of the live generation, or the one a first ingest creates)."""
+    return get_sinks(ALL_SINKS, ingest_settings())
 
 
 def _held() -> dict[str, set[str]]:

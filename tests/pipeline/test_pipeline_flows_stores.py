@@ -142,10 +142,16 @@ def test_chunk_store_round_trip_and_prune(tmp_path):
     assert store.get_chunks(ChunkKey(v1.document_id, v1.content_hash, "other")) is None
     v2 = Document(text="gamma", source_system="fs", source_id="a.md")
     key2 = store.put(v2, "fp", _chunks(v2, [(0, 5)]))
-    assert store.prune(v1.document_id, keep_content_hash=v2.content_hash) == 1
+    other_settings = store.put(v1, "fp-rebuild", chunks)  # v1 chunked by a rebuild's settings
+    assert store.prune(v1.document_id, keep_content_hash=v2.content_hash, fingerprint="fp") == 1
     assert not store.has(key) and store.has(key2)
+    assert store.load(other_settings) == (v1, chunks)  # another generation's chunks (and document) stay
+    assert store.prune(v1.document_id, keep_content_hash=v2.content_hash, fingerprint="fp-rebuild") == 1
     with pytest.raises(KeyError):
         store.load(key)
+    with pytest.raises(KeyError):
+        store.load(other_settings)
+    assert store.get_document(v1.document_id, v1.content_hash) is None
     assert store.delete_document(v1.document_id) == 1 and not store.has(key2)
 
 
