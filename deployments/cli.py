@@ -260,7 +260,12 @@ def status(failed: Annotated[bool, typer.Option("--failed", help="Only failed do
 def _describe(description: dict[str, Any]) -> str:
     """One line naming the settings of a generation: strategy and sizes, embedder, extractor."""
     chunking = description.get("chunking", {})
-    sizes = "/".join(str(chunking.get(k)) for k in ("chunk_size", "chunk_overlap") if chunking.get(k))
+    size, overlap = chunking.get("chunk_size"), chunking.get("chunk_overlap")
+    sizes = (
+        ""
+        if size is None and overlap is None
+        else f"{size or 'default'}/{overlap if overlap is not None else 'default'}"
+    )
     embedder = description.get("embedder", "?")
     if embedder == "openai":
         embedder = f"openai:{description.get('embedding_model')}"
@@ -450,7 +455,7 @@ def serve(
     host: Annotated[str, typer.Option(help="Webhook receiver host.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Webhook receiver port.")] = 8787,
 ) -> None:
-    """Serve the four deployments (cron reindex, event-triggered document flows) and the webhook receiver."""
+    """Serve the deployments (cron reindex, event-triggered document flows, rebuild) and the webhook receiver."""
     import threading
 
     from deployments.serve import serve_all

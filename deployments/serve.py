@@ -1,6 +1,10 @@
-"""The four deployments and the process that serves them.
+"""The deployments and the process that serves them.
 
 - `ingest/ingest`: ad-hoc runs from the Prefect UI or `prefect deployment run` (no schedule).
+- `rebuild/rebuild`: run from the UI after changing the chunking settings (its form), the embedder or the
+  extractor (UNICHUNK_* settings of the serving process): builds a new index generation beside the live
+  one and switches readers when it is verified.
+- `switch-generation/switch-generation`: roll back to a retained generation (or on to a ready one).
 - `reindex/reindex`: the nightly safety net, on the cron in UNICHUNK_REINDEX_CRON (default "0 2 * * *").
 - `ingest-document/ingest-document` and `delete-document/delete-document`: fired by the Prefect events
   "document.updated" / "document.deleted" that the webhook receiver emits; their parameters are Jinja
@@ -10,10 +14,10 @@
 and exposes /metrics on UNICHUNK_METRICS_PORT (default 9464) for Prometheus.
 
 Scaling out. One served process suits one machine. To spread runs over machines, use the prefect.yaml at
-the repo root instead, which declares the same four deployments for a process work pool::
+the repo root instead, which declares the same deployments for a process work pool::
 
     prefect work-pool create unichunk --type process
-    prefect deploy --all                       # from the repo root, registers the four deployments
+    prefect deploy --all                       # from the repo root, registers the deployments
     prefect worker start --pool unichunk       # on each machine, as many as you like
 
 Every worker polls the pool and runs flow runs as local subprocesses, so adding workers adds
@@ -39,7 +43,14 @@ SAMPLE_CORPUS = Path(__file__).resolve().parent / "sample_corpus"
 UPDATED_EVENT = "document.updated"
 DELETED_EVENT = "document.deleted"
 DOCUMENT_RESOURCE = "unichunk.document.*"
-DEPLOYMENT_NAMES = ("ingest", "reindex", "ingest-document", "delete-document")
+DEPLOYMENT_NAMES = (
+    "ingest",
+    "reindex",
+    "ingest-document",
+    "delete-document",
+    "rebuild",
+    "switch-generation",
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +92,9 @@ def build_deployments(
 
     from flows.documents import delete_document, ingest_document
     from flows.ingest import ingest
+    from flows.rebuild import rebuild
     from flows.reindex import reindex
+    from flows.switch import switch_generation
 
     settings = settings or ServeSettings()
     source = {"params": {"source": {"kind": "directory", "root": settings.scan_root()}}}
@@ -122,6 +135,17 @@ def build_deployments(
                 )
             ],
             description="Remove one document from every sink when a webhook reports it deleted.",
+            **common,
+        ),
+        "rebuild": lambda: rebuild.to_deployment(
+            "rebuild",
+            parameters=source,
+            description="Build a new index generation with new settings, verify it, switch readers to it.",
+            **common,
+        ),
+        "switch-generation": lambda: switch_generation.to_deployment(
+            "switch-generation",
+            description="Roll back to the last retired index generation (or switch to a given one).",
             **common,
         ),
     }

@@ -192,10 +192,11 @@ def main(argv: list[str] | None = None) -> None:
     from flows.params import IngestParams, SourceParams
     from sinks.alignment import verify_alignment
     from sinks.config import SinkSettings
+    from tasks.generations import ingest_settings
     from tasks.resources import ALL_SINKS, RunConfig, flow_sinks
 
-    settings = SinkSettings()
-    run = RunConfig(ChunkStrategy(), settings, ALL_SINKS)
+    run = RunConfig(ChunkStrategy(), SinkSettings(), ALL_SINKS)
+    settings = ingest_settings(run)  # the generation the ingests below write to, so they reuse these sinks
     params = IngestParams(source=SourceParams(root=str(corpus)), batch_size=args.batch_size)
 
     @flow(name="bench-warmup")

@@ -37,6 +37,8 @@ def test_deployments_carry_schedule_triggers_and_templated_parameters(tmp_path: 
 
     assert [s.schedule.cron for s in by_name["reindex"].schedules] == ["15 4 * * *"]
     assert by_name["ingest"].schedules in (None, [])
+    assert by_name["rebuild"].schedules in (None, []) and not by_name["rebuild"].triggers  # deliberate only
+    assert by_name["rebuild"].parameters["params"]["source"]["root"] == str(tmp_path.resolve())
     assert by_name["reindex"].parameters["params"]["source"]["root"] == str(tmp_path.resolve())
 
     (updated,) = by_name["ingest-document"].triggers
@@ -74,7 +76,7 @@ def test_sample_corpus_is_ours_varied_and_sized() -> None:
         assert "unichunk" in path.read_text(encoding="utf-8").lower(), path.name
 
 
-def test_prefect_yaml_declares_the_same_four_deployments_for_a_process_pool() -> None:
+def test_prefect_yaml_declares_the_same_deployments_for_a_process_pool() -> None:
     config = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text())
     deployments = {d["name"]: d for d in config["deployments"]}
     assert set(deployments) == set(DEPLOYMENT_NAMES)

@@ -15,11 +15,13 @@ from pathlib import Path
 
 import pytest
 from falkordb import FalkorDB
+from typer.testing import CliRunner
 
 from chunking.config import ChunkStrategy
 from chunking.ids import derive_document_id
 from chunking.models import Document
 from chunking.service import ChunkingService
+from deployments.cli import app
 from flows.ingest import ingest
 from flows.params import IngestParams, RebuildParams, SourceParams
 from flows.rebuild import rebuild
@@ -152,6 +154,13 @@ def test_rebuild_serves_the_old_generation_until_a_verified_cutover_then_rolls_b
     vectors = get_sinks(["vectors"], settings_for(SinkSettings(), gen_b))["vectors"]
     assert vectors.alias_target(SinkSettings().qdrant_collection) == vectors.collection
     assert StatusStore.in_data_dir(pipeline_env).expected_chunk_ids() == ids_b  # readers follow the switch
+    shown = CliRunner().invoke(app, ["status"], env={"COLUMNS": "250"})
+    assert shown.exit_code == 0, shown.output
+    lines = {
+        line.split()[1]: line for line in shown.output.splitlines() if line.split()[1:2] in ([gen_a], [gen_b])
+    }
+    assert " live " in lines[gen_b] and "sentence 128/0" in lines[gen_b]
+    assert " retired " in lines[gen_a] and "kept until" in lines[gen_a] and "token_window" in lines[gen_a]
 
     # Roll back: A is verified and made live again; B is retained in turn.
     result = switch_generation(return_state=True).result()
