@@ -1,8 +1,9 @@
 """`ChunkingService`: the one entry point the pipeline calls to chunk a document.
 
-It resolves "auto" to a concrete strategy, reuses chunker instances (token tables and compiled settings
-are built once), and records metrics. Strategies are imported lazily from a name -> "module:Class"
-registry, so a strategy's heavy dependencies load only when it is used.
+It resolves "auto" to a concrete strategy and sizes (`AUTO_DEFAULTS` per document kind), reuses chunker
+instances (token tables and compiled settings are built once), and records metrics. Strategies are
+imported lazily from a name -> "module:Class" registry, so a strategy's heavy dependencies load only when
+it is used.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import PurePosixPath
 
 from chunking import metrics
 from chunking.base import BaseChunker
-from chunking.config import ChunkStrategy
+from chunking.config import ChunkStrategy, DocumentKind
 from chunking.models import Chunk, Document
 
 REGISTRY: dict[str, str] = {
@@ -38,15 +39,9 @@ def chunker_class(name: str) -> type[BaseChunker]:
     return getattr(importlib.import_module(module_name), class_name)
 
 
-def resolve_strategy_name(document: Document, strategy: ChunkStrategy | None = None) -> str:
-    """The concrete strategy for `document`: the configured one, or for "auto" one chosen by type.
-
-    Markdown (mime or .md/.markdown) -> markdown; HTML (mime or .html/.htm) or any document carrying
-    extracted `blocks` -> html; everything else -> token_window.
-    """
-    name = (strategy or ChunkStrategy()).name
-    if name != "auto":
-        return name
+def document_kind(document: Document) -> DocumentKind:
+    """Markdown (mime or .md/.markdown), HTML (mime or .html/.htm, or any document carrying extracted
+    `blocks`), or text: plain text, PDF, email and anything unrecognised."""
     mime = (document.mime_type or "").split(";")[0].strip().lower()
     suffixes = {
         PurePosixPath(p.replace("\\", "/")).suffix.lower() for p in (document.path, document.source_id) if p
@@ -55,7 +50,20 @@ def resolve_strategy_name(document: Document, strategy: ChunkStrategy | None = N
         return "markdown"
     if mime in _HTML_MIME or suffixes & _HTML_EXT or document.blocks:
         return "html"
-    return "token_window"
+    return "text"
+
+
+def resolve_strategy(document: Document, strategy: ChunkStrategy | None = None) -> ChunkStrategy:
+    """The concrete settings `document` is chunked with: the configured ones, or for "auto" the strategy
+    and (where unset) sizes of `AUTO_DEFAULTS` for the document's kind."""
+    strategy = strategy or ChunkStrategy()
+    return strategy if strategy.name != "auto" else strategy.for_kind(document_kind(document))
+
+
+def resolve_strategy_name(document: Document, strategy: ChunkStrategy | None = None) -> str:
+    """The concrete strategy for `document`: the configured one, or for "auto" one chosen by type
+    (markdown -> markdown, HTML -> html, everything else -> sentence; see `AUTO_DEFAULTS`)."""
+    return resolve_strategy(document, strategy).name
 
 
 class ChunkingService:
@@ -67,14 +75,12 @@ class ChunkingService:
 
     def chunker_for(self, document: Document, strategy: ChunkStrategy | None = None) -> BaseChunker:
         """The (cached) chunker that `chunk` would use for this document and strategy."""
-        strategy = strategy or ChunkStrategy()
-        name = resolve_strategy_name(document, strategy)
-        key = (name, strategy)
+        settings = resolve_strategy(document, strategy)
+        key = (settings.name, settings)
         with self._lock:
             chunker = self._chunkers.get(key)
             if chunker is None:
-                settings = strategy if strategy.name == name else strategy.model_copy(update={"name": name})
-                chunker = self._chunkers[key] = chunker_class(name)(settings)
+                chunker = self._chunkers[key] = chunker_class(settings.name)(settings)
         return chunker
 
     def chunk(self, document: Document, strategy: ChunkStrategy | None = None) -> list[Chunk]:

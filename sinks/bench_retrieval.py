@@ -1,6 +1,7 @@
 """Retrieval quality of each chunking strategy and size, next to two baselines measured in the same run.
 
     python -m sinks.bench_retrieval [--corpora DIR] [--questions FILE] [--quick]
+        [--configs sweep,sentence:390/58,markdown:400/60] [--budgets 1000,2000,4000]
 
 Each corpus is ingested as one document through the real sinks (BM25Sink on a temp file, QdrantSink on an
 in-memory Qdrant client with the default MiniLM embedder) and every question is answered by
@@ -11,6 +12,11 @@ and IoU, with the retrieved chunks' spans merged by offsets first (overlapping w
 as `sinks.context` assembles them). The retrieved-token budget per question is the tiktoken count of
 that merged text. Embeddings are cached by sha256 of the text (memory and `--cache-dir`), so configs
 sharing chunks embed them once.
+
+Recall@k alone favours whoever retrieves more text, so the budget-matched view also takes each config's
+hits in rank order while the merged retrieved text stays within a fixed token budget (1000/2000/4000 and
+the reference baseline's own tokens@5) and reports the recall bought with it. `--configs` runs only named
+configurations (the baselines always run), so candidate sizes are cheap to compare.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import argparse
 import csv
 import json
 import logging
+import re
 import sqlite3
 import sys
 import tempfile
@@ -43,7 +50,11 @@ MODES = ("keywords", "vectors", "hybrid")
 STRATEGIES = ("token_window", "fixed_chars", "sentence", "paragraph", "markdown")
 SIZES = (200, 400, 800)
 OVERLAPS = (0.0, 0.15)
-CANDIDATES = 40  # fixed RRF depth, so the top-k of every k is a prefix of the top-10
+CANDIDATES = 40  # fixed RRF depth, so the top-k of every k is a prefix of the top-DEPTH
+DEPTH = 40  # hits kept per question: enough to fill a 4000-token budget with 200-token chunks
+BUDGETS = (1000, 2000, 4000)
+REFERENCE = "llama SentenceSplitter 400/60"  # the baseline whose tokens@5 is the matched budget
+WINDOW = "fixed token window 800/400"
 Interval = tuple[int, int]
 
 
@@ -213,24 +224,53 @@ def ours(name: str, size: int, overlap: int) -> Callable[[Document], list[Chunk]
     return lambda document: service.chunk(document, strategy)
 
 
-def configurations(quick: bool) -> list[tuple[str, bool, Callable[[Document], list[Chunk]]]]:
-    """(label, is_baseline, chunker). fixed_chars sizes are characters: 4 per token, capped at 2048."""
+Config = tuple[str, bool, Callable[[Document], list[Chunk]]]
+
+
+def ours_config(name: str, size: int, overlap: int) -> Config:
+    """One of our strategies at `size`/`overlap` (fixed_chars: characters, labelled with a "c")."""
+    unit = "c" if name == "fixed_chars" else ""
+    return f"{name} {size}{unit}/{overlap}", False, ours(name, size, overlap)
+
+
+def sweep(quick: bool) -> list[Config]:
+    """Every strategy x size x overlap. fixed_chars sizes are characters: 4 per token, capped at 2048."""
     sizes, strategies, overlaps = ((400,), ("sentence", "token_window"), (0.15,)) if quick else (
         SIZES, STRATEGIES, OVERLAPS)  # fmt: skip
-    configs: list[tuple[str, bool, Callable[[Document], list[Chunk]]]] = []
+    configs = []
     for name in strategies:
         for size in sizes:
             for share in overlaps:
                 unit_size = min(4 * size, 2048) if name == "fixed_chars" else size
-                overlap = round(unit_size * share)
-                unit = "c" if name == "fixed_chars" else ""
-                configs.append((f"{name} {unit_size}{unit}/{overlap}", False, ours(name, unit_size, overlap)))
-    for size in sizes:
+                configs.append(ours_config(name, unit_size, round(unit_size * share)))
+    return configs
+
+
+def parse_configs(spec: str) -> list[Config]:
+    """`sweep`, `quick` or `strategy:size/overlap` items, comma-separated (e.g. `sentence:390/58`)."""
+    configs: list[Config] = []
+    for item in (part.strip() for part in spec.split(",")):
+        if item in {"sweep", "quick"}:
+            configs += sweep(item == "quick")
+            continue
+        match = re.fullmatch(r"(\w+):(\d+)/(\d+)", item)
+        if match is None or match[1] not in STRATEGIES:
+            raise SystemExit(
+                f"bad --configs item {item!r}: want sweep, quick or one of {STRATEGIES}:SIZE/OVERLAP"
+            )
+        configs.append(ours_config(match[1], int(match[2]), int(match[3])))
+    return list({label: (label, b, c) for label, b, c in configs}.values())
+
+
+def configurations(quick: bool, spec: str | None = None) -> list[Config]:
+    """(label, is_baseline, chunker): ours (the sweep, or `spec`), then the baselines, always."""
+    configs = parse_configs(spec) if spec else sweep(quick)
+    for size in (400,) if quick else SIZES:
         overlap = round(size * 0.15)
         configs.append(
             (f"llama SentenceSplitter {size}/{overlap}", True, llama_sentence_splitter(size, overlap))
         )
-    configs.append(("fixed token window 800/400", True, fixed_token_window(800, 400)))
+    configs.append((WINDOW, True, fixed_token_window(800, 400)))
     return configs
 
 
@@ -287,7 +327,25 @@ def score(question: Question, doc_id: str, hits: Sequence[tuple[str, int, int]],
 # -- the run ------------------------------------------------------------------------------------------------
 
 
-def run(corpora_dir: Path, questions_file: Path, quick: bool, cache_dir: Path | None) -> list[dict]:
+def curve(question: Question, doc_id: str, hits: Sequence[tuple[str, int, int]], starts: dict) -> np.ndarray:
+    """(DEPTH + 1, 4) array: row n = score() of the top-n hits (row 0 = nothing retrieved)."""
+    out = np.zeros((DEPTH + 1, 4))
+    for n in range(1, DEPTH + 1):
+        out[n] = out[n - 1] if n > len(hits) else score(question, doc_id, hits[:n], starts)
+    return out
+
+
+@dataclass
+class Results:
+    """Mean figures per (config, retriever, k) in `rows`; per-question curves for budgets and pairing."""
+
+    rows: list[dict]
+    curves: dict[tuple[str, str], np.ndarray]  # (config, retriever) -> (questions, DEPTH + 1, 4)
+
+
+def run(
+    corpora_dir: Path, questions_file: Path, quick: bool, cache_dir: Path | None, spec: str | None = None
+) -> Results:
     from qdrant_client import QdrantClient
 
     from sinks.bm25 import BM25Sink
@@ -304,10 +362,10 @@ def run(corpora_dir: Path, questions_file: Path, quick: bool, cache_dir: Path | 
     starts = {d.document_id: token_starts(d.text)[:-1] for d in corpora.values()}
     embedder = CachedEmbedder(MiniLMEmbedder(), cache_dir)
     client = QdrantClient(":memory:")
-    results: list[dict] = []
-    seen: dict[tuple, list[dict]] = {}
+    results = Results([], {})
+    seen: dict[tuple, str] = {}
     with tempfile.TemporaryDirectory(prefix="bench_retrieval_") as tmp:
-        for number, (label, baseline, chunker) in enumerate(configurations(quick)):
+        for number, (label, baseline, chunker) in enumerate(configurations(quick, spec)):
             started = time.perf_counter()
             chunked = {name: chunker(doc) for name, doc in corpora.items()}
             n_chunks = sum(len(c) for c in chunked.values())
@@ -315,10 +373,11 @@ def run(corpora_dir: Path, questions_file: Path, quick: bool, cache_dir: Path | 
             signature = tuple((c.start_char, c.end_char) for cs in chunked.values() for c in cs)
             base = {"config": label, "baseline": baseline, "chunks": n_chunks, "chunk_tokens": mean_tokens}
             if signature in seen:  # a strategy that ignores overlap: same chunks, same scores
-                results += [r | base | {"same_as": r["config"]} for r in seen[signature]]
-                print(
-                    f"[{number + 1}] {label}: same chunks as {seen[signature][0]['config']}", file=sys.stderr
-                )
+                twin = seen[signature]
+                results.rows += [r | base | {"same_as": twin} for r in results.rows if r["config"] == twin]
+                for mode in MODES:
+                    results.curves[(label, mode)] = results.curves[(twin, mode)]
+                print(f"[{number + 1}] {label}: same chunks as {twin}", file=sys.stderr)
                 continue
             settings = SinkSettings(data_dir=Path(tmp), qdrant_collection=f"bench_{number}")
             keywords = BM25Sink(settings, path=Path(tmp) / f"bm25_{number}.sqlite")
@@ -327,23 +386,20 @@ def run(corpora_dir: Path, questions_file: Path, quick: bool, cache_dir: Path | 
                 keywords.upsert(doc, chunked[name])
                 vectors.upsert(doc, chunked[name])
             sinks = {"keywords": keywords, "vectors": vectors}
-            sums: dict[tuple[str, int], np.ndarray] = {}
-            for q in questions:
-                for mode in MODES:
+            for mode in MODES:
+                per_question = []
+                for q in questions:
                     found = retrieve(
-                        sinks, q.text, max(KS), RetrievalSettings(mode=mode, candidates=CANDIDATES)
+                        sinks, q.text, DEPTH, RetrievalSettings(mode=mode, candidates=CANDIDATES)
                     )
                     spans = [(h.document_id, h.start_char, h.end_char) for h in found.hits]
-                    for k in KS:
-                        figures = np.asarray(score(q, doc_ids[q.corpus], spans[:k], starts), dtype=float)
-                        sums[(mode, k)] = sums.get((mode, k), 0.0) + figures
-            rows = []
-            for (mode, k), total in sums.items():
-                r, p, iou, tok = (total / len(questions)).tolist()
-                rows.append(base | {"retriever": mode, "k": k, "recall": r, "precision": p, "iou": iou,
-                                    "tokens": tok})  # fmt: skip
-            seen[signature] = rows
-            results += rows
+                    per_question.append(curve(q, doc_ids[q.corpus], spans, starts))
+                curves = results.curves[(label, mode)] = np.stack(per_question)
+                for k in KS:
+                    r, p, iou, tok = curves[:, k].mean(axis=0).tolist()
+                    results.rows.append(base | {"retriever": mode, "k": k, "recall": r, "precision": p,
+                                                "iou": iou, "tokens": tok})  # fmt: skip
+            seen[signature] = label
             keywords.close()
             client.delete_collection(f"bench_{number}")
             print(
@@ -355,11 +411,43 @@ def run(corpora_dir: Path, questions_file: Path, quick: bool, cache_dir: Path | 
     return results
 
 
-def print_tables(results: list[dict], k_main: int = 5) -> None:
-    """A markdown table at k=5 (every config x retriever) and one of recall/tokens at each k for hybrid."""
-    by = {(r["config"], r["retriever"], r["k"]): r for r in results}
-    configs = list(dict.fromkeys(r["config"] for r in results))
-    info = {r["config"]: r for r in results}
+def within_budget(curves: np.ndarray, budget: float) -> tuple[float, float]:
+    """Mean (recall, tokens) when each question takes its ranked hits while they fit in `budget` tokens.
+
+    Hits are added in rank order and the first one that would push the merged text over the budget stops
+    the list, so no question ever reads more than `budget` tokens.
+    """
+    chosen = budget_pick(curves, budget)
+    return float(chosen[:, 0].mean()), float(chosen[:, 3].mean())
+
+
+def budget_pick(curves: np.ndarray, budget: float) -> np.ndarray:
+    """Per question, the score row of the longest ranked prefix whose merged text fits in `budget`."""
+    tokens = curves[:, :, 3]
+    fits = tokens <= budget  # row 0 (nothing) always fits; tokens only grow with n
+    last = np.where(fits, np.arange(tokens.shape[1]), 0).max(axis=1)
+    return curves[np.arange(len(curves)), last]
+
+
+def paired(
+    ours_curves: np.ndarray, base_curves: np.ndarray, k: int | None = None, budget: float | None = None
+) -> tuple[float, int, int]:
+    """(recall difference summed over questions, questions ours covers better, questions it covers worse),
+    at top-k or, with `budget`, at that token budget."""
+    if budget is not None:
+        diff = budget_pick(ours_curves, budget)[:, 0] - budget_pick(base_curves, budget)[:, 0]
+    else:
+        diff = ours_curves[:, k, 0] - base_curves[:, k, 0]
+    return float(diff.sum()), int((diff > 1e-9).sum()), int((diff < -1e-9).sum())
+
+
+def print_tables(results: Results, budgets: Sequence[int] = BUDGETS, k_main: int = 5) -> None:
+    """The k=5 table (every config x retriever), hybrid recall/tokens at each k, the budget-matched view,
+    and each of ours against the baselines, paired by question."""
+    rows = results.rows
+    by = {(r["config"], r["retriever"], r["k"]): r for r in rows}
+    configs = list(dict.fromkeys(r["config"] for r in rows))
+    info = {r["config"]: r for r in rows}
     print(f"\n### k = {k_main}: recall / precision / IoU (%), retrieved tokens per question\n")
     head = "| chunking | chunks | mean tokens | " + " | ".join(
         f"{m} R / P / IoU | {m} tokens" for m in MODES) + " |"  # fmt: skip
@@ -381,6 +469,8 @@ def print_tables(results: list[dict], k_main: int = 5) -> None:
             f"{100 * by[(c, 'hybrid', k)]['recall']:.1f} | {by[(c, 'hybrid', k)]['tokens']:.0f}" for k in KS
         ]
         print(f"| {c} | " + " | ".join(cells) + " |")
+    print_budget_table(results, configs, info, budgets, k_main)
+    print_paired(results, configs, info, k_main)
     print()
     for m in MODES:
         baselines = [(c, by[(c, m, k_main)]) for c in configs if info[c]["baseline"]]
@@ -398,6 +488,76 @@ def print_tables(results: list[dict], k_main: int = 5) -> None:
             )
 
 
+def print_budget_table(
+    results: Results, configs: list[str], info: dict, budgets: Sequence[int], k_main: int
+) -> None:
+    """Recall (%) when every question reads at most B tokens of ranked hits; B includes the reference
+    baseline's own tokens@k (per retriever), so that column is its recall@k against everyone at its budget."""
+    matched = {
+        m: next(
+            (
+                r["tokens"]
+                for r in results.rows
+                if (r["config"], r["retriever"], r["k"]) == (REFERENCE, m, k_main)
+            ),
+            None,
+        )
+        for m in MODES
+    }
+    print("\n### budget-matched recall (%): ranked hits taken while the merged text fits in B tokens\n")
+    cols = [("hybrid", float(b)) for b in budgets]
+    cols += [(m, matched[m]) for m in ("hybrid", "keywords", "vectors") if matched[m] is not None]
+    print(
+        "| chunking | "
+        + " | ".join(f"{m} B={b:.0f}" + (" (ref)" if b == matched[m] else "") for m, b in cols)
+        + " |"
+    )
+    print("|" + "---|" * (1 + len(cols)))
+    for c in configs:
+        cells = [f"{100 * within_budget(results.curves[(c, m)], b)[0]:.1f}" for m, b in cols]
+        name = f"**{c}** (baseline)" if info[c]["baseline"] else c
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    if matched["hybrid"] is not None:
+        print(f"\n(ref) = {REFERENCE}'s own tokens@{k_main} for that retriever: the budget it spent.")
+
+
+def print_paired(results: Results, configs: list[str], info: dict, k_main: int) -> None:
+    """Each of ours against each baseline at R@k, question by question: the recall difference expressed in
+    questions (sum of per-question differences) and how many questions it covers better / worse."""
+    baselines = [c for c in configs if info[c]["baseline"] and c in (REFERENCE, WINDOW)]
+    n = len(next(iter(results.curves.values())))
+    print(
+        f"\n### paired by question, R@k vs baselines: recall difference in questions (of {n}), better / worse\n"
+    )
+    ref_budget = next(r["tokens"] for r in results.rows if (r["config"], r["retriever"], r["k"]) == (
+        REFERENCE, "hybrid", k_main))  # fmt: skip
+    cols = [(m, k, b) for b in baselines for m, k in (("hybrid", 3), ("hybrid", k_main), ("hybrid", 10),
+            ("keywords", k_main), ("vectors", k_main), ("hybrid", None))]  # fmt: skip
+    short = {REFERENCE: "SS", WINDOW: "win"}
+    print(
+        "| chunking | "
+        + " | ".join(
+            f"{short[b]} {m[0]}@{k}" if k else f"{short[b]} h B={ref_budget:.0f}" for m, k, b in cols
+        )
+        + " |"
+    )
+    print("|" + "---|" * (1 + len(cols)))
+    for c in configs:
+        if info[c]["baseline"]:
+            continue
+        cells = []
+        for m, k, b in cols:
+            budget = None if k else ref_budget
+            diff, better, worse = paired(results.curves[(c, m)], results.curves[(b, m)], k, budget)
+            cells.append(f"{diff:+.1f} ({better}/{worse})")
+        print(f"| {c} | " + " | ".join(cells) + " |")
+    print(
+        f"\nSS = {REFERENCE}, win = {WINDOW}; h/k/v = hybrid/keywords/vectors; B = SS's hybrid tokens@{k_main}"
+    )
+    print("as a per-question budget. A cell is the sum over questions of (our recall - its recall), then")
+    print("(questions we cover better / worse).")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -405,20 +565,37 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--questions", type=Path, default=EVAL_DIR / "questions.csv", help="questions CSV")
     parser.add_argument("--quick", action="store_true", help="2 strategies, 1 size, every 6th question")
+    parser.add_argument(
+        "--configs",
+        default=None,
+        help="only these of ours, comma-separated: sweep, quick or STRATEGY:SIZE/OVERLAP "
+        "(e.g. sentence:390/58,markdown:400/60); the baselines always run",
+    )
+    parser.add_argument(
+        "--budgets", default=",".join(map(str, BUDGETS)), help="token budgets of the budget-matched view"
+    )
     parser.add_argument("--cache-dir", default=str(Path(".unichunk") / "bench_embeddings"),
                         help="on-disk embedding cache ('' to disable)")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this JSON file")
     args = parser.parse_args(argv)
+    budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
+    if args.configs:
+        parse_configs(args.configs)  # fail on a typo before loading anything
     logging.getLogger("sinks.qdrant").setLevel(logging.ERROR)  # 800-token chunks exceed MiniLM's 256
     started = time.perf_counter()
     cache = Path(args.cache_dir) if args.cache_dir else None
-    results = run(args.corpora, args.questions, args.quick, cache)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
-    print_tables(results)
+    results = run(args.corpora, args.questions, args.quick, cache, args.configs)
+    if args.json:  # one row per (config, retriever, k); the budget view rides along per (config, retriever)
+        for row in results.rows:
+            curves = results.curves[(row["config"], row["retriever"])]
+            spent = {str(b): within_budget(curves, b) for b in budgets}
+            row["budget_recall"] = {b: r for b, (r, _) in spent.items()}
+            row["budget_tokens"] = {b: t for b, (_, t) in spent.items()}
+        args.json.write_text(json.dumps(results.rows, indent=1))
+    print_tables(results, budgets)
     if LOST[0]:
         print(f"note: {LOST[0]} SentenceSplitter chunks could not be located in the text and were dropped")
-    print(f"\n{len(results)} rows in {time.perf_counter() - started:.0f}s")
+    print(f"\n{len(results.rows)} rows in {time.perf_counter() - started:.0f}s")
 
 
 if __name__ == "__main__":

@@ -304,8 +304,10 @@ class KnowledgeGraphSink(Sink):
         *,
         store_content: bool = True,
         batch_size: int = 1000,
+        generation: str | None = None,
     ) -> None:
         self.backend = backend
+        self.generation = generation  # recorded on every Chunk node
         self.extractor = extractor or SpacyExtractor()
         self.store_content = store_content
         self.batch_size = batch_size
@@ -324,7 +326,7 @@ class KnowledgeGraphSink(Sink):
             from sinks.llm_extraction import LLMExtractor
 
             extractor = LLMExtractor.from_settings(settings)
-        return cls(open_backend(settings), extractor)
+        return cls(open_backend(settings), extractor, generation=settings.generation)
 
     # -- writing -----------------------------------------------------------------------------------
 
@@ -441,6 +443,8 @@ class KnowledgeGraphSink(Sink):
         }
         if self.store_content:
             props["content"] = _clean(chunk.content)
+        if self.generation is not None:
+            props["generation"] = self.generation
         return {"chunk_id": chunk.chunk_id, "document_id": chunk.document_id, "props": props}
 
     # -- reading -----------------------------------------------------------------------------------

@@ -22,17 +22,38 @@ class Searchable(Protocol):
 
 @dataclass
 class Hit:
-    """One fused result; `ranks`/`scores` hold the 1-based rank and raw score from each retriever."""
+    """One fused result: the chunk as a retriever returned it, the fused `score`, and in `ranks`/`scores`
+    the 1-based rank and raw score from each retriever. The chunk's identity, offsets and text read
+    through (`hit.content`), so they are held once, not copied."""
 
-    chunk_id: str
-    document_id: str
-    score: float
-    content: str
-    start_char: int
-    end_char: int
-    heading_chain: tuple[str, ...]
+    chunk: ScoredChunk
+    score: float = 0.0
     ranks: dict[str, int] = field(default_factory=dict)
     scores: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def chunk_id(self) -> str:
+        return self.chunk.chunk_id
+
+    @property
+    def document_id(self) -> str:
+        return self.chunk.document_id
+
+    @property
+    def content(self) -> str:
+        return self.chunk.content
+
+    @property
+    def start_char(self) -> int:
+        return self.chunk.start_char
+
+    @property
+    def end_char(self) -> int:
+        return self.chunk.end_char
+
+    @property
+    def heading_chain(self) -> tuple[str, ...]:
+        return tuple(self.chunk.heading_chain)
 
 
 def rrf_fuse(
@@ -48,15 +69,7 @@ def rrf_fuse(
         for rank, found in enumerate(ranked, start=1):
             hit = hits.get(found.chunk_id)
             if hit is None:
-                hit = hits[found.chunk_id] = Hit(
-                    chunk_id=found.chunk_id,
-                    document_id=found.document_id,
-                    score=0.0,
-                    content=found.content,
-                    start_char=found.start_char,
-                    end_char=found.end_char,
-                    heading_chain=tuple(found.heading_chain),
-                )
+                hit = hits[found.chunk_id] = Hit(found)
             if retriever in hit.ranks:  # a retriever listing a chunk twice counts once, at its best rank
                 continue
             hit.ranks[retriever] = rank

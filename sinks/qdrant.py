@@ -186,7 +186,7 @@ class QdrantSink(Sink):
             models.PointStruct(
                 id=point_id(chunk.chunk_id),
                 vector=vectors[chunk.chunk_id],
-                payload=chunk_payload(document, chunk, ingested_at),
+                payload=chunk_payload(document, chunk, ingested_at, self.settings.generation),
             )
             for document in prepared.documents
             for chunk in prepared.chunks[document.document_id]
@@ -421,9 +421,12 @@ class QdrantSink(Sink):
             SINK_OPERATION_SECONDS.labels(self.name, operation).observe(time.perf_counter() - started)
 
 
-def chunk_payload(document: Document, chunk: Chunk, ingested_at: str) -> dict[str, Any]:
+def chunk_payload(
+    document: Document, chunk: Chunk, ingested_at: str, generation: str | None = None
+) -> dict[str, Any]:
     """What a point carries: the source metadata, flattened, under the chunk's own fields (which win)."""
     return document.source_metadata() | {
+        "generation": generation,
         "chunk_id": chunk.chunk_id,
         "document_id": chunk.document_id,
         "chunk_index": chunk.chunk_index,

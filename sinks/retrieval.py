@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sinks.base import ScoredChunk
 from sinks.hybrid import Hit, rrf_fuse
 
 Mode = Literal["hybrid", "keywords", "vectors"]
@@ -45,20 +46,10 @@ class Retrieval:
     keyword_top_score: float | None = None
 
 
-def _as_hits(found: Sequence[Any], retriever: str, k: int) -> list[Hit]:
+def _as_hits(found: Sequence[ScoredChunk], retriever: str, k: int) -> list[Hit]:
     """One retriever's list as fused-style hits: score is the raw score, ranks hold its own rank."""
     return [
-        Hit(
-            chunk_id=f.chunk_id,
-            document_id=f.document_id,
-            score=float(f.score),
-            content=f.content,
-            start_char=f.start_char,
-            end_char=f.end_char,
-            heading_chain=tuple(f.heading_chain),
-            ranks={retriever: rank},
-            scores={retriever: float(f.score)},
-        )
+        Hit(f, score=float(f.score), ranks={retriever: rank}, scores={retriever: float(f.score)})
         for rank, f in enumerate(found[:k], start=1)
     ]
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import subprocess
 import sys
 
 import pytest
 from prometheus_client import REGISTRY
 
-from chunking.config import ChunkStrategy
+from chunking import config
+from chunking.config import AUTO_DEFAULTS, STRATEGY_DEFAULTS, ChunkStrategy
 from chunking.models import Block, Document
-from chunking.service import ChunkingService, resolve_strategy_name
+from chunking.service import ChunkingService, document_kind, resolve_strategy, resolve_strategy_name
 
 AUTO = ChunkStrategy(name="auto")
 
@@ -25,13 +27,78 @@ AUTO = ChunkStrategy(name="auto")
         ({"mime_type": "text/html; charset=utf-8"}, "html"),
         ({"path": "page.htm"}, "html"),
         ({"blocks": (Block(kind="paragraph", start=0, end=4),)}, "html"),
-        ({"mime_type": "text/plain", "path": "a.txt"}, "token_window"),
-        ({"mime_type": "application/pdf"}, "token_window"),
-        ({}, "token_window"),
+        ({"mime_type": "text/plain", "path": "a.txt"}, "sentence"),
+        ({"mime_type": "application/pdf"}, "sentence"),
+        ({"mime_type": "message/rfc822", "path": "mail.eml"}, "sentence"),
+        ({}, "sentence"),
     ],
 )
 def test_auto_resolution_by_mime_extension_and_blocks(fields: dict, expected: str) -> None:
     assert resolve_strategy_name(Document(text="text", **fields), AUTO) == expected
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"path": "a.txt"}, ("sentence", 360, 54)),
+        ({"mime_type": "application/pdf"}, ("sentence", 360, 54)),
+        ({"path": "a.md"}, ("markdown", 360, 54)),
+        ({"path": "a.html"}, ("html", *STRATEGY_DEFAULTS["html"])),
+    ],
+)
+def test_auto_uses_the_benchmarked_sizes_per_kind(fields: dict, expected: tuple) -> None:
+    """The shipped default follows the README's retrieval benchmark; html keeps its own word packing."""
+    settings = resolve_strategy(Document(text="text", **fields), AUTO)
+    assert (settings.name, settings.chunk_size, settings.chunk_overlap) == expected
+    assert settings.sizes_for(settings.name) == expected[1:]
+
+
+def test_auto_sizes_fill_only_what_the_user_left_unset() -> None:
+    text = Document(text="text", path="a.txt")
+    assert resolve_strategy(text, ChunkStrategy(chunk_size=300)).sizes_for("sentence") == (300, 54)
+    assert resolve_strategy(text, ChunkStrategy(chunk_overlap=0)).sizes_for("sentence") == (360, 0)
+    assert resolve_strategy(text, ChunkStrategy(chunk_size=128)).sizes_for("sentence") == (128, 54)
+    only_size = resolve_strategy(text, ChunkStrategy(chunk_size=200, chunk_overlap=10))
+    assert (only_size.name, only_size.chunk_size, only_size.chunk_overlap) == ("sentence", 200, 10)
+    # a strategy named explicitly keeps its own defaults (issue 2), not auto's
+    explicit = resolve_strategy(text, ChunkStrategy(name="sentence"))
+    assert explicit.chunk_size is None and explicit.sizes_for("sentence") == STRATEGY_DEFAULTS["sentence"]
+    assert ChunkStrategy(name="token_window").sizes_for("token_window") == STRATEGY_DEFAULTS["token_window"]
+
+
+def test_auto_chunks_plain_text_at_the_auto_size() -> None:
+    """Real chunking: the text chunks are sentence chunks no larger than auto's 360 tokens."""
+    text = " ".join(f"Sentence number {i} says something about topic {i % 7}." for i in range(600))
+    chunks = ChunkingService().chunk(Document(text=text, path="notes.txt"), AUTO)
+    assert len(chunks) > 3
+    assert {c.metadata["strategy"] for c in chunks} == {"sentence"}
+    assert max(c.token_count for c in chunks) <= AUTO_DEFAULTS["text"][1]
+    assert max(c.token_count for c in chunks) > 300  # packed up to the size, not left as tiny pieces
+    assert all(b.start_char < a.end_char for a, b in itertools.pairwise(chunks))  # the 54-token overlap
+
+
+def test_fingerprint_changes_when_a_default_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks are keyed by the fingerprint, so a changed default must not reuse chunks made under the old."""
+    auto, sentence = ChunkStrategy(), ChunkStrategy(name="sentence")
+    explicit = ChunkStrategy(name="sentence", chunk_size=300, chunk_overlap=30)
+    before = (auto.fingerprint(), sentence.fingerprint(), explicit.fingerprint())
+    assert before == (ChunkStrategy().fingerprint(), ChunkStrategy(name="sentence").fingerprint(),
+                      explicit.fingerprint())  # fmt: skip
+    monkeypatch.setitem(config.AUTO_DEFAULTS, "text", ("sentence", 380, 57))
+    assert auto.fingerprint() != before[0]
+    assert (sentence.fingerprint(), explicit.fingerprint()) == before[1:]
+    monkeypatch.setitem(config.STRATEGY_DEFAULTS, "sentence", (500, 100))
+    assert sentence.fingerprint() != before[1]
+    assert explicit.fingerprint() == before[2]  # both sizes set: the defaults cannot matter
+    assert ChunkStrategy(name="paragraph").fingerprint() != ChunkStrategy(name="markdown").fingerprint()
+
+
+@pytest.mark.parametrize(
+    ("fields", "kind"),
+    [({"path": "x.MARKDOWN"}, "markdown"), ({"mime_type": "application/xhtml+xml"}, "html"), ({}, "text")],
+)
+def test_document_kind(fields: dict, kind: str) -> None:
+    assert document_kind(Document(text="text", **fields)) == kind
 
 
 def test_explicit_strategy_wins_over_type() -> None:
@@ -53,7 +120,8 @@ def test_chunkers_are_cached_per_name_and_settings() -> None:
     text_doc, other_doc = Document(text="a b c"), Document(text="d e f", path="x.txt")
     first = service.chunker_for(text_doc, AUTO)
     assert service.chunker_for(other_doc, ChunkStrategy(name="auto")) is first
-    assert first.name == "token_window"
+    assert first.name == "sentence"
+    assert first.strategy.sizes_for("sentence") == AUTO_DEFAULTS["text"][1:]
     assert service.chunker_for(text_doc, ChunkStrategy(name="auto", chunk_size=300)) is not first
     assert service.chunker_for(text_doc, ChunkStrategy(name="sentence")).name == "sentence"
 

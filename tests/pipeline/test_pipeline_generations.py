@@ -151,7 +151,13 @@ def test_rebuild_serves_the_old_generation_until_a_verified_cutover_then_rolls_b
     assert answer and answer <= ids_b
     assert _held(gen_b) == dict.fromkeys(ALL_SINKS, ids_b)  # every store: the new strategy's IDs only
     assert _held(gen_a) == dict.fromkeys(ALL_SINKS, ids_a)  # the old generation is kept, intact
-    vectors = get_sinks(["vectors"], settings_for(SinkSettings(), gen_b))["vectors"]
+    sinks_b = get_sinks(ALL_SINKS, settings_for(SinkSettings(), gen_b))
+    vectors = sinks_b["vectors"]
+    assert {p["generation"] for p in vectors.get_chunks(ids_b).values()} == {gen_b}  # each chunk records it
+    graph_rows = sinks_b["graph"].backend.run(
+        "MATCH (c:Chunk) RETURN DISTINCT c.generation AS g", write=False
+    )
+    assert graph_rows == [{"g": gen_b}]
     assert vectors.alias_target(SinkSettings().qdrant_collection) == vectors.collection
     assert StatusStore.in_data_dir(pipeline_env).expected_chunk_ids() == ids_b  # readers follow the switch
     shown = CliRunner().invoke(app, ["status"], env={"COLUMNS": "250"})

@@ -9,6 +9,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
@@ -345,9 +348,35 @@ def test_changed_embedder_dimension_is_a_clear_error(tmp_path: Path) -> None:
         assert sink.chunk_ids() == {make_chunks(document)[0].chunk_id}  # reads of stored IDs still work
 
 
-def test_second_local_client_on_same_path_is_refused(hash_sink: QdrantSink) -> None:
-    with pytest.raises(SinkError, match=r"already open.*UNICHUNK_QDRANT_URL"):
-        QdrantSink(hash_sink.settings, HashEmbedder())
+def test_sinks_in_one_process_share_the_local_client_and_another_process_is_refused(
+    hash_sink: QdrantSink,
+) -> None:
+    # In this process a second sink on the same storage (another generation, a reader) shares the client.
+    other = QdrantSink(hash_sink.settings, HashEmbedder())
+    document = make_document(["shared storage"], "shared")
+    other.upsert(document, make_chunks(document))
+    other.close()
+    assert hash_sink.chunk_ids(document.document_id) == {c.chunk_id for c in make_chunks(document)}
+    # Local mode allows one process per directory: another one gets a clear error naming the fix.
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from sinks.base import SinkError\n"
+        "from sinks.config import SinkSettings\n"
+        "from sinks.qdrant import open_client\n"
+        "try:\n"
+        "    open_client(SinkSettings(data_dir=Path(sys.argv[1])))\n"
+        "except SinkError as exc:\n"
+        "    print(exc)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(hash_sink.settings.data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert re.search(r"already open.*UNICHUNK_QDRANT_URL", result.stdout), result.stdout + result.stderr
 
 
 def test_store_failures_surface_as_sink_errors(tmp_path: Path) -> None:
