@@ -386,21 +386,26 @@ class QdrantSink(Sink):
             SINK_CHUNKS_REMOVED.labels(self.name).inc(len(ids))
 
     def _report_truncation(self, chunks: list[Chunk], texts: list[str]) -> int:
-        """Count (metric + WARNING per chunk) embed texts longer than the embedder's max input."""
+        """Count (metric) embed texts longer than the embedder's max input; one WARNING per document
+        naming its truncated chunks, so a long document does not bury the log under one line per chunk."""
         limit = self.embedder.max_tokens
-        truncated = 0
+        over: dict[str, list[tuple[str, int]]] = {}
         for chunk, tokens in zip(chunks, self.embedder.count_tokens(texts), strict=True):
             if tokens > limit:
-                truncated += 1
-                logger.warning(
-                    "document %s chunk %s: embed text is %d tokens, over %s's limit of %d; only its start "
-                    "is embedded (use smaller chunks for this embedder)",
-                    chunk.document_id,
-                    chunk.chunk_id,
-                    tokens,
-                    self.embedder.name,
-                    limit,
-                )
+                over.setdefault(chunk.document_id, []).append((chunk.chunk_id, tokens))
+        for document_id, found in over.items():
+            shown = ", ".join(chunk_id for chunk_id, _ in found[:3]) + (" ..." if len(found) > 3 else "")
+            logger.warning(
+                "document %s: %d chunk(s) over %s's limit of %d tokens (longest %d), only their start is "
+                "embedded (smaller chunks suit this embedder better): %s",
+                document_id,
+                len(found),
+                self.embedder.name,
+                limit,
+                max(tokens for _, tokens in found),
+                shown,
+            )
+        truncated = sum(len(found) for found in over.values())
         if truncated:
             EMBEDDER_TRUNCATED_CHUNKS.labels(self.embedder.name).inc(truncated)
         return truncated
