@@ -63,12 +63,13 @@ class SinkSettings(BaseSettings):
 
     @property
     def qdrant_path(self) -> Path:
-        """Local-mode storage: one directory for every generation, so one client can alias across them."""
-        return self.data_dir / "qdrant"
+        """Local-mode storage, one directory per generation: local mode lets one process open a directory,
+        so a rebuild writing the next generation must not lock out the process answering from the live one."""
+        return (self.generation_dir or self.data_dir) / "qdrant"
 
     @property
     def generation_dir(self) -> Path | None:
-        """Files of this generation alone (BM25 index, status table); None without a generation."""
+        """Files of this generation alone (local Qdrant, BM25 index, status table); None without one."""
         return None if self.generation is None else self.data_dir / "generations" / self.generation
 
     @property

@@ -243,8 +243,10 @@ class QdrantSink(Sink):
     def point_alias(self, alias: str) -> None:
         """Make `alias` name this sink's collection, in one atomic alias operation.
 
-        Outside readers (dashboards, other apps) query the alias and see whole generations only; our own
-        readers resolve the generation registry, so that all three stores come from the same generation.
+        On a server, outside readers (dashboards, other apps) query the alias and see whole generations
+        only; our own readers resolve the generation registry, so all three stores come from the same
+        generation. In local mode each generation has its own directory (no other process can read it
+        while it is open anyway), so the alias there simply names that directory's collection.
         """
         with self._operation("alias"), self._lock:
             self._check_collection(create=True)  # an alias needs its collection to exist

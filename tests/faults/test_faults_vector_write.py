@@ -41,7 +41,7 @@ def test_failed_vector_write_keeps_the_previous_version_everywhere_and_a_rerun_r
     # Keep the sinks open (as `unichunk serve` does) so the flow reuses them, then lock Qdrant's storage
     # the way another process holding a write transaction would: every point write now times out.
     sinks = get_sinks(ALL_SINKS, SinkSettings())
-    storage = next((fault_env / "qdrant").rglob("storage.sqlite"))
+    storage = next(sinks["vectors"].settings.qdrant_path.rglob("storage.sqlite"))
     blocker = sqlite3.connect(storage, timeout=0, isolation_level=None)
     blocker.execute("BEGIN EXCLUSIVE")
     monkeypatch.setattr(pipeline, "write_sink", write_sink.with_options(retries=1, retry_delay_seconds=0))

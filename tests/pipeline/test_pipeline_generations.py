@@ -173,17 +173,15 @@ def test_rebuild_serves_the_old_generation_until_a_verified_cutover_then_rolls_b
     assert result == {"live": gen_a, "previous": gen_b, "switched": True}
     assert _registry().live().generation_id == gen_a and _registry().get(gen_b).state == "retired"
     assert _answer("Prometheus metrics") <= ids_a
-    assert (
-        vectors.alias_target(SinkSettings().qdrant_collection)
-        == SinkSettings(generation=gen_a).collection_name
-    )
+    vectors_a = get_sinks(["vectors"], settings_for(SinkSettings(), gen_a))["vectors"]
+    assert vectors_a.alias_target(SinkSettings().qdrant_collection) == vectors_a.collection
 
     # Dropping B removes its collection, BM25 file, graph and status, and forgets it.
     drop_generation(SinkSettings(), gen_b)
     pinned = settings_for(SinkSettings(), gen_b)
     assert _registry().get(gen_b) is None
     assert not pinned.generation_dir.exists()
-    assert not vectors.client.collection_exists(pinned.collection_name)
+    assert not pinned.qdrant_path.exists()  # the local Qdrant storage went with the generation's directory
     assert pinned.graph_key not in FalkorDB.from_url(SinkSettings().falkordb_url).list_graphs()
     assert (
         SinkSettings(generation=gen_a).graph_key

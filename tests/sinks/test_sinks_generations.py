@@ -100,7 +100,8 @@ def test_each_generation_names_its_own_stores(tmp_path):
     pinned = settings_for(base, "g0123456789")
     assert pinned.collection_name == "chunks__g0123456789" and pinned.graph_key == "kg__g0123456789"
     assert pinned.bm25_path == tmp_path / "generations" / "g0123456789" / "bm25"
-    assert pinned.qdrant_path == base.qdrant_path  # one local storage, so one alias can span generations
+    # local mode: a directory per generation, so a rebuild does not lock readers of the live one out
+    assert pinned.qdrant_path == tmp_path / "generations" / "g0123456789" / "qdrant" != base.qdrant_path
     GenerationRegistry.in_data_dir(tmp_path).bootstrap("g0123456789", "f", {})
     assert live_settings(base).generation == "g0123456789"
     assert live_settings(settings_for(base, "gother")).generation == "gother"  # pinned stays pinned

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
+from qdrant_client import QdrantClient
 
 from chunking.base import Span, chunks_from_spans
 from chunking.models import Chunk, Document
@@ -391,3 +392,29 @@ def test_store_failures_surface_as_sink_errors(tmp_path: Path) -> None:
     assert caught.value.sink == "vectors"
     with pytest.raises(SinkError, match="Qdrant chunk_ids"):
         sink.chunk_ids()
+
+
+def test_the_live_alias_moves_between_generation_collections_atomically(tmp_path: Path) -> None:
+    # As on a server, where every generation's collection lives in one storage: one client, two sinks.
+    client = QdrantClient(path=str(tmp_path / "shared"))
+    old = QdrantSink(settings_for(tmp_path, generation="gold"), HashEmbedder(), client=client)
+    new = QdrantSink(settings_for(tmp_path, generation="gnew"), HashEmbedder(), client=client)
+    document = make_document(["first generation"], "alias")
+    old.upsert(document, make_chunks(document))
+    alias = old.settings.qdrant_collection
+    assert old.alias_target(alias) is None
+    old.point_alias(alias)
+    assert old.alias_target(alias) == "unichunk_chunks__gold"
+    assert client.count(alias).count == 1  # readers of the alias see the old generation
+    new.point_alias(alias)  # creates the new (empty) collection and moves the alias in one operation
+    assert new.alias_target(alias) == "unichunk_chunks__gnew" and client.count(alias).count == 0
+    new.point_alias(alias)  # idempotent
+    assert [a.alias_name for a in client.get_aliases().aliases] == [alias]
+    old.drop()
+    assert not client.collection_exists("unichunk_chunks__gold") and new.alias_target(alias)
+    # An existing collection under the alias's name is never shadowed.
+    taken = QdrantSink(settings_for(tmp_path, qdrant_collection="taken"), HashEmbedder(), client=client)
+    taken.upsert(document, make_chunks(document))
+    with pytest.raises(SinkError, match="cannot become the live alias"):
+        new.point_alias("taken")
+    client.close()
