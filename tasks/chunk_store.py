@@ -140,6 +140,16 @@ class ChunkStore:
             )
             return removed
 
+    def delete_fingerprint(self, fingerprint: str) -> int:
+        """Forget every chunk list made under `fingerprint` (a dropped generation's), and orphaned documents."""
+        with self._connect() as conn:
+            removed = conn.execute("DELETE FROM chunks WHERE fingerprint = ?", (fingerprint,)).rowcount
+            conn.execute(
+                "DELETE FROM documents WHERE NOT EXISTS (SELECT 1 FROM chunks WHERE "
+                "chunks.document_id = documents.document_id AND chunks.content_hash = documents.content_hash)"
+            )
+            return removed
+
     def document_ids(self) -> set[str]:
         """Every document with at least one stored chunk list (any version, any settings)."""
         with self._connect() as conn:

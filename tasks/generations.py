@@ -128,7 +128,21 @@ def drop_generation(settings: SinkSettings, generation_id: str) -> None:
     if pinned.generation_dir is not None:
         shutil.rmtree(pinned.generation_dir, ignore_errors=True)
     registry.forget(generation_id)
+    _forget_cached_chunks(settings, found)
     get_run_logger().info("dropped generation %s", generation_id)
+
+
+def _forget_cached_chunks(settings: SinkSettings, dropped: Generation | None) -> None:
+    """Drop the chunk cache of the dropped generation's chunking settings, unless another generation
+    (say, the same chunking with another embedder) still uses them."""
+    fingerprint = dropped.description.get("chunk_fingerprint") if dropped else None
+    if not fingerprint:
+        return
+    if any(g.description.get("chunk_fingerprint") == fingerprint for g in registry_of(settings).all()):
+        return
+    from tasks.chunk_store import ChunkStore
+
+    ChunkStore.in_data_dir(settings.data_dir).delete_fingerprint(str(fingerprint))
 
 
 def drop_expired(settings: SinkSettings) -> list[str]:

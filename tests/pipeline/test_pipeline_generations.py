@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from flows.switch import switch_generation
 from sinks.config import SinkSettings
 from sinks.generations import GenerationRegistry, settings_for
 from sinks.retrieval import retrieve
+from tasks.chunk_store import ChunkKey, ChunkStore
 from tasks.generations import drop_generation
 from tasks.resources import ALL_SINKS, RunConfig, get_sinks
 from tasks.status import StatusStore
@@ -176,8 +178,20 @@ def test_rebuild_serves_the_old_generation_until_a_verified_cutover_then_rolls_b
     vectors_a = get_sinks(["vectors"], settings_for(SinkSettings(), gen_a))["vectors"]
     assert vectors_a.alias_target(SinkSettings().qdrant_collection) == vectors_a.collection
 
-    # Dropping B removes its collection, BM25 file, graph and status, and forgets it.
+    # Dropping B removes its collection, BM25 file, graph, status and cached chunks, and forgets it.
+    chunk_store = ChunkStore.in_data_dir(pipeline_env)
+    note = corpus / "note_0.txt"
+    key = ChunkKey(
+        derive_document_id(source_system="fs", source_id=note.name),
+        Document(text=note.read_text(encoding="utf-8")).content_hash,
+        "",
+    )
+    cached = {
+        s.name: replace(key, fingerprint=RunConfig(s, SinkSettings()).chunk_fingerprint) for s in (A, B)
+    }
+    assert all(chunk_store.has(k) for k in cached.values())
     drop_generation(SinkSettings(), gen_b)
+    assert chunk_store.has(cached["token_window"]) and not chunk_store.has(cached["sentence"])
     pinned = settings_for(SinkSettings(), gen_b)
     assert _registry().get(gen_b) is None
     assert not pinned.generation_dir.exists()
