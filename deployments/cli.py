@@ -440,9 +440,9 @@ def generations_drop(
     generation_id: Annotated[str, typer.Argument(help="A generation that is not live.")],
 ) -> None:
     """Delete a generation's stores now, without waiting for its retention."""
-    from tasks.generations import drop_generation
+    from flows.switch import drop_generation_now
 
-    drop_generation(_settings(), generation_id)  # a Prefect task run of its own (no flow needed)
+    drop_generation_now(generation_id)
     console.print(f"dropped {generation_id}")
 
 

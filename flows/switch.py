@@ -15,7 +15,7 @@ from chunking.config import ChunkStrategy
 from flows.pipeline import sinks_context
 from sinks.config import SinkSettings
 from sinks.generations import GenerationError
-from tasks.generations import registry_of, switch_live
+from tasks.generations import drop_generation, registry_of, switch_live
 from tasks.maintenance import verify_alignment_task
 from tasks.resources import ALL_SINKS, RunConfig
 
@@ -53,3 +53,11 @@ def switch_generation(generation_id: str | None = None, retention_hours: float =
         previous = switch_live(run, timedelta(hours=retention_hours))
     get_run_logger().info("switched to generation %s (was %s)", target, previous)
     return {"live": target, "previous": previous, "switched": True}
+
+
+@flow(name="drop-generation")
+def drop_generation_now(generation_id: str) -> str:
+    """Delete a generation that is not live (its stores, files and cached chunks) without waiting for its
+    retention; the CLI's `generations drop`."""
+    drop_generation(SinkSettings(), generation_id)
+    return generation_id

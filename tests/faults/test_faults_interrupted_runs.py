@@ -19,9 +19,14 @@ import pytest
 import servers
 from fault_checks import assert_converged, make_corpus
 
+from chunking.config import ChunkStrategy
 from flows.ingest import ingest
-from flows.params import IngestParams, SourceParams
+from flows.params import IngestParams, RebuildParams, SourceParams
+from flows.rebuild import rebuild
+from sinks.config import SinkSettings
+from sinks.generations import GenerationRegistry
 from tasks.chunk_store import ChunkStore
+from tasks.resources import ALL_SINKS, RunConfig
 from tasks.status import StatusStore
 
 DOCS = 120
@@ -119,3 +124,51 @@ def test_prefect_server_restarted_during_a_run_then_the_next_run_finishes(fault_
         server.stop()
     _assert_not_redone(status, done)
     assert len(assert_converged(fault_env)) == DOCS
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_killed_rebuild_leaves_the_live_generation_untouched_and_a_rerun_resumes(fault_env, tmp_path):
+    corpus = tmp_path / "corpus"
+    make_corpus(corpus, DOCS)
+    source = SourceParams(root=str(corpus))
+    assert ingest(IngestParams(source=source, batch_size=20), return_state=True).is_completed()
+    live_ids = assert_converged(fault_env)
+    registry = GenerationRegistry.in_data_dir(fault_env)
+    live = registry.live()
+    new_strategy = ChunkStrategy(name="sentence", chunk_size=128, chunk_overlap=0)
+    new_generation = RunConfig(new_strategy, SinkSettings(), ALL_SINKS).generation_id
+    assert new_generation != live.generation_id
+
+    log = tmp_path / "rebuild.log"
+    options = ["--strategy", "sentence", "--chunk-size", "128", "--chunk-overlap", "0", "--batch-size", "10"]
+    proc = subprocess.Popen(
+        [UNICHUNK, "rebuild", str(corpus), *options],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    building = StatusStore.in_data_dir(fault_env, readonly=True, generation=new_generation)
+    try:
+        deadline = time.monotonic() + 300
+        while building.counts()["processed"] < 30:
+            assert proc.poll() is None, f"rebuild ended early ({proc.returncode}): {log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, "rebuild made no progress"
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # mid-build: no cleanup of any kind
+        proc.wait()
+    done = {r.document_id for r in building.rows(state="processed")}
+    assert 30 <= len(done) < DOCS
+
+    # The live generation is exactly as it was: same generation, same chunks, nothing twice.
+    assert registry.live() == live and registry.get(new_generation).state == "building"
+    assert assert_converged(fault_env) == live_ids
+
+    state = rebuild(RebuildParams(source=source, strategy=new_strategy, batch_size=20), return_state=True)
+    summary = state.result(raise_on_failure=False)
+    assert state.is_completed(), state.message
+    assert summary.outcome == "switched" and summary.build.skipped == len(done)
+    assert summary.build.processed == DOCS - len(done)
+    assert registry.live().generation_id == new_generation
+    assert len(assert_converged(fault_env)) == DOCS  # the new generation, complete and aligned

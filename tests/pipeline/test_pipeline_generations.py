@@ -26,12 +26,11 @@ from deployments.cli import app
 from flows.ingest import ingest
 from flows.params import IngestParams, RebuildParams, SourceParams
 from flows.rebuild import rebuild
-from flows.switch import switch_generation
+from flows.switch import drop_generation_now, switch_generation
 from sinks.config import SinkSettings
 from sinks.generations import GenerationRegistry, settings_for
 from sinks.retrieval import retrieve
 from tasks.chunk_store import ChunkKey, ChunkStore
-from tasks.generations import drop_generation
 from tasks.resources import ALL_SINKS, RunConfig, get_sinks
 from tasks.status import StatusStore
 
@@ -190,7 +189,7 @@ def test_rebuild_serves_the_old_generation_until_a_verified_cutover_then_rolls_b
         s.name: replace(key, fingerprint=RunConfig(s, SinkSettings()).chunk_fingerprint) for s in (A, B)
     }
     assert all(chunk_store.has(k) for k in cached.values())
-    drop_generation(SinkSettings(), gen_b)
+    assert drop_generation_now(gen_b) == gen_b
     assert chunk_store.has(cached["token_window"]) and not chunk_store.has(cached["sentence"])
     pinned = settings_for(SinkSettings(), gen_b)
     assert _registry().get(gen_b) is None
@@ -252,3 +251,6 @@ def test_changed_settings_without_a_rebuild_are_refused_not_skipped_or_mixed(pip
     # The same settings again: every document is current and skipped, as before.
     state, summary = _ingest(corpus, A)
     assert state.is_completed() and summary.skipped == len(TOPICS) and summary.processed == 0
+    refused = CliRunner().invoke(app, ["generations", "drop", gen_a], env={"COLUMNS": "250"})
+    assert refused.exit_code == 2 and "is live" in refused.output  # the live index is never dropped
+    assert _held(gen_a) == dict.fromkeys(ALL_SINKS, ids_a)
