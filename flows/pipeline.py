@@ -1,7 +1,7 @@
 """The steps the flows share: skip unchanged items, then per batch chunk -> prepare x N -> write x N -> mark.
 
-Batches run one after another (chunking is CPU-bound and the GIL would serialise parallel chunking
-anyway); within a batch, the sinks prepare concurrently and then write concurrently. A document is
+Within a batch the sinks prepare concurrently and then write concurrently; consecutive batches overlap
+(batch N writes while N+1 prepares and N+2 is chunked), so the model work sets the pace. A document is
 written to a sink only if every sink prepared it, so a computation failure never leaves the stores
 disagreeing about it.
 """
@@ -11,15 +11,17 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 
 from prefect import get_run_logger
+from prefect.futures import PrefectFuture
 from prefect.states import Failed, State
 
 from flows import progress
 from flows.params import FailedDocument, IngestSummary
 from sinks.base import Sink
 from tasks import metrics
-from tasks.chunk import chunk_batch
+from tasks.chunk import ChunkBatchResult, chunk_batch
 from tasks.chunk_store import ChunkKey
 from tasks.maintenance import delete_documents, mark_status, restore_previous
 from tasks.resources import RunConfig, flow_sinks
@@ -53,66 +55,135 @@ def sinks_context(run: RunConfig, dry_run: bool) -> AbstractContextManager[dict[
     return nullcontext({}) if dry_run else flow_sinks(run.sinks, run.settings)
 
 
+@dataclass
+class _Writing:
+    """A batch whose sink writes are running while the next batch is chunked and prepared."""
+
+    by_id: dict[str, SourceItem]
+    result: ChunkBatchResult
+    good: list[ChunkKey]
+    failed: dict[str, str]
+    futures: dict[str, PrefectFuture[int]]
+
+
 def process_items(
     items: Sequence[SourceItem], run: RunConfig, summary: IngestSummary, *, batch_size: int, dry_run: bool
 ) -> None:
-    """Bring the sinks up to date with `items`, accumulating outcomes into `summary`."""
+    """Bring the sinks up to date with `items`, accumulating outcomes into `summary`.
+
+    Batches overlap in three stages: while batch N is being written, batch N+1 is prepared (embedded,
+    analysed, extracted) and batch N+2 chunked, so the model work, which bounds a run, never waits for
+    chunking or store writes. Writes stay in batch order: batch N's are settled (and, on failure,
+    undone) before batch N+1's start.
+    """
     rows = run.status_store(readonly=dry_run).get_many(item.document_id for item in items)
     todo = [item for item in items if not unchanged_by_stat(item, rows.get(item.document_id), run)]
     summary.skipped += len(items) - len(todo)
     metrics.DOCUMENTS.labels(outcome="skipped").inc(len(items) - len(todo))
     done = len(items) - len(todo)
     progress.report("documents", done, len(items))
-    for number, batch in enumerate(batched(todo, batch_size), start=1):
+    batches = list(batched(todo, batch_size))
+    upcoming = _chunk_next(batches, 0, run, dry_run)
+    writing: _Writing | None = None
+    for index, batch in enumerate(batches):
+        assert upcoming is not None
+        result = upcoming.result()
+        upcoming = _chunk_next(batches, index + 1, run, dry_run)
         by_id = {item.document_id: item for item in batch}
-        result = chunk_batch(batch, run, batch_label=f"{number}", dry_run=dry_run)
         summary.skipped += len(result.skipped)
         metrics.DOCUMENTS.labels(outcome="skipped").inc(len(result.skipped))
-        failed = dict(result.failed)
-        processed: list[ChunkKey] = []
         if dry_run:
             summary.would_process.extend(by_id[key.document_id].source_id for key in result.keys)
+            _record_failures(summary, by_id, result.failed, dry_run=True)
         else:
             summary.chunked += len(result.chunked)
-            if result.keys:
-                processed, write_failed, written = write_batch(result.keys, run)
-                failed.update(write_failed)
-                for name, count in written.items():
-                    summary.chunks_written[name] = summary.chunks_written.get(name, 0) + count
-            # Load failures were recorded by chunk_batch; the rest of the batch's outcome is recorded here.
-            mark_status(run, by_id, processed, {d: e for d, e in failed.items() if d not in result.failed})
-        summary.processed += len(processed)
-        metrics.DOCUMENTS.labels(outcome="processed").inc(len(processed))
-        metrics.DOCUMENTS.labels(outcome="failed").inc(0 if dry_run else len(failed))
-        for document_id, error in failed.items():
-            item = by_id.get(document_id)
-            summary.failed.append(
-                FailedDocument(
-                    document_id=document_id,
-                    source_id=item.source_id if item else None,
-                    path=item.path if item else None,
-                    error=error,
-                )
+            failed = dict(result.failed)
+            good, outcomes = prepare_batch(result.keys, run, failed) if result.keys else ([], {})
+            if writing is not None:
+                _settle(writing, run, summary)
+            futures = (
+                {name: write_sink.submit(name, outcomes[name].prepared, run) for name in run.sinks}
+                if good
+                else {}
             )
+            writing = _Writing(by_id, result, good, failed, futures)
         done += len(batch)
         progress.report("documents", done, len(items))
+    if writing is not None:
+        _settle(writing, run, summary)
 
 
-def write_batch(
-    keys: list[ChunkKey], run: RunConfig
-) -> tuple[list[ChunkKey], dict[str, str], dict[str, int]]:
-    """Two-phase write of one batch to every sink: (written keys, failed document -> error, chunks per sink).
+def _chunk_next(
+    batches: list[list[SourceItem]], index: int, run: RunConfig, dry_run: bool
+) -> PrefectFuture[ChunkBatchResult] | None:
+    if index >= len(batches):
+        return None
+    return chunk_batch.submit(batches[index], run, batch_label=f"{index + 1}", dry_run=dry_run)
+
+
+def _settle(writing: _Writing, run: RunConfig, summary: IngestSummary) -> None:
+    """Wait for a batch's writes and record its outcome.
 
     Guarantee when a write fails: the batch's documents are marked failed and every sink whose write
     succeeded is put back to the previous version (a new document is removed), so those sinks never keep
     a half-written new version; the sink that failed may, until a re-run (or reindex repair) converges.
     """
+    failed, processed = writing.failed, list(writing.good)
+    written: dict[str, int] = {}
+    errors: list[str] = []
+    for name, future in writing.futures.items():
+        try:
+            written[name] = future.result()
+        except Exception as exc:
+            errors.append(f"write[{name}] failed after retries: {type(exc).__name__}: {exc}")
+    if errors:
+        # The sinks that did write hold the new version: put the previous one back there (a document that
+        # never succeeded is deleted), so they agree with the status table, which keeps the last success.
+        message = "; ".join(errors)
+        for key in processed:
+            failed[key.document_id] = message
+        restore_previous(run, [key.document_id for key in processed], sorted(written))
+        processed, written = [], {}
+    for name, count in written.items():
+        summary.chunks_written[name] = summary.chunks_written.get(name, 0) + count
+    # Load failures were recorded by chunk_batch; the rest of the batch's outcome is recorded here.
+    mark_status(
+        run, writing.by_id, processed, {d: e for d, e in failed.items() if d not in writing.result.failed}
+    )
+    summary.processed += len(processed)
+    metrics.DOCUMENTS.labels(outcome="processed").inc(len(processed))
+    _record_failures(summary, writing.by_id, failed, dry_run=False)
+
+
+def _record_failures(
+    summary: IngestSummary, by_id: dict[str, SourceItem], failed: dict[str, str], *, dry_run: bool
+) -> None:
+    metrics.DOCUMENTS.labels(outcome="failed").inc(0 if dry_run else len(failed))
+    for document_id, error in failed.items():
+        item = by_id.get(document_id)
+        summary.failed.append(
+            FailedDocument(
+                document_id=document_id,
+                source_id=item.source_id if item else None,
+                path=item.path if item else None,
+                error=error,
+            )
+        )
+
+
+def prepare_batch(
+    keys: list[ChunkKey], run: RunConfig, failed: dict[str, str]
+) -> tuple[list[ChunkKey], dict[str, PrepareOutcome]]:
+    """Prepare one batch in every sink; returns the keys every sink prepared, and each sink's outcome.
+
+    A document one sink rejects is written to none (`failed` gets why): the other sinks prepare again
+    without it, so all sinks write the same documents.
+    """
     logger = get_run_logger()
-    failed: dict[str, str] = {}
     outcomes = _prepare_all(keys, run, failed)
     good = [key for key in keys if key.document_id not in failed]
     if not good:
-        return [], failed, {}
+        return [], outcomes
     good_ids = [key.document_id for key in good]
     redo = [name for name, outcome in outcomes.items() if outcome.document_ids != good_ids]
     if redo:  # another sink rejected some documents: prepare again without them, so all sinks agree
@@ -122,24 +193,8 @@ def write_batch(
         if not good or any(outcomes[n].document_ids != [k.document_id for k in good] for n in run.sinks):
             for key in good:
                 failed.setdefault(key.document_id, "sinks disagreed on which documents they could prepare")
-            return [], failed, {}
-    futures = {name: write_sink.submit(name, outcomes[name].prepared, run) for name in run.sinks}
-    written: dict[str, int] = {}
-    errors: list[str] = []
-    for name, future in futures.items():
-        try:
-            written[name] = future.result()
-        except Exception as exc:
-            errors.append(f"write[{name}] failed after retries: {type(exc).__name__}: {exc}")
-    if errors:
-        # The sinks that did write hold the new version: put the previous one back there (a document that
-        # never succeeded is deleted), so they agree with the status table, which keeps the last success.
-        message = "; ".join(errors)
-        for key in good:
-            failed[key.document_id] = message
-        restore_previous(run, [key.document_id for key in good], sorted(written))
-        return [], failed, {}
-    return good, failed, written
+            return [], outcomes
+    return good, outcomes
 
 
 def _prepare_all(

@@ -40,7 +40,10 @@ def _join_first(values: str, limit: int, separator: str, scan: int = 50) -> str:
 _NEWLINE = "\\n"  # a Cypher string escape, spelled out for Python 3.11 f-strings
 # Every derived value is computed in a WITH and the SET only assigns variables. Two FalkorDB 4.16 traps
 # (both reproduced here): later SET items read the old property values, and list expressions evaluated
-# inside a SET corrupt the server's memory (it segfaults a statement or two later).
+# inside a SET corrupt the server's memory (it segfaults a statement or two later). Each element picked
+# from a stored parallel list is coalesced: if the lists ever disagree in length (seen once in a 500-document
+# benchmark run), a null would make every later write of that entity fail ("Property values can only be
+# of primitive types"), so the write proceeds and the lists come out aligned again.
 _ENTITY_SET = (
     f"WITH e, ids, ts, ds, dn, coalesce(ts[0], e.type) AS t, {_join_first('ds', 3, _NEWLINE)} AS d\n"
     "SET e.source_chunk_ids = ids, e.chunk_types = ts, e.chunk_descriptions = ds, e.type = t, e.description = d, "
@@ -94,8 +97,8 @@ MERGE (e:Entity {{name: r.name}})
 WITH e, r, coalesce(e.source_chunk_ids, []) AS ids, coalesce(e.chunk_types, []) AS ts,
      coalesce(e.chunk_descriptions, []) AS ds
 WITH e, r, ids, ts, ds, [i IN range(0, size(ids) - 1) WHERE NOT ids[i] IN r.chunk_ids] AS keep
-WITH e, [i IN keep | ids[i]] + r.chunk_ids AS ids, [i IN keep | ts[i]] + r.types AS ts,
-     [i IN keep | ds[i]] + r.descriptions AS ds, coalesce(e.display_name, r.display_name) AS dn
+WITH e, [i IN keep | ids[i]] + r.chunk_ids AS ids, [i IN keep | coalesce(ts[i], 'UNKNOWN')] + r.types AS ts,
+     [i IN keep | coalesce(ds[i], '')] + r.descriptions AS ds, coalesce(e.display_name, r.display_name) AS dn
 {_ENTITY_SET}
 """
 
@@ -107,8 +110,8 @@ MERGE (a)-[x:RELATED]->(b)
 WITH x, r, coalesce(x.source_chunk_ids, []) AS ids, coalesce(x.chunk_weights, []) AS ws,
      coalesce(x.chunk_keywords, []) AS ks, coalesce(x.chunk_descriptions, []) AS ds
 WITH x, r, ids, ws, ks, ds, [i IN range(0, size(ids) - 1) WHERE NOT ids[i] IN r.chunk_ids] AS keep
-WITH x, [i IN keep | ids[i]] + r.chunk_ids AS ids, [i IN keep | ws[i]] + r.weights AS ws,
-     [i IN keep | ks[i]] + r.keywords AS ks, [i IN keep | ds[i]] + r.descriptions AS ds
+WITH x, [i IN keep | ids[i]] + r.chunk_ids AS ids, [i IN keep | coalesce(ws[i], 0.0)] + r.weights AS ws,
+     [i IN keep | coalesce(ks[i], '')] + r.keywords AS ks, [i IN keep | coalesce(ds[i], '')] + r.descriptions AS ds
 {_RELATION_SET}
 """
 
@@ -123,7 +126,7 @@ WITH e, coalesce(e.source_chunk_ids, []) AS ids, coalesce(e.chunk_types, []) AS 
      coalesce(e.chunk_descriptions, []) AS ds
 WITH e, ids, ts, ds, [i IN range(0, size(ids) - 1) WHERE NOT ids[i] IN $chunk_ids] AS keep
 WHERE e.source_chunk_ids IS NULL OR size(keep) < size(ids)
-WITH e, [i IN keep | ids[i]] AS ids, [i IN keep | ts[i]] AS ts, [i IN keep | ds[i]] AS ds,
+WITH e, [i IN keep | ids[i]] AS ids, [i IN keep | coalesce(ts[i], 'UNKNOWN')] AS ts, [i IN keep | coalesce(ds[i], '')] AS ds,
      e.display_name AS dn
 {_ENTITY_SET}
 """
@@ -138,8 +141,8 @@ WITH x, coalesce(x.source_chunk_ids, []) AS ids, coalesce(x.chunk_weights, []) A
      coalesce(x.chunk_keywords, []) AS ks, coalesce(x.chunk_descriptions, []) AS ds
 WITH x, ids, ws, ks, ds, [i IN range(0, size(ids) - 1) WHERE NOT ids[i] IN $chunk_ids] AS keep
 WHERE size(keep) < size(ids)
-WITH x, [i IN keep | ids[i]] AS ids, [i IN keep | ws[i]] AS ws, [i IN keep | ks[i]] AS ks,
-     [i IN keep | ds[i]] AS ds
+WITH x, [i IN keep | ids[i]] AS ids, [i IN keep | coalesce(ws[i], 0.0)] AS ws, [i IN keep | coalesce(ks[i], '')] AS ks,
+     [i IN keep | coalesce(ds[i], '')] AS ds
 {_RELATION_SET}
 """
 

@@ -1,6 +1,6 @@
 """A vector store write fails (its storage is locked by another connection): what the stores hold after.
 
-The guarantee, from flows.pipeline.write_batch and tasks.maintenance.restore_previous: the documents of
+The guarantee, from flows.pipeline._settle and tasks.maintenance.restore_previous: the documents of
 the batch are marked failed, and every sink whose write succeeded is put back to the document's
 **previous version** (the last successful one, still in the chunk store because it is pruned only after
 a success); a document that never succeeded is **absent** from them. The status table keeps the previous
