@@ -182,7 +182,7 @@ def ingest(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show what would happen; write nothing.")
     ] = False,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=1000)] = 32,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=1000)] = 64,
 ) -> None:
     """Ingest PATH into every sink, re-doing only new and changed documents."""
     from flows.params import IngestParams
@@ -372,7 +372,7 @@ def rebuild(
     max_document_loss: Annotated[
         float, typer.Option("--max-document-loss", min=0, max=1, help="Allowed share of fewer documents.")
     ] = 0.0,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=1000)] = 32,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=1000)] = 64,
 ) -> None:
     """Build a new index generation with new settings beside the live one, verify it, then switch to it.
 

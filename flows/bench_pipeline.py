@@ -1,6 +1,6 @@
 """End-to-end pipeline benchmark: the real `ingest` flow against the time its models alone need.
 
-    python -m flows.bench_pipeline [--docs 500] [--batch-size 32] [--quick] [--keep DIR]
+    python -m flows.bench_pipeline [--docs 500] [--batch-size 64] [--quick] [--keep DIR]
 
 Documents are the shared evaluation corpora (../shared/eval/corpora) cut at paragraph boundaries into
 `--docs` pieces, plus the bundled sample corpus. One process, one run of each phase:
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--docs", type=int, default=500, help="documents to ingest (default 500)")
-    parser.add_argument("--batch-size", type=int, default=32, help="documents per flow batch (default 32)")
+    parser.add_argument("--batch-size", type=int, default=64, help="documents per flow batch (default 64)")
     parser.add_argument("--quick", action="store_true", help="40 documents, for development")
     parser.add_argument("--keep", type=Path, help="work in this directory and keep it (default: a temp dir)")
     args = parser.parse_args(argv)

@@ -26,11 +26,13 @@ from tasks.sources import SourceItem
 from tasks.status import DocumentStatus
 
 
-@task(name="mark_status", cache_policy=NO_CACHE)
 def mark_status(
     run: RunConfig, items: dict[str, SourceItem], processed: list[ChunkKey], failed: dict[str, str]
 ) -> None:
-    """Record the batch's outcome: processed rows get their chunk IDs, failed rows their error."""
+    """Record the batch's outcome: processed rows get their chunk IDs, failed rows their error.
+
+    A plain function, not a task: a few SQLite writes per batch, where a Prefect task run would cost more
+    in orchestration than the work (timed as `mark_status` in the task metrics all the same)."""
     from tasks.chunk import item_fields
 
     with metrics.timed("mark_status"):
