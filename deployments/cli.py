@@ -42,6 +42,14 @@ DEMO_QUERY = "how does the pipeline keep the stores aligned"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# Options `ingest` and `rebuild` share.
+PatternOption = Annotated[
+    list[str] | None,
+    typer.Option("--pattern", "-p", help="gitignore-style glob (repeatable); default: all formats."),
+]
+BatchSizeOption = Annotated[int, typer.Option("--batch-size", min=1, max=1000, help="Documents per round.")]
+DEFAULT_BATCH_SIZE = 64  # flows.params.DEFAULT_BATCH_SIZE, not imported here: the CLI starts without Prefect
+
 
 class UserError(Exception):
     """A mistake the user can fix from the message alone."""
@@ -165,10 +173,7 @@ def _run_ingest(params: Any) -> Any:
 @friendly_errors
 def ingest(
     path: Annotated[Path, typer.Argument(help="A directory to scan, or one file.")],
-    pattern: Annotated[
-        list[str] | None,
-        typer.Option("--pattern", "-p", help="gitignore-style glob (repeatable); default: all formats."),
-    ] = None,
+    pattern: PatternOption = None,
     strategy: Annotated[
         str | None,
         typer.Option(
@@ -182,7 +187,7 @@ def ingest(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show what would happen; write nothing.")
     ] = False,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=1000)] = 64,
+    batch_size: BatchSizeOption = DEFAULT_BATCH_SIZE,
 ) -> None:
     """Ingest PATH into every sink, re-doing only new and changed documents."""
     from flows.params import IngestParams
@@ -354,10 +359,7 @@ def delete(
 @friendly_errors
 def rebuild(
     path: Annotated[Path, typer.Argument(help="The whole source: a directory to scan, or one file.")],
-    pattern: Annotated[
-        list[str] | None,
-        typer.Option("--pattern", "-p", help="gitignore-style glob (repeatable); default: all formats."),
-    ] = None,
+    pattern: PatternOption = None,
     strategy: Annotated[
         str | None, typer.Option("--strategy", "-s", help="The new strategy (default: UNICHUNK_CHUNK_*).")
     ] = None,
@@ -372,7 +374,7 @@ def rebuild(
     max_document_loss: Annotated[
         float, typer.Option("--max-document-loss", min=0, max=1, help="Allowed share of fewer documents.")
     ] = 0.0,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=1000)] = 64,
+    batch_size: BatchSizeOption = DEFAULT_BATCH_SIZE,
 ) -> None:
     """Build a new index generation with new settings beside the live one, verify it, then switch to it.
 
