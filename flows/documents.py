@@ -12,7 +12,7 @@ from chunking.config import ChunkStrategy
 from flows.params import IngestSummary, SinkName
 from flows.pipeline import finish, process_items, sinks_context, timed_summary
 from sinks.config import SinkSettings
-from tasks.generations import target_for_ingest, writable_runs
+from tasks.generations import ensure_live_alias, target_for_ingest, writable_runs
 from tasks.maintenance import delete_documents
 from tasks.resources import ALL_SINKS, RunConfig
 from tasks.sources import PathsSource
@@ -40,7 +40,8 @@ def ingest_document(
         if source_id:  # the webhook's own ID for the document wins over the path
             items = [replace(items[0], source_id=source_id)]
         summary.listed = len(items)
-        with sinks_context(run, dry_run=False):
+        with sinks_context(run, dry_run=False) as sinks:
+            ensure_live_alias(run, sinks)  # the first ingest of a data dir may be a webhook's
             process_items(items, run, summary, batch_size=1, dry_run=False)
     return finish(summary)
 

@@ -85,32 +85,37 @@ def process_items(
     batches = list(batched(todo, batch_size))
     upcoming = _chunk_next(batches, 0, run, dry_run)
     writing: _Writing | None = None
-    for index, batch in enumerate(batches):
-        assert upcoming is not None
-        result = upcoming.result()
-        upcoming = _chunk_next(batches, index + 1, run, dry_run)
-        by_id = {item.document_id: item for item in batch}
-        summary.skipped += len(result.skipped)
-        metrics.DOCUMENTS.labels(outcome="skipped").inc(len(result.skipped))
-        if dry_run:
-            summary.would_process.extend(by_id[key.document_id].source_id for key in result.keys)
-            _record_failures(summary, by_id, result.failed, dry_run=True)
-        else:
-            summary.chunked += len(result.chunked)
-            failed = dict(result.failed)
-            good, outcomes = prepare_batch(result.keys, run, failed) if result.keys else ([], {})
-            if writing is not None:
-                _settle(writing, run, summary)
-            futures = (
-                {name: write_sink.submit(name, outcomes[name].prepared, run) for name in run.sinks}
-                if good
-                else {}
-            )
-            writing = _Writing(by_id, result, good, failed, futures)
-        done += len(batch)
-        progress.report("documents", done, len(items))
-    if writing is not None:
-        _settle(writing, run, summary)
+    try:
+        for index, batch in enumerate(batches):
+            assert upcoming is not None
+            result = upcoming.result()
+            upcoming = _chunk_next(batches, index + 1, run, dry_run)
+            by_id = {item.document_id: item for item in batch}
+            summary.skipped += len(result.skipped)
+            metrics.DOCUMENTS.labels(outcome="skipped").inc(len(result.skipped))
+            if dry_run:
+                summary.would_process.extend(by_id[key.document_id].source_id for key in result.keys)
+                _record_failures(summary, by_id, result.failed, dry_run=True)
+            else:
+                summary.chunked += len(result.chunked)
+                failed = dict(result.failed)
+                good, outcomes = prepare_batch(result.keys, run, failed) if result.keys else ([], {})
+                if writing is not None:
+                    previous, writing = writing, None
+                    _settle(previous, run, summary)
+                futures = (
+                    {name: write_sink.submit(name, outcomes[name].prepared, run) for name in run.sinks}
+                    if good
+                    else {}
+                )
+                writing = _Writing(by_id, result, good, failed, futures)
+            done += len(batch)
+            progress.report("documents", done, len(items))
+    finally:
+        # Also when a later batch raised: the writes already running are waited for and recorded (or
+        # undone), so the status table never misses a write that happened.
+        if writing is not None:
+            _settle(writing, run, summary)
 
 
 def _chunk_next(

@@ -81,12 +81,6 @@ class Generation:
     listed: int | None = None
     last_error: str | None = None
 
-    def settings(self, base: SinkSettings) -> SinkSettings:
-        return settings_for(base, self.generation_id)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in _COLUMNS}
-
 
 class GenerationError(RuntimeError):
     """A generation operation that must not happen (switching to a missing one, rebuilding the live one)."""

@@ -72,8 +72,9 @@ def open_client(settings: SinkSettings) -> QdrantClient:
 class _SharedLocalClients:
     """One local-mode client (and its lock) per storage directory in this process.
 
-    Local mode lets one client open a directory, but several sinks need it at once: the live generation
-    answering queries while a rebuild writes the next one, and the alias that joins them lives there too.
+    Local mode lets one client open a directory, so two sinks on the same directory in one process (a flow
+    and a reader whose settings differ in some other field, a drop beside a cached sink) share it instead
+    of the second failing. Each generation has its own directory, so other processes are still refused.
     Server clients are not shared (each sink gets its own connection and lock).
     """
 

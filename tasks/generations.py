@@ -66,10 +66,11 @@ def _differences(before: Any, after: Any, prefix: str = "") -> list[tuple[str, A
 
 
 def writable_runs(run: RunConfig) -> list[RunConfig]:
-    """`run` pinned to every generation a deletion must reach: the live one and any being built."""
+    """`run` pinned to every generation a deletion must reach: the live one and any being built (none
+    before the first ingest: there is nothing to delete, and opening stores would create them)."""
     registry = registry_of(run.settings)
     targets = [g for g in (registry.live(), *registry.in_progress()) if g is not None]
-    return [run.pinned(g.generation_id) for g in targets] or [run.pinned()]
+    return [run.pinned(g.generation_id) for g in targets]
 
 
 def generation_counts(settings: SinkSettings, generation_id: str) -> dict[str, int]:

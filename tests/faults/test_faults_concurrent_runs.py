@@ -31,16 +31,20 @@ def test_two_overlapping_runs_at_once_equal_one_run(fault_env, tmp_path):
 
     def run(name: str, source: SourceParams) -> None:
         start.wait()
-        states[name] = ingest(IngestParams(source=source, batch_size=5), return_state=True)
+        try:
+            states[name] = ingest(IngestParams(source=source, batch_size=5), return_state=True)
+        except BaseException as exc:  # kept, so a failure names its cause instead of a missing entry
+            states[name] = exc
 
     threads = [threading.Thread(target=run, args=item) for item in (("a", first), ("b", second))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=500)
+    assert len(states) == 2, states
     for name, state in states.items():
+        assert not isinstance(state, BaseException), (name, repr(state))
         assert state.is_completed(), (name, state.message)
-    assert len(states) == 2
     # The run that ended first did not close the sinks under the other (whose tasks would then reopen
     # them, and nobody would close those): once both flows are done, nothing is left open.
     assert not resources._open

@@ -33,9 +33,10 @@ DOCS = 120
 UNICHUNK = str(Path(sys.executable).parent / "unichunk")
 
 
-def _cli_ingest(corpus: Path, log: Path, **env: str) -> subprocess.Popen:
+def _cli(command: str, corpus: Path, log: Path, *options: str, **env: str) -> subprocess.Popen:
+    """`unichunk <command> <corpus> --batch-size 10 <options>` in its own session, output to `log`."""
     return subprocess.Popen(
-        [UNICHUNK, "ingest", str(corpus), "--batch-size", "10"],
+        [UNICHUNK, command, str(corpus), "--batch-size", "10", *options],
         env={**os.environ, **env},
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
@@ -46,8 +47,8 @@ def _cli_ingest(corpus: Path, log: Path, **env: str) -> subprocess.Popen:
 def _wait_processed(status: StatusStore, proc: subprocess.Popen, at_least: int, log: Path) -> None:
     deadline = time.monotonic() + 300
     while status.counts()["processed"] < at_least:
-        assert proc.poll() is None, f"ingest ended early ({proc.returncode}): {log.read_text()[-3000:]}"
-        assert time.monotonic() < deadline, "ingest made no progress"
+        assert proc.poll() is None, f"the run ended early ({proc.returncode}): {log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, "the run made no progress"
         time.sleep(0.1)
 
 
@@ -68,7 +69,7 @@ def test_killed_ingest_process_resumes_from_document_states(fault_env, tmp_path)
     make_corpus(corpus, DOCS)
     status = StatusStore.in_data_dir(fault_env)
     log = tmp_path / "killed.log"
-    proc = _cli_ingest(corpus, log)
+    proc = _cli("ingest", corpus, log)
     try:
         _wait_processed(status, proc, 30, log)
     finally:
@@ -105,7 +106,7 @@ def test_prefect_server_restarted_during_a_run_then_the_next_run_finishes(fault_
     status = StatusStore.in_data_dir(fault_env)
     try:
         log = tmp_path / "during-restart.log"
-        proc = _cli_ingest(corpus, log, PREFECT_API_URL=server.url)
+        proc = _cli("ingest", corpus, log, PREFECT_API_URL=server.url)
         try:
             _wait_processed(status, proc, 20, log)
             server.stop()
@@ -117,7 +118,7 @@ def test_prefect_server_restarted_during_a_run_then_the_next_run_finishes(fault_
         done = _done_before(status)
         assert len(done) >= 20
         log2 = tmp_path / "next.log"
-        rerun = _cli_ingest(corpus, log2, PREFECT_API_URL=server.url)
+        rerun = _cli("ingest", corpus, log2, PREFECT_API_URL=server.url)
         assert rerun.wait(timeout=600) == 0, log2.read_text()[-3000:]
         assert f"{len(done)} unchanged" in log2.read_text()
     finally:
@@ -141,20 +142,11 @@ def test_killed_rebuild_leaves_the_live_generation_untouched_and_a_rerun_resumes
     assert new_generation != live.generation_id
 
     log = tmp_path / "rebuild.log"
-    options = ["--strategy", "sentence", "--chunk-size", "128", "--chunk-overlap", "0", "--batch-size", "10"]
-    proc = subprocess.Popen(
-        [UNICHUNK, "rebuild", str(corpus), *options],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    options = ("--strategy", "sentence", "--chunk-size", "128", "--chunk-overlap", "0")
+    proc = _cli("rebuild", corpus, log, *options)
     building = StatusStore.in_data_dir(fault_env, readonly=True, generation=new_generation)
     try:
-        deadline = time.monotonic() + 300
-        while building.counts()["processed"] < 30:
-            assert proc.poll() is None, f"rebuild ended early ({proc.returncode}): {log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, "rebuild made no progress"
-            time.sleep(0.1)
+        _wait_processed(building, proc, 30, log)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # mid-build: no cleanup of any kind
         proc.wait()
