@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from prefect import get_run_logger
 from prefect.futures import PrefectFuture
 from prefect.states import Failed, State
+from prefect.utilities.annotations import quote
 
 from flows import progress
 from flows.params import FailedDocument, IngestSummary
@@ -104,7 +105,7 @@ def process_items(
                     previous, writing = writing, None
                     _settle(previous, run, summary)
                 futures = (
-                    {name: write_sink.submit(name, outcomes[name].prepared, run) for name in run.sinks}
+                    {name: write_sink.submit(name, quote(outcomes[name].prepared), quote(run)) for name in run.sinks}
                     if good
                     else {}
                 )
@@ -123,7 +124,7 @@ def _chunk_next(
 ) -> PrefectFuture[ChunkBatchResult] | None:
     if index >= len(batches):
         return None
-    return chunk_batch.submit(batches[index], run, batch_label=f"{index + 1}", dry_run=dry_run)
+    return chunk_batch.submit(quote(batches[index]), quote(run), batch_label=f"{index + 1}", dry_run=dry_run)
 
 
 def _settle(writing: _Writing, run: RunConfig, summary: IngestSummary) -> None:
@@ -206,7 +207,7 @@ def _prepare_all(
     keys: list[ChunkKey], run: RunConfig, failed: dict[str, str], names: Sequence[str] | None = None
 ) -> dict[str, PrepareOutcome]:
     names = list(names or run.sinks)
-    futures = {name: prepare_sink.submit(name, keys, run) for name in names}
+    futures = {name: prepare_sink.submit(name, quote(keys), quote(run)) for name in names}
     outcomes: dict[str, PrepareOutcome] = {}
     for name, future in futures.items():
         try:

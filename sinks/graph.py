@@ -11,6 +11,8 @@ exactly its own contribution from an entity other documents still mention.
 FalkorDB runs each statement atomically but nothing across statements, so every write is a sequence of
 statements each safe to repeat: a crash half-way is repaired by writing (or deleting) again. Each batch
 is aggregated by its MERGE key in Python before it is sent, and no query filters after a write.
+A batch of documents is written as one sequence: each kind of statement is sent once for all of them
+(cut at `batch_size` rows), with their rows merged by MERGE key across documents.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from chunking.models import Chunk
+from chunking.models import Chunk, Document
 from sinks.base import DocumentChunks, Prepared, Sink, SinkError, group_batch
 from sinks.config import SinkSettings
 from sinks.extraction import EntityExtractor, Extraction, SpacyExtractor, display_name, entity_key
@@ -56,17 +58,41 @@ _RELATION_SET = (
     "x.weight = w, x.keywords = k, x.description = d"
 )
 
-UPSERT_DOCUMENT = """
-MERGE (d:Document {document_id: $document_id})
-SET d.title = $title, d.content_hash = $content_hash
+UPSERT_DOCUMENTS = """
+UNWIND $rows AS r
+MERGE (d:Document {document_id: r.document_id})
+SET d.title = r.title, d.content_hash = r.content_hash
 """
 
+# A chunk ID embeds its document ID and content hash, so a stored chunk's properties rarely change. FalkorDB
+# re-adds a node to every index of its label whenever a SET runs on it, even one that changes nothing
+# (measured: the index's maxDocId grows by one per node), and that RediSearch churn is where it once
+# crashed under load. So properties are set in full only when the node is created, and an existing chunk
+# is updated only where a property differs (offsets move when earlier text of the document changed).
+_CHUNK_PROPS = (
+    "chunk_index",
+    "document_id",
+    "start_char",
+    "end_char",
+    "token_count",
+    "content_hash",
+    "content",
+    "generation",
+)
 UPSERT_CHUNKS = """
 UNWIND $rows AS r
 MERGE (d:Document {document_id: r.document_id})
 MERGE (c:Chunk {chunk_id: r.chunk_id})
-SET c += r.props
+ON CREATE SET c += r.props
 MERGE (c)-[:FROM_DOCUMENT]->(d)
+"""
+
+# A key absent from `props` (content not stored, no generation) never counts as a difference.
+UPDATE_CHANGED_CHUNKS = f"""
+UNWIND $rows AS r
+MATCH (c:Chunk {{chunk_id: r.chunk_id}})
+WHERE {" OR ".join(f"NOT coalesce(c.{k} = r.props.{k}, r.props.{k} IS NULL)" for k in _CHUNK_PROPS)}
+SET c += r.props
 """
 
 LINK_NEXT_CHUNKS = """
@@ -76,9 +102,11 @@ MATCH (b:Chunk {chunk_id: r.b})
 MERGE (a)-[:NEXT_CHUNK]->(b)
 """
 
+# One row per document with all of its current links: the filter runs before the DELETE, never after.
 UNLINK_STALE_NEXT_CHUNKS = """
-MATCH (a:Chunk {document_id: $document_id})-[n:NEXT_CHUNK]->(b:Chunk)
-WHERE NOT (a.chunk_id + '|' + b.chunk_id) IN $links
+UNWIND $rows AS r
+MATCH (a:Chunk {document_id: r.document_id})-[n:NEXT_CHUNK]->(b:Chunk)
+WHERE NOT (a.chunk_id + '|' + b.chunk_id) IN r.links
 DELETE n
 """
 
@@ -179,12 +207,18 @@ DETACH DELETE d
 # A Chunk node without a chunk_id can be neither found nor removed by key: never expected, but if one ever
 # shows up (it was seen once after a heavily loaded run), the next write of its document removes it.
 DELETE_UNKEYED_CHUNKS = """
-MATCH (c:Chunk {document_id: $document_id})
+UNWIND $document_ids AS id
+MATCH (c:Chunk {document_id: id})
 WHERE c.chunk_id IS NULL
 DETACH DELETE c
 """
 
 DOCUMENT_CHUNK_IDS = "MATCH (c:Chunk {document_id: $document_id}) RETURN c.chunk_id AS chunk_id"
+DOCUMENTS_CHUNK_IDS = """
+UNWIND $document_ids AS id
+MATCH (c:Chunk {document_id: id})
+RETURN id AS document_id, c.chunk_id AS chunk_id
+"""
 ALL_CHUNK_IDS = "MATCH (c:Chunk) RETURN c.chunk_id AS chunk_id"
 
 _ENTITY_FIELDS = (
@@ -288,7 +322,8 @@ class GraphContext:
 
 @dataclass
 class _DocumentGraph:
-    """One document's extraction, aggregated by MERGE key (FalkorDB must not see a key twice per batch)."""
+    """One document's (or, merged, one batch's) extraction, one row per MERGE key (FalkorDB must not see a
+    key twice in one statement)."""
 
     mentions: list[dict[str, str]] = field(default_factory=list)
     entities: list[dict[str, Any]] = field(default_factory=list)
@@ -354,55 +389,66 @@ class KnowledgeGraphSink(Sink):
         return Prepared(self.name, documents, chunks, payload, stats)
 
     def write(self, prepared: Prepared) -> int:
-        written = 0
+        """Store the whole batch with each kind of statement sent once (cut at `batch_size` rows).
+
+        Round trips cost client and server CPU (taken from the embedding model on a small machine) and,
+        against a remote Neo4j, latency: a batch of 64 one-chunk documents used to take ~500 statements.
+        """
+        documents = _last_occurrences(prepared.documents)
         try:
-            for document in prepared.documents:
-                doc_chunks = prepared.chunks[document.document_id]
-                graph: _DocumentGraph = prepared.payload[document.document_id]
-                self._write_document(
-                    document.document_id, document.title, document.content_hash, doc_chunks, graph
+            if documents:
+                self._write_batch(
+                    documents,
+                    prepared.chunks,
+                    {d.document_id: prepared.payload[d.document_id] for d in documents},
                 )
-                written += len(doc_chunks)
         except SinkError:
             raise
         except Exception as exc:
             raise SinkError(self.name, f"write failed on {self.backend.name}: {exc}") from exc
-        return written
+        return sum(len(prepared.chunks[d.document_id]) for d in prepared.documents)
 
-    def _write_document(
+    def _write_batch(
         self,
-        document_id: str,
-        title: str | None,
-        content_hash: str,
-        chunks: Sequence[Chunk],
-        graph: _DocumentGraph,
+        documents: Sequence[Document],
+        chunks: Mapping[str, Sequence[Chunk]],
+        graphs: Mapping[str, _DocumentGraph],
     ) -> None:
-        run = self.backend.run
-        rows = [self._chunk_row(c) for c in chunks]  # validated before anything is sent
-        run(
-            UPSERT_DOCUMENT,
-            {"document_id": document_id, "title": _clean(title), "content_hash": content_hash},
+        """The steps of one document's write, each run for all documents at once and in the same order."""
+        doc_ids = [d.document_id for d in documents]
+        rows = [self._chunk_row(c) for d in doc_ids for c in chunks[d]]  # validated before anything is sent
+        ids = {d: [c.chunk_id for c in chunks[d]] for d in doc_ids}
+        graph = _merge_graphs([graphs[d] for d in doc_ids])
+        self._batched(
+            UPSERT_DOCUMENTS,
+            [
+                {"document_id": d.document_id, "title": _clean(d.title), "content_hash": d.content_hash}
+                for d in documents
+            ],
         )
         self._batched(UPSERT_CHUNKS, rows)
-        ids = [c.chunk_id for c in chunks]
-        links = [{"a": a, "b": b} for a, b in pairwise(ids)]
-        self._batched(LINK_NEXT_CHUNKS, links)
-        run(
+        self._batched(UPDATE_CHANGED_CHUNKS, rows)
+        links = {d: list(pairwise(ids[d])) for d in doc_ids}
+        self._batched(LINK_NEXT_CHUNKS, [{"a": a, "b": b} for d in doc_ids for a, b in links[d]])
+        self._batched(
             UNLINK_STALE_NEXT_CHUNKS,
-            {"document_id": document_id, "links": [f"{r['a']}|{r['b']}" for r in links]},
+            [{"document_id": d, "links": [f"{a}|{b}" for a, b in links[d]]} for d in doc_ids],
         )
         self._batched(MERGE_MENTIONS, graph.mentions)
         self._batched(UPSERT_ENTITIES, graph.entities)
         self._batched(UPSERT_RELATIONS, graph.relations)
-        stored = self._stored_chunk_ids(document_id)
-        if None in stored:
-            run(DELETE_UNKEYED_CHUNKS, {"document_id": document_id})
-            stored.discard(None)
-        if lost := set(ids) - stored:  # the write is idempotent: failing here lets a retry repair it
-            raise SinkError(
-                self.name, f"{len(lost)} chunk(s) of {document_id} not stored: {sorted(lost)[:3]}"
-            )
-        self._remove_chunks(sorted(stored - set(ids)))
+        stored = self._stored_chunk_ids_of(doc_ids)
+        if unkeyed := [d for d in doc_ids if None in stored[d]]:
+            self._batched(DELETE_UNKEYED_CHUNKS, unkeyed, key="document_ids")
+        for d in unkeyed:
+            stored[d].discard(None)
+        # The write is idempotent: failing before anything is removed lets a retry repair it.
+        if lost := {d: missing for d in doc_ids if (missing := sorted(set(ids[d]) - stored[d]))}:
+            first, missing = next(iter(lost.items()))
+            where = first if len(lost) == 1 else f"{len(lost)} documents (first {first})"
+            count = sum(len(m) for m in lost.values())
+            raise SinkError(self.name, f"{count} chunk(s) of {where} not stored: {missing[:3]}")
+        self._remove_chunks(sorted(c for d in doc_ids for c in stored[d] - set(ids[d])))
 
     def delete(self, document_id: str) -> int:
         try:
@@ -428,9 +474,9 @@ class KnowledgeGraphSink(Sink):
             for start in range(0, len(chunk_ids), self.batch_size):
                 self.backend.run(query, {"chunk_ids": chunk_ids[start : start + self.batch_size]})
 
-    def _batched(self, query: str, rows: list[dict]) -> None:
+    def _batched(self, query: str, rows: Sequence[Any], key: str = "rows") -> None:
         for start in range(0, len(rows), self.batch_size):
-            self.backend.run(query, {"rows": rows[start : start + self.batch_size]})
+            self.backend.run(query, {key: rows[start : start + self.batch_size]})
 
     def _chunk_row(self, chunk: Chunk) -> dict[str, Any]:
         """The MERGE key and the other properties; `props` leaves out chunk_id so `SET +=` cannot touch it."""
@@ -455,6 +501,15 @@ class KnowledgeGraphSink(Sink):
     def _stored_chunk_ids(self, document_id: str) -> set[str]:
         rows = self.backend.run(DOCUMENT_CHUNK_IDS, {"document_id": document_id}, write=False)
         return {r["chunk_id"] for r in rows}
+
+    def _stored_chunk_ids_of(self, document_ids: Sequence[str]) -> dict[str, set[str | None]]:
+        """Stored chunk IDs per document (None for a Chunk node that lost its ID), one read per slice."""
+        stored: dict[str, set[str | None]] = {d: set() for d in document_ids}
+        for start in range(0, len(document_ids), self.batch_size):
+            part = list(document_ids[start : start + self.batch_size])
+            for row in self.backend.run(DOCUMENTS_CHUNK_IDS, {"document_ids": part}, write=False):
+                stored[row["document_id"]].add(row["chunk_id"])
+        return stored
 
     def chunk_ids(self, document_id: str | None = None) -> set[str]:
         if document_id is not None:
@@ -566,6 +621,40 @@ def _aggregate(extractions: Sequence[Extraction]) -> _DocumentGraph:
             row["keywords"].append(_unseen(_clean(rel.keywords), row["keywords"]))
             row["descriptions"].append(_unseen(_clean(rel.description), row["descriptions"]))
     return _DocumentGraph(list(mentions.values()), list(entities.values()), list(relations.values()))
+
+
+_LISTS = {
+    "entities": ("chunk_ids", "types", "descriptions"),
+    "relations": ("chunk_ids", "weights", "keywords", "descriptions"),
+}
+
+
+def _merge_graphs(graphs: Sequence[_DocumentGraph]) -> _DocumentGraph:
+    """One row per MERGE key for the whole batch: an entity or relation several documents mention gets
+    their parallel lists concatenated in batch order, which is what writing them one by one would store
+    (chunk IDs are scoped to a document, so no chunk repeats). The documents' rows are not modified."""
+    mentions = {(m["name"], m["chunk_id"]): m for g in graphs for m in g.mentions}
+    merged: dict[str, dict[Any, dict[str, Any]]] = {"entities": {}, "relations": {}}
+    for g in graphs:
+        for kind, rows in (("entities", g.entities), ("relations", g.relations)):
+            for row in rows:
+                key = row["name"] if kind == "entities" else (row["source"], row["target"])
+                into = merged[kind].get(key)
+                if into is None:
+                    merged[kind][key] = {**row, **{f: list(row[f]) for f in _LISTS[kind]}}
+                else:
+                    for f in _LISTS[kind]:
+                        into[f].extend(row[f])
+    return _DocumentGraph(
+        list(mentions.values()), list(merged["entities"].values()), list(merged["relations"].values())
+    )
+
+
+def _last_occurrences(documents: Sequence[Document]) -> list[Document]:
+    """Each document once, where it last appears: a repeated document was written again, moving its
+    contribution to the end of every list, and FalkorDB must not see its MERGE key twice."""
+    last = {d.document_id: i for i, d in enumerate(documents)}
+    return [d for i, d in enumerate(documents) if last[d.document_id] == i]
 
 
 def _unseen(text: str | None, earlier: list[str]) -> str:

@@ -23,7 +23,7 @@ from tasks import metrics
 from tasks.chunk_store import ChunkKey
 from tasks.resources import RunConfig, chunking_service
 from tasks.sources import SourceItem
-from tasks.status import DocumentStatus
+from tasks.status import DocumentStatus, failed_fields, processed_fields
 
 
 def mark_status(
@@ -37,21 +37,26 @@ def mark_status(
 
     with metrics.timed("mark_status"):
         status, store = run.status_store(), run.chunk_store()
-        for key in processed:
-            chunks = store.get_chunks(key) or []
-            status.mark_processed(
+        chunk_lists = store.get_chunks_many(processed)
+        rows = [
+            (
                 key.document_id,
-                chunk_ids=[c.chunk_id for c in chunks],
-                content_hash=key.content_hash,
-                fingerprint=run.fingerprint,
-                chunk_fingerprint=key.fingerprint,
-                strategy=run.strategy.model_dump_json(),
-                **item_fields(items[key.document_id]),
+                processed_fields(
+                    [c.chunk_id for c in chunk_lists.get(key, [])],
+                    content_hash=key.content_hash,
+                    fingerprint=run.fingerprint,
+                    chunk_fingerprint=key.fingerprint,
+                    strategy=run.strategy.model_dump_json(),
+                    **item_fields(items[key.document_id]),
+                ),
             )
-            store.prune(key.document_id, key.content_hash, key.fingerprint)
+            for key in processed
+        ]
         for document_id, error in failed.items():
             extra = item_fields(items[document_id]) if document_id in items else {}
-            status.mark_failed(document_id, error, **extra)
+            rows.append((document_id, failed_fields(error, **extra)))
+        status.upsert_many(rows)  # the batch's outcome in one transaction
+        store.prune_many(processed)
 
 
 @task(name="delete_documents", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 4])

@@ -31,8 +31,7 @@ class PrepareOutcome:
 
 
 def load_batch(keys: list[ChunkKey], run: RunConfig) -> list[DocumentChunks]:
-    store = run.chunk_store()
-    return [store.load(key) for key in keys]
+    return run.chunk_store().load_many(keys)
 
 
 @task(name="prepare", cache_policy=NO_CACHE, task_run_name="prepare[{sink_name}]")

@@ -151,6 +151,9 @@ class StatusStore:
         else:
             self._ensure_schema(path)
             conn = sqlite3.connect(path, timeout=30)
+            # WAL + NORMAL cannot corrupt; a power loss may only undo the last commits, which the next
+            # run redoes (every sink write is idempotent). It saves an fsync per transaction.
+            conn.execute("PRAGMA synchronous=NORMAL")
         conn.row_factory = sqlite3.Row
         try:
             with conn:  # one transaction: commit on success, roll back on error
@@ -228,40 +231,63 @@ class StatusStore:
 
     def upsert(self, document_id: str, **fields: Any) -> None:
         """Insert or update one row; only the given columns change (created_at is kept)."""
-        unknown = set(fields) - set(_COLUMNS)
-        if unknown:
-            raise ValueError(f"unknown status columns: {sorted(unknown)}")
-        if "chunk_ids" in fields:
-            fields["chunk_ids"] = json.dumps(list(fields["chunk_ids"]))
-            fields.setdefault("chunk_count", len(json.loads(fields["chunk_ids"])))
-        now = _now()
-        fields["updated_at"] = now
-        insert = {"document_id": document_id, "created_at": now, "state": "pending", **fields}
-        names = ", ".join(insert)
-        marks = ", ".join("?" * len(insert))
-        updates = ", ".join(f"{name} = excluded.{name}" for name in fields)
-        sql = (
-            f"INSERT INTO documents ({names}) VALUES ({marks}) "
-            f"ON CONFLICT(document_id) DO UPDATE SET {updates}"
-        )
+        self.upsert_many([(document_id, fields)])
+
+    def upsert_many(self, rows: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        """`upsert` for several rows in one transaction (a batch costs one commit, not one per document)."""
+        statements = [_upsert_statement(document_id, dict(fields)) for document_id, fields in rows]
+        if not statements:
+            return
         with self._connect() as conn:
-            conn.execute(sql, list(insert.values()))
+            for sql, values in statements:
+                conn.execute(sql, values)
 
     def mark_processing(self, document_id: str, **fields: Any) -> None:
-        self.upsert(document_id, state="processing", **fields)
+        self.upsert(document_id, **processing_fields(**fields))
 
     def mark_processed(self, document_id: str, *, chunk_ids: list[str], **fields: Any) -> None:
-        self.upsert(
-            document_id, state="processed", error=None, chunk_ids=chunk_ids, last_success_at=_now(), **fields
-        )
+        self.upsert(document_id, **processed_fields(chunk_ids, **fields))
 
     def mark_failed(self, document_id: str, error: str, **fields: Any) -> None:
         """Record the error; `chunk_ids` of the last success stay, as the sinks still hold those chunks."""
-        self.upsert(document_id, state="failed", error=error, **fields)
+        self.upsert(document_id, **failed_fields(error, **fields))
 
     def delete(self, document_id: str) -> bool:
         with self._connect() as conn:
             return conn.execute("DELETE FROM documents WHERE document_id = ?", (document_id,)).rowcount > 0
+
+
+def processing_fields(**fields: Any) -> dict[str, Any]:
+    """The columns of a row whose document is being written (for `upsert_many`)."""
+    return {"state": "processing", **fields}
+
+
+def processed_fields(chunk_ids: list[str], **fields: Any) -> dict[str, Any]:
+    """The columns of a row whose document every sink now holds as `chunk_ids`."""
+    return {"state": "processed", "error": None, "chunk_ids": chunk_ids, "last_success_at": _now(), **fields}
+
+
+def failed_fields(error: str, **fields: Any) -> dict[str, Any]:
+    """The columns of a failed row; `chunk_ids` of the last success are left as they are."""
+    return {"state": "failed", "error": error, **fields}
+
+
+def _upsert_statement(document_id: str, fields: dict[str, Any]) -> tuple[str, list[Any]]:
+    """INSERT ... ON CONFLICT DO UPDATE of the given columns only (created_at is kept)."""
+    unknown = set(fields) - set(_COLUMNS)
+    if unknown:
+        raise ValueError(f"unknown status columns: {sorted(unknown)}")
+    if "chunk_ids" in fields:
+        fields["chunk_ids"] = json.dumps(list(fields["chunk_ids"]))
+        fields.setdefault("chunk_count", len(json.loads(fields["chunk_ids"])))
+    now = _now()
+    fields["updated_at"] = now
+    insert = {"document_id": document_id, "created_at": now, "state": "pending", **fields}
+    names = ", ".join(insert)
+    marks = ", ".join("?" * len(insert))
+    updates = ", ".join(f"{name} = excluded.{name}" for name in fields)
+    sql = f"INSERT INTO documents ({names}) VALUES ({marks}) ON CONFLICT(document_id) DO UPDATE SET {updates}"
+    return sql, list(insert.values())
 
 
 def status_path(data_dir: str | Path, generation: str | None = None) -> Path:
