@@ -14,7 +14,7 @@ from chunking.models import Chunk, Document
 from sinks.hybrid import hybrid_search, rrf_fuse
 from tasks.chunk_store import ChunkKey, ChunkStore
 from tasks.sources import DirectorySource, PathsSource
-from tasks.status import StatusStore
+from tasks.status import StatusStore, failed_fields, processed_fields, processing_fields
 
 
 def _tree(root, files: dict[str, str]) -> None:
@@ -153,6 +153,47 @@ def test_chunk_store_round_trip_and_prune(tmp_path):
         store.load(other_settings)
     assert store.get_document(v1.document_id, v1.content_hash) is None
     assert store.delete_document(v1.document_id) == 1 and not store.has(key2)
+
+
+def test_chunk_store_batch_calls_match_the_single_ones(tmp_path):
+    store = ChunkStore.in_data_dir(tmp_path)
+    docs = [Document(text=f"text number {i}", source_system="fs", source_id=f"{i}.md") for i in range(3)]
+    entries = [(d, _chunks(d, [(0, 4), (5, len(d.text))])) for d in docs]
+    keys = store.put_many(entries, "fp")
+    assert keys == [ChunkKey(d.document_id, d.content_hash, "fp") for d in docs]
+    assert store.put_many([], "fp") == []
+    # Order follows the keys given, not the storage order.
+    assert store.load_many(list(reversed(keys))) == list(reversed(entries))
+    missing = ChunkKey(docs[0].document_id, docs[0].content_hash, "other")
+    assert store.existing([*keys, missing]) == set(keys)
+    assert store.get_chunks_many([keys[1], missing]) == {keys[1]: entries[1][1]}
+    with pytest.raises(KeyError, match="no stored chunks"):
+        store.load_many([keys[0], missing])
+    # A newer version of two documents: prune_many drops the old versions of exactly those two.
+    newer = [Document(text=f"edited {i}", source_system="fs", source_id=f"{i}.md") for i in range(2)]
+    new_keys = store.put_many([(d, _chunks(d, [(0, len(d.text))])) for d in newer], "fp")
+    assert store.prune_many(new_keys) == 2
+    assert store.existing(keys) == {keys[2]} and store.existing(new_keys) == set(new_keys)
+    assert store.get_document(docs[0].document_id, docs[0].content_hash) is None
+
+
+def test_status_upsert_many_is_one_transaction(tmp_path):
+    store = StatusStore.in_data_dir(tmp_path)
+    store.upsert_many(
+        [
+            ("d1", processed_fields(["c1"], content_hash="h", fingerprint="f")),
+            ("d2", failed_fields("boom", source_id="b.md")),
+            ("d3", processing_fields(source_id="c.md")),
+        ]
+    )
+    rows = store.get_many(["d1", "d2", "d3"])
+    assert (rows["d1"].state, rows["d1"].chunk_ids, rows["d1"].chunk_count) == ("processed", ["c1"], 1)
+    assert (rows["d2"].state, rows["d2"].error, rows["d3"].state) == ("failed", "boom", "processing")
+    # One bad row fails the whole batch before anything is written.
+    with pytest.raises(ValueError, match="unknown status columns"):
+        store.upsert_many([("d4", processing_fields()), ("d5", {"colour": "red"})])
+    assert store.get("d4") is None
+    store.upsert_many([])  # nothing to do is not an error
 
 
 # --- reciprocal-rank fusion -------------------------------------------------------------------------
