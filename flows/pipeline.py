@@ -105,7 +105,10 @@ def process_items(
                     previous, writing = writing, None
                     _settle(previous, run, summary)
                 futures = (
-                    {name: write_sink.submit(name, quote(outcomes[name].prepared), quote(run)) for name in run.sinks}
+                    {
+                        name: write_sink.submit(name, quote(outcomes[name].prepared), quote(run))
+                        for name in run.sinks
+                    }
                     if good
                     else {}
                 )
@@ -117,6 +120,11 @@ def process_items(
         # undone), so the status table never misses a write that happened.
         if writing is not None:
             _settle(writing, run, summary)
+
+
+# Task arguments are wrapped in `quote`: Prefect otherwise walks every argument, element by element,
+# looking for futures to resolve (none are passed here). Measured on 56 task runs each given a list of
+# 2,000 small dicts: 13 s of CPU walking them against 1.5 s quoted.
 
 
 def _chunk_next(
