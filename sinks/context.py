@@ -25,6 +25,7 @@ from chunking.ids import parse_chunk_id
 from chunking.neighbors import CHUNK_BOUNDARY
 from chunking.sentences import sentence_spans
 from chunking.tokenizer import TokenCounter
+from sinks.bm25 import StoredChunk
 from sinks.graph import GraphContext, GraphEntity, GraphRelation
 from sinks.hybrid import Hit
 
@@ -33,16 +34,9 @@ SEPARATOR = "\n\n"
 
 
 @dataclass(frozen=True)
-class Piece:
-    """One chunk's text and position; `rank` is its 1-based retrieval rank, None for a neighbour."""
+class Piece(StoredChunk):
+    """A stored chunk placed in a context; `rank` is its 1-based retrieval rank, None for a neighbour."""
 
-    chunk_id: str
-    document_id: str
-    chunk_index: int
-    start_char: int
-    end_char: int
-    content: str
-    heading_chain: tuple[str, ...] = ()
     rank: int | None = None
     score: float = 0.0
 
