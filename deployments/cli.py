@@ -48,6 +48,12 @@ PatternOption = Annotated[
     typer.Option("--pattern", "-p", help="gitignore-style glob (repeatable); default: all formats."),
 ]
 BatchSizeOption = Annotated[int, typer.Option("--batch-size", min=1, max=1000, help="Documents per round.")]
+StrategyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--strategy", "-s", help="auto, token_window, sentence, markdown, ... (default: UNICHUNK_CHUNK_NAME)"
+    ),
+]
 DEFAULT_BATCH_SIZE = 64  # flows.params.DEFAULT_BATCH_SIZE, not imported here: the CLI starts without Prefect
 
 
@@ -174,14 +180,7 @@ def _run_ingest(params: Any) -> Any:
 def ingest(
     path: Annotated[Path, typer.Argument(help="A directory to scan, or one file.")],
     pattern: PatternOption = None,
-    strategy: Annotated[
-        str | None,
-        typer.Option(
-            "--strategy",
-            "-s",
-            help="auto, token_window, sentence, markdown, ... (default: UNICHUNK_CHUNK_NAME)",
-        ),
-    ] = None,
+    strategy: StrategyOption = None,
     sink: Annotated[list[str] | None, typer.Option("--sink", help="Only these sinks (repeatable).")] = None,
     delete_missing: Annotated[bool, typer.Option("--delete-missing/--no-delete-missing")] = True,
     dry_run: Annotated[
@@ -360,9 +359,7 @@ def delete(
 def rebuild(
     path: Annotated[Path, typer.Argument(help="The whole source: a directory to scan, or one file.")],
     pattern: PatternOption = None,
-    strategy: Annotated[
-        str | None, typer.Option("--strategy", "-s", help="The new strategy (default: UNICHUNK_CHUNK_*).")
-    ] = None,
+    strategy: StrategyOption = None,
     chunk_size: Annotated[int | None, typer.Option("--chunk-size", help="The new chunk size.")] = None,
     chunk_overlap: Annotated[int | None, typer.Option("--chunk-overlap", help="The new overlap.")] = None,
     switch: Annotated[

@@ -129,7 +129,8 @@ def stopwatch(into: dict[str, float], name: str) -> Iterator[None]:
 
 
 def process_tree_cpu() -> dict[int, float]:
-    """CPU seconds (user + system) so far of this process and every live descendant (the graph server).
+    """CPU seconds (user + system) so far of this process and every live descendant (the graph server,
+    Prefect's temporary server).
 
     Read from /proc, so on other systems only this process is counted.
     """
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> None:
         (
             "  CPU time, run 1 / model work alone",
             f"{timings['cold_cpu']:.1f} s / {timings['model_cpu']:.1f} s",
-            f"run 1: {timings['cold_cpu_children']:.1f} s of it in child processes (the graph server)",
+            f"run 1: {timings['cold_cpu_children']:.1f} s of it in child processes (graph server, Prefect server)",
         ),
         ("  chunks embedded in the run", f"{cold_embedded}", f"of {n_chunks} stored"),
         (

@@ -76,6 +76,10 @@ def process_items(
     analysed, extracted) and batch N+2 chunked, so the model work, which bounds a run, never waits for
     chunking or store writes. Writes stay in batch order: batch N's are settled (and, on failure,
     undone) before batch N+1's start.
+
+    Task arguments are wrapped in `quote`: Prefect otherwise walks every argument, element by element,
+    looking for futures to resolve (none are passed here); 56 task runs each given 2,000 small dicts
+    spent 13 s of CPU on that, against 1.5 s quoted.
     """
     rows = run.status_store(readonly=dry_run).get_many(item.document_id for item in items)
     todo = [item for item in items if not unchanged_by_stat(item, rows.get(item.document_id), run)]
@@ -120,11 +124,6 @@ def process_items(
         # undone), so the status table never misses a write that happened.
         if writing is not None:
             _settle(writing, run, summary)
-
-
-# Task arguments are wrapped in `quote`: Prefect otherwise walks every argument, element by element,
-# looking for futures to resolve (none are passed here). Measured on 56 task runs each given a list of
-# 2,000 small dicts: 13 s of CPU walking them against 1.5 s quoted.
 
 
 def _chunk_next(

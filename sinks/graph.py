@@ -213,7 +213,6 @@ WHERE c.chunk_id IS NULL
 DETACH DELETE c
 """
 
-DOCUMENT_CHUNK_IDS = "MATCH (c:Chunk {document_id: $document_id}) RETURN c.chunk_id AS chunk_id"
 DOCUMENTS_CHUNK_IDS = """
 UNWIND $document_ids AS id
 MATCH (c:Chunk {document_id: id})
@@ -452,7 +451,10 @@ class KnowledgeGraphSink(Sink):
 
     def delete(self, document_id: str) -> int:
         try:
-            ids = sorted(self._stored_chunk_ids(document_id))
+            stored = self._stored_chunk_ids(document_id)
+            if None in stored:  # a chunk node that lost its ID cannot be removed by key
+                self.backend.run(DELETE_UNKEYED_CHUNKS, {"document_ids": [document_id]})
+            ids = sorted(c for c in stored if c is not None)
             self._remove_chunks(ids)
             self.backend.run(DELETE_DOCUMENT, {"document_id": document_id})
         except Exception as exc:
@@ -498,9 +500,8 @@ class KnowledgeGraphSink(Sink):
 
     # -- reading -----------------------------------------------------------------------------------
 
-    def _stored_chunk_ids(self, document_id: str) -> set[str]:
-        rows = self.backend.run(DOCUMENT_CHUNK_IDS, {"document_id": document_id}, write=False)
-        return {r["chunk_id"] for r in rows}
+    def _stored_chunk_ids(self, document_id: str) -> set[str | None]:
+        return self._stored_chunk_ids_of([document_id])[document_id]
 
     def _stored_chunk_ids_of(self, document_ids: Sequence[str]) -> dict[str, set[str | None]]:
         """Stored chunk IDs per document (None for a Chunk node that lost its ID), one read per slice."""
@@ -513,7 +514,7 @@ class KnowledgeGraphSink(Sink):
 
     def chunk_ids(self, document_id: str | None = None) -> set[str]:
         if document_id is not None:
-            return self._stored_chunk_ids(document_id)
+            return self._stored_chunk_ids(document_id)  # type: ignore[return-value]  # None shows a broken node
         return {r["chunk_id"] for r in self.backend.run(ALL_CHUNK_IDS, write=False)}
 
     def context_for_chunks(self, chunk_ids: Iterable[str]) -> GraphContext:

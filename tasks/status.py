@@ -278,8 +278,9 @@ def _upsert_statement(document_id: str, fields: dict[str, Any]) -> tuple[str, li
     if unknown:
         raise ValueError(f"unknown status columns: {sorted(unknown)}")
     if "chunk_ids" in fields:
-        fields["chunk_ids"] = json.dumps(list(fields["chunk_ids"]))
-        fields.setdefault("chunk_count", len(json.loads(fields["chunk_ids"])))
+        chunk_ids = list(fields["chunk_ids"])
+        fields["chunk_ids"] = json.dumps(chunk_ids)
+        fields.setdefault("chunk_count", len(chunk_ids))
     now = _now()
     fields["updated_at"] = now
     insert = {"document_id": document_id, "created_at": now, "state": "pending", **fields}

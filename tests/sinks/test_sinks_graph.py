@@ -330,6 +330,17 @@ def test_rewrite_removes_a_chunk_node_that_lost_its_chunk_id(sink: KnowledgeGrap
     assert sink.stats()["Chunk"] == 5 and sink.stats()["NEXT_CHUNK"] == 3
 
 
+def test_delete_removes_a_chunk_node_that_lost_its_chunk_id(sink: KnowledgeGraphSink, make_doc) -> None:
+    doc, chunks = make_doc("doc_a", DOC_A)
+    doc_b, chunks_b = make_doc("doc_b", DOC_B)
+    sink.upsert(doc, chunks)
+    sink.upsert(doc_b, chunks_b)
+    sink.backend.run("MATCH (c:Chunk {chunk_id: $id}) SET c.chunk_id = null", {"id": chunks[1].chunk_id})
+    assert sink.delete("doc_a") == 2  # the two chunks it could name; the unkeyed one goes too
+    assert _null_chunk_ids(sink) == 0
+    assert sink.chunk_ids() == {c.chunk_id for c in chunks_b}
+
+
 def test_a_chunk_without_id_is_rejected_before_anything_is_written(
     sink: KnowledgeGraphSink, make_doc
 ) -> None:
