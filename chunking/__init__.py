@@ -1,4 +1,5 @@
-"""unichunk's chunking library: documents in, chunks with exact offsets and deterministic IDs out.
+"""unichunk's chunking library: sources list documents, loaders read them, strategies cut them into chunks
+with exact offsets and deterministic IDs. Plain Python: no Prefect, no stores.
 
 Kept light on import (no bs4, pypdf or LlamaIndex): parsers load when a file of their kind is loaded.
 """
@@ -9,12 +10,13 @@ from chunking.errors import (
     DocumentLoadError,
     EmptyDocumentError,
     UndecodableTextError,
+    UnichunkError,
     UnsupportedFormatError,
 )
 from chunking.loaders import load_bytes, load_document
 from chunking.models import Block, Chunk, Document
-from chunking.neighbors import embed_text, expand_neighbors
 from chunking.service import ChunkingService, resolve_strategy_name
+from chunking.sources import DirectorySource, PathsSource, Source, SourceItem
 from chunking.token_window import should_chunk
 
 __all__ = [
@@ -23,13 +25,16 @@ __all__ = [
     "ChunkStrategy",
     "ChunkingError",
     "ChunkingService",
+    "DirectorySource",
     "Document",
     "DocumentLoadError",
     "EmptyDocumentError",
+    "PathsSource",
+    "Source",
+    "SourceItem",
     "UndecodableTextError",
+    "UnichunkError",
     "UnsupportedFormatError",
-    "embed_text",
-    "expand_neighbors",
     "load_bytes",
     "load_document",
     "resolve_strategy_name",

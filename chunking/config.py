@@ -43,6 +43,17 @@ AUTO_DEFAULTS: dict[str, tuple[str, int, int]] = {
 }
 
 
+class LoaderSettings(BaseSettings):
+    """How documents are read. Kept apart from `ChunkStrategy` on purpose: these settings decide which
+    files are accepted, not how their text is cut, so they are not part of any chunk fingerprint."""
+
+    model_config = SettingsConfigDict(env_prefix="UNICHUNK_", extra="ignore")
+
+    max_document_bytes: int = Field(
+        64 * 1024 * 1024, ge=1, description="Largest document read; a larger one fails alone, clearly."
+    )
+
+
 class ChunkStrategy(BaseSettings):
     """Chunking settings. Unset sizes mean "the strategy's default" (see STRATEGY_DEFAULTS)."""
 

@@ -1,9 +1,20 @@
-"""Typed errors, so the pipeline can fail one document with a clear message and carry on with the rest."""
+"""Typed errors, so the pipeline can fail one document with a clear message and carry on with the rest.
+
+`UnichunkError` is the root of every error unichunk raises on purpose, in every package: catching it
+catches a refused input, a failed store or a refused index operation, and never a bug. It lives here
+because `chunking` is the package every other one builds on. Each concern subclasses it once:
+`ChunkingError` (here), `sinks.base.SinkError`, `index.registry.GenerationError`,
+`deployments.webhook_security.WebhookRejected` and the CLI's `UserError`.
+"""
 
 from __future__ import annotations
 
 
-class ChunkingError(Exception):
+class UnichunkError(Exception):
+    """Base class of every error unichunk raises on purpose."""
+
+
+class ChunkingError(UnichunkError):
     """Base class for every error the chunking library raises on purpose."""
 
 

@@ -113,6 +113,16 @@ class Chunk(BaseModel):
         return self
 
     @property
+    def embed_text(self) -> str:
+        """The text embedded for this chunk: its heading chain as context, "Chapter 3 > Methodology: <content>".
+
+        Only the vector is computed from it; every store keeps `content` itself.
+        """
+        if not self.heading_chain:
+            return self.content
+        return " > ".join(self.heading_chain) + ": " + self.content
+
+    @property
     def is_whole_document(self) -> bool:
         """True when the document was stored as this single piece (see `single_piece_max`)."""
         return bool(self.metadata.get("whole_document"))

@@ -90,3 +90,16 @@ class ChunkingService:
         chunks = chunker.chunk(document)
         metrics.record(chunker.name, time.perf_counter() - started, [c.token_count for c in chunks])
         return chunks
+
+
+_shared: ChunkingService | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_service() -> ChunkingService:
+    """One ChunkingService per process, so every task thread reuses its cached chunkers and tokenizers."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = ChunkingService()
+        return _shared

@@ -33,13 +33,21 @@ BM25 and the status store), since embedded stores are per machine.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
+import sys
 from typing import Any
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from prefect import serve
+from prefect.events import DeploymentEventTrigger
+from prefect.types.entrypoint import EntrypointType
+from prometheus_client import start_http_server
 
-SAMPLE_CORPUS = Path(__file__).resolve().parent / "sample_corpus"
+from deployments.settings import ServiceSettings
+from flows.documents import delete_document, ingest_document
+from flows.ingest import ingest
+from flows.rebuild import rebuild
+from flows.reindex import reindex
+from flows.switch import switch_generation
+
 UPDATED_EVENT = "document.updated"
 DELETED_EVENT = "document.deleted"
 DOCUMENT_RESOURCE = "unichunk.document.*"
@@ -55,23 +63,7 @@ DEPLOYMENT_NAMES = (
 log = logging.getLogger(__name__)
 
 
-class ServeSettings(BaseSettings):
-    """Env: UNICHUNK_REINDEX_CRON, UNICHUNK_METRICS_PORT, UNICHUNK_SOURCE_ROOT."""
-
-    model_config = SettingsConfigDict(env_prefix="UNICHUNK_", extra="ignore")
-
-    reindex_cron: str = Field("0 2 * * *", description="When the reindex deployment runs.")
-    metrics_port: int = Field(
-        9464, ge=0, le=65535, description="/metrics port of the served process; 0 = off."
-    )
-    source_root: Path | None = Field(None, description="Directory the ingest/reindex deployments scan.")
-
-    def scan_root(self) -> str:
-        """The directory `ingest` and `reindex` scan by default: the source root, else the sample corpus."""
-        return str((self.source_root or SAMPLE_CORPUS).resolve())
-
-
-def ingest_document_parameters(settings: ServeSettings) -> dict[str, Any]:
+def ingest_document_parameters(settings: ServiceSettings) -> dict[str, Any]:
     """Flow parameters rendered from the triggering event (templates kept whole so types survive)."""
     parameters: dict[str, Any] = {
         "path": "{{ event.payload.path }}",
@@ -84,19 +76,10 @@ def ingest_document_parameters(settings: ServeSettings) -> dict[str, Any]:
 
 
 def build_deployments(
-    settings: ServeSettings | None = None, names: tuple[str, ...] | list[str] = DEPLOYMENT_NAMES
+    settings: ServiceSettings | None = None, names: tuple[str, ...] | list[str] = DEPLOYMENT_NAMES
 ) -> list[Any]:
     """The RunnerDeployments to serve (only those in `names`), with schedules and triggers attached."""
-    from prefect.events import DeploymentEventTrigger
-    from prefect.types.entrypoint import EntrypointType
-
-    from flows.documents import delete_document, ingest_document
-    from flows.ingest import ingest
-    from flows.rebuild import rebuild
-    from flows.reindex import reindex
-    from flows.switch import switch_generation
-
-    settings = settings or ServeSettings()
+    settings = settings or ServiceSettings()
     source = {"params": {"source": {"kind": "directory", "root": settings.scan_root()}}}
     # Module entrypoints: flow runs import `flows.*` wherever the package is installed, whatever the cwd.
     common: dict[str, Any] = {"entrypoint_type": EntrypointType.MODULE_PATH, "tags": ["unichunk"]}
@@ -163,21 +146,17 @@ def start_metrics_server(port: int, addr: str = "0.0.0.0") -> int | None:
     """
     if port == 0:
         return None
-    from prometheus_client import start_http_server
-
     server, _thread = start_http_server(port, addr=addr)
     return server.server_port
 
 
 def serve_all(
     names: tuple[str, ...] | list[str] = DEPLOYMENT_NAMES,
-    settings: ServeSettings | None = None,
+    settings: ServiceSettings | None = None,
     limit: int | None = None,
 ) -> None:
     """Register and serve the deployments against PREFECT_API_URL until interrupted (blocking)."""
-    from prefect import serve
-
-    settings = settings or ServeSettings()
+    settings = settings or ServiceSettings()
     deployments = build_deployments(settings, names)
     port = start_metrics_server(settings.metrics_port)
     if port:
@@ -186,7 +165,5 @@ def serve_all(
 
 
 if __name__ == "__main__":  # python -m deployments.serve [name ...]
-    import sys
-
     logging.basicConfig(level=logging.INFO)
     serve_all(tuple(sys.argv[1:]) or DEPLOYMENT_NAMES)

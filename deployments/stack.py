@@ -1,7 +1,7 @@
 """The local stack without containers: a Prefect server and the embedded FalkorDB, started in the background.
 
 `up()` is idempotent: a Prefect server already answering on the port is reused, and FalkorDB is reused by
-`sinks.falkordb_server.ensure_server`. Everything it starts lives under `<data_dir>/stack` (logs, pid
+`sinks.graph.falkordb_server.ensure_server`. Everything it starts lives under `<data_dir>/stack` (logs, pid
 file, the Prefect database via PREFECT_HOME), so `down()` stops exactly what `up()` started and nothing
 else. Qdrant and BM25 need no server: they run embedded in the flow processes.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 
 from sinks.config import SinkSettings
-from sinks.falkordb_server import ensure_server, stop_server
+from sinks.graph.falkordb_server import ensure_server, stop_server
 
 STATE_FILE = "prefect-server.json"
 

@@ -22,6 +22,7 @@ Sender side, e.g. in Python::
 
 from __future__ import annotations
 
+import base64
 import os
 import time
 import uuid
@@ -31,14 +32,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from prefect.events import Event
+from prefect.settings import get_current_settings
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictStr, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from chunking.ids import derive_document_id
 from deployments.search_api import SinksProvider, create_search_router
+from deployments.settings import ServiceSettings
 from deployments.webhook_security import (
     ReplayCache,
     WebhookRejected,
@@ -51,6 +55,7 @@ from deployments.webhook_security import (
     resolve_source_path,
     verify_signature,
 )
+from sinks.config import SinkSettings
 
 EVENT_NAMES = {"updated": "document.updated", "deleted": "document.deleted"}
 RESOURCE_PREFIX = "unichunk.document."
@@ -63,18 +68,6 @@ WEBHOOKS_REJECTED = Counter(
     "Webhooks refused, by reason (signature, replay, size...).",
     ["reason"],
 )
-
-
-class WebhookSettings(BaseSettings):
-    """Receiver settings. Env: UNICHUNK_WEBHOOK_SECRET, UNICHUNK_SOURCE_ROOT, UNICHUNK_DATA_DIR, ..."""
-
-    model_config = SettingsConfigDict(env_prefix="UNICHUNK_", extra="ignore")
-
-    webhook_secret: SecretStr | None = Field(None, description="Shared HMAC secret; unset = refuse all.")
-    webhook_max_body: int = Field(1024 * 1024, ge=1, description="Largest accepted body in bytes.")
-    webhook_tolerance: int = Field(300, ge=1, description="Max age (and future skew) of a timestamp, s.")
-    source_root: Path | None = Field(None, description="Only paths inside this directory are accepted.")
-    data_dir: Path = Field(Path(".unichunk"), description="The replay cache lives here (webhook/replay.db).")
 
 
 class WebhookPayload(BaseModel):
@@ -99,12 +92,8 @@ class PrefectEventSink:
     def __init__(self, api_url: str | None, timeout: float = 10.0) -> None:
         self.api_url = api_url.rstrip("/") if api_url else None
         headers: dict[str, str] = {}
-        from prefect.settings import get_current_settings
-
         api = get_current_settings().api
         if api.auth_string:
-            import base64
-
             token = base64.b64encode(api.auth_string.get_secret_value().encode()).decode()
             headers["Authorization"] = f"Basic {token}"
         elif api.key:
@@ -134,8 +123,6 @@ def default_prefect_api_url() -> str | None:
     """PREFECT_API_URL from the environment first (it may be set after Prefect was imported)."""
     if url := os.environ.get("PREFECT_API_URL"):
         return url
-    from prefect.settings import get_current_settings
-
     return get_current_settings().api.url
 
 
@@ -159,8 +146,6 @@ def build_event(payload: WebhookPayload, event_id: uuid.UUID, source_root: Path 
         if source_root is None:
             raise WebhookRejected(422, "invalid_payload", "an updated event needs a path")
         path = str(resolve_source_path(source_id, source_root))
-    from prefect.events import Event
-
     event = Event(
         id=event_id,
         event=EVENT_NAMES[payload.event],
@@ -201,19 +186,21 @@ def _check_content_type(request: Request) -> None:
 
 
 def create_app(
-    settings: WebhookSettings | None = None,
+    settings: ServiceSettings | None = None,
     events: PrefectEventSink | None = None,
     clock: Callable[[], float] = time.time,
     search_sinks: SinksProvider | None = None,
+    data_dir: Path | None = None,
 ) -> FastAPI:
     """Build the receiver. `events` and `clock` are seams (a Prefect server URL, the time) for tests.
 
-    `search_sinks` provides the stores `GET /search` reads (default: the configured ones, on first use).
+    `search_sinks` provides the stores `GET /search` reads (default: the live ones, on first use). The
+    replay cache lives under `data_dir` (default: the configured data dir), in `webhook/replay.db`.
     """
-    settings = settings or WebhookSettings()
+    settings = settings or ServiceSettings()
     events = events or PrefectEventSink(default_prefect_api_url())
     secret = settings.webhook_secret.get_secret_value() if settings.webhook_secret else ""
-    replay = ReplayCache(settings.data_dir / "webhook" / "replay.db")
+    replay = ReplayCache(Path(data_dir or SinkSettings().data_dir) / "webhook" / "replay.db")
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -300,6 +287,4 @@ def _short_errors(exc: ValidationError) -> str:
 
 def run_receiver(host: str = "127.0.0.1", port: int = 8787) -> None:
     """Serve the receiver with uvicorn (blocking). Bind 0.0.0.0 only behind TLS termination."""
-    import uvicorn
-
     uvicorn.run(create_app(), host=host, port=port, log_level="info", access_log=True)

@@ -14,6 +14,8 @@ import threading
 import uuid
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
+from chunking.errors import UnichunkError
+
 SIGNATURE_PREFIX = "sha256="
 # A fixed namespace: the same delivery id maps to the same Prefect event id in every receiver replica.
 EVENT_NAMESPACE = uuid.UUID("8d0f6a52-5a0e-4a53-9f5e-3c1c1b7f6e21")
@@ -24,7 +26,7 @@ _DOCUMENT_ID = re.compile(r"^[A-Za-z0-9_:\-][A-Za-z0-9._:\-]{0,127}$")
 _SOURCE_SYSTEM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$")
 
 
-class WebhookRejected(Exception):
+class WebhookRejected(UnichunkError):
     """A check failed; `status` is the HTTP answer and `reason` the metrics label."""
 
     def __init__(self, status: int, reason: str, detail: str) -> None:

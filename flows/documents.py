@@ -9,13 +9,14 @@ from prefect import flow, get_run_logger
 from prefect.states import State
 
 from chunking.config import ChunkStrategy
-from flows.params import IngestSummary, SinkName
+from chunking.sources import PathsSource
+from flows.params import IngestSummary
 from flows.pipeline import finish, process_items, sinks_context, timed_summary
+from index.generations import target_for_ingest, writable_runs
+from index.run import RunConfig
+from sinks.base import SINK_NAMES, SinkName
 from sinks.config import SinkSettings
-from tasks.generations import ensure_live_alias, target_for_ingest, writable_runs
-from tasks.maintenance import delete_documents
-from tasks.resources import ALL_SINKS, RunConfig
-from tasks.sources import PathsSource
+from tasks.delete import delete_documents_task
 
 
 @flow(name="ingest-document")
@@ -29,7 +30,9 @@ def ingest_document(
 ) -> IngestSummary | State:
     """(Re-)ingest one file; `source_id` defaults to its path relative to `root` (else absolute)."""
     summary = IngestSummary(flow="ingest-document")
-    run = target_for_ingest(RunConfig(strategy or ChunkStrategy(), SinkSettings(), tuple(sinks or ALL_SINKS)))
+    run = target_for_ingest(
+        RunConfig(strategy or ChunkStrategy(), SinkSettings(), tuple(sinks or SINK_NAMES))
+    )
     with timed_summary(summary, "ingest-document"):
         if root and not Path(path).is_absolute():  # a path relative to the source root
             path = str(Path(root) / path)
@@ -40,8 +43,7 @@ def ingest_document(
         if source_id:  # the webhook's own ID for the document wins over the path
             items = [replace(items[0], source_id=source_id)]
         summary.listed = len(items)
-        with sinks_context(run, dry_run=False) as sinks:
-            ensure_live_alias(run, sinks)  # the first ingest of a data dir may be a webhook's
+        with sinks_context(run, dry_run=False):
             process_items(items, run, summary, batch_size=1, dry_run=False)
     return finish(summary)
 
@@ -52,13 +54,13 @@ def delete_document(document_id: str, sinks: list[SinkName] | None = None) -> di
 
     It reaches every generation that is live or being built, so a rebuild cannot bring the document back.
     """
-    base = RunConfig(ChunkStrategy(), SinkSettings(), tuple(sinks or ALL_SINKS))
+    base = RunConfig(ChunkStrategy(), SinkSettings(), tuple(sinks or SINK_NAMES))
     summary = IngestSummary(flow="delete-document")
     removed: dict[str, int] = {}
     with timed_summary(summary, "delete-document"):
         for run in writable_runs(base):
             with sinks_context(run, dry_run=False):
-                for name, count in delete_documents(run, [document_id]).items():
+                for name, count in delete_documents_task(run, [document_id]).items():
                     removed[name] = removed.get(name, 0) + count
     get_run_logger().info(
         "deleted %s: %s chunk(s) removed per sink %s", document_id, sum(removed.values()), removed

@@ -7,9 +7,9 @@ from prefect.states import State
 
 from flows.params import IngestParams, IngestSummary
 from flows.pipeline import delete_missing, finish, process_items, sinks_context, timed_summary
+from index.generations import target_for_ingest
+from index.run import RunConfig
 from sinks.config import SinkSettings
-from tasks.generations import ensure_live_alias, target_for_ingest
-from tasks.resources import RunConfig
 
 
 def sync_source(flow_name: str, params: IngestParams) -> tuple[IngestSummary, RunConfig]:
@@ -22,8 +22,7 @@ def sync_source(flow_name: str, params: IngestParams) -> tuple[IngestSummary, Ru
         source = params.source.build()
         items = source.list()
         summary.listed = len(items)
-        with sinks_context(run, params.dry_run) as sinks:
-            ensure_live_alias(run, sinks)
+        with sinks_context(run, params.dry_run):
             process_items(items, run, summary, batch_size=params.batch_size, dry_run=params.dry_run)
             if params.delete_missing:
                 delete_missing(source, items, run, summary, dry_run=params.dry_run)

@@ -7,14 +7,10 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from chunking.config import ChunkStrategy
-from tasks.resources import ALL_SINKS
-from tasks.sources import DEFAULT_PATTERNS, DirectorySource, PathsSource, Source
-
-SinkName = Literal["vectors", "keywords", "graph"]
-# Documents per chunk/prepare/write round. Each round is 7 Prefect task runs whose bookkeeping shares the
-# cores with the models; 64 measured 1.16-1.22x model time on 500 documents where 32 measured 1.25-1.38x
-# (README "Pipeline benchmark"), while the pipelined rounds keep the unoverlapped first and last small.
-DEFAULT_BATCH_SIZE = 64
+from chunking.sources import DEFAULT_PATTERNS, DirectorySource, PathsSource, Source
+from index.generations import DEFAULT_RETENTION_HOURS
+from index.run import DEFAULT_BATCH_SIZE
+from sinks.base import SINK_NAMES, SinkName
 
 
 class SourceParams(BaseModel):
@@ -58,7 +54,7 @@ class IngestParams(BaseModel):
 
     source: SourceParams
     strategy: ChunkStrategy = Field(default_factory=ChunkStrategy)
-    sinks: list[SinkName] = Field(default_factory=lambda: list(ALL_SINKS), min_length=1)
+    sinks: list[SinkName] = Field(default_factory=lambda: list(SINK_NAMES), min_length=1)
     delete_missing: bool = Field(True, description="Delete documents that disappeared from the source.")
     dry_run: bool = Field(False, description="Report what would happen; write nothing.")
     batch_size: int = Field(
@@ -116,7 +112,9 @@ class RebuildParams(BaseModel):
     )
     switch: bool = Field(True, description="Switch readers to the new generation once it is verified.")
     retention_hours: float = Field(
-        168.0, ge=0, description="Keep the replaced generation this long for rollback, then drop it."
+        DEFAULT_RETENTION_HOURS,
+        ge=0,
+        description="Keep the replaced generation this long for rollback, then drop it.",
     )
     max_document_loss: float = Field(
         0.0,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from prefect import get_run_logger
@@ -18,17 +18,24 @@ from prefect.futures import PrefectFuture
 from prefect.states import Failed, State
 from prefect.utilities.annotations import quote
 
+from chunking.sources import Source, SourceItem
 from flows import progress
 from flows.params import FailedDocument, IngestSummary
+from index import metrics
+from index.chunk_batch import ChunkBatchResult
+from index.chunk_cache import ChunkKey
+from index.generations import ensure_live_alias, expired_generations
+from index.run import RunConfig
+from index.sink_writes import PrepareOutcome, record_outcome
+from index.status import DocumentStatus
 from sinks.base import Sink
-from tasks import metrics
-from tasks.chunk import ChunkBatchResult, chunk_batch
-from tasks.chunk_store import ChunkKey
-from tasks.maintenance import delete_documents, mark_status, restore_previous
-from tasks.resources import RunConfig, flow_sinks
-from tasks.sink_io import PrepareOutcome, prepare_sink, write_sink
-from tasks.sources import Source, SourceItem
-from tasks.status import DocumentStatus
+from sinks.config import SinkSettings
+from sinks.pool import flow_sinks
+from tasks.alignment import restore_previous_task
+from tasks.chunk import chunk_batch
+from tasks.delete import delete_documents_task
+from tasks.generations import drop_generation
+from tasks.sink_io import prepare_sink, write_sink
 
 
 def unchanged_by_stat(item: SourceItem, row: DocumentStatus | None, run: RunConfig) -> bool:
@@ -51,9 +58,18 @@ def batched(items: Sequence[SourceItem], size: int) -> Iterator[list[SourceItem]
         yield list(items[start : start + size])
 
 
-def sinks_context(run: RunConfig, dry_run: bool) -> AbstractContextManager[dict[str, Sink]]:
-    """Open the run's sinks for the flow (closing them after); a dry run opens none."""
-    return nullcontext({}) if dry_run else flow_sinks(run.sinks, run.settings)
+@contextmanager
+def sinks_context(run: RunConfig, dry_run: bool) -> Iterator[dict[str, Sink]]:
+    """Open the run's sinks for the flow (closing them after); a dry run opens none.
+
+    Opening them also keeps the Qdrant alias on the live collection: the first ingest of a data dir (a
+    CLI run or a webhook's) creates the live generation, and with it the alias outside readers use."""
+    if dry_run:
+        yield {}
+        return
+    with flow_sinks(run.sinks, run.settings) as sinks:
+        ensure_live_alias(run, sinks)
+        yield sinks
 
 
 @dataclass
@@ -155,12 +171,12 @@ def _settle(writing: _Writing, run: RunConfig, summary: IngestSummary) -> None:
         message = "; ".join(errors)
         for key in processed:
             failed[key.document_id] = message
-        restore_previous(run, [key.document_id for key in processed], sorted(written))
+        restore_previous_task(run, [key.document_id for key in processed], sorted(written))
         processed, written = [], {}
     for name, count in written.items():
         summary.chunks_written[name] = summary.chunks_written.get(name, 0) + count
     # Load failures were recorded by chunk_batch; the rest of the batch's outcome is recorded here.
-    mark_status(
+    record_outcome(
         run, writing.by_id, processed, {d: e for d, e in failed.items() if d not in writing.result.failed}
     )
     summary.processed += len(processed)
@@ -246,7 +262,7 @@ def delete_missing(
     if dry_run:
         summary.would_delete.extend(row.source_id or row.document_id for row in missing)
     elif missing:
-        delete_documents(run, [row.document_id for row in missing])
+        delete_documents_task(run, [row.document_id for row in missing])
         summary.deleted += len(missing)
 
 
@@ -278,3 +294,11 @@ def finish(summary: IngestSummary, problems: list[str] | None = None) -> IngestS
     if problems:
         return Failed(message="; ".join(problems), data=summary)
     return summary
+
+
+def drop_expired(settings: SinkSettings) -> list[str]:
+    """Drop every retired generation whose retention ran out (one task run each); returns their IDs."""
+    expired = expired_generations(settings)
+    for generation_id in expired:
+        drop_generation(settings, generation_id)
+    return expired

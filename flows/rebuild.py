@@ -15,13 +15,14 @@ from datetime import timedelta
 from prefect import flow, get_run_logger
 from prefect.states import Failed, State
 
+from chunking.sources import Source
 from flows.params import IngestSummary, RebuildParams, RebuildSummary
-from flows.pipeline import delete_missing, process_items, sinks_context, timed_summary
+from flows.pipeline import delete_missing, drop_expired, process_items, sinks_context, timed_summary
+from index.generations import generation_counts, live_generation, registry_of
+from index.run import RunConfig
 from sinks.config import SinkSettings
-from tasks.generations import drop_expired, generation_counts, registry_of, switch_live
-from tasks.maintenance import repair_alignment, verify_alignment_task
-from tasks.resources import ALL_SINKS, RunConfig
-from tasks.sources import Source
+from tasks.alignment import repair_alignment, verify_alignment_task
+from tasks.generations import switch_live
 
 
 def _sync(source: Source, run: RunConfig, flow_name: str, batch_size: int) -> IngestSummary:
@@ -61,10 +62,10 @@ def readiness_problems(summary: RebuildSummary, max_document_loss: float) -> lis
 def rebuild(params: RebuildParams) -> RebuildSummary | State:
     """Build the generation of `params.strategy` + the current sink settings, verify it, switch to it."""
     logger = get_run_logger()
-    base = RunConfig(params.strategy, SinkSettings(), ALL_SINKS)
+    base = RunConfig(params.strategy, SinkSettings())
     run = base.pinned()
     registry = registry_of(base.settings)
-    live = registry.live()
+    live = live_generation(base.settings)
     summary = RebuildSummary(
         generation=run.generation_id,
         fingerprint=run.generation_fingerprint,

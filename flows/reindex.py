@@ -9,9 +9,8 @@ from prefect.states import State
 
 from flows.ingest import sync_source
 from flows.params import IngestParams, IngestSummary
-from flows.pipeline import finish, sinks_context, timed_summary
-from tasks.generations import drop_expired
-from tasks.maintenance import repair_alignment, verify_alignment_task
+from flows.pipeline import drop_expired, finish, sinks_context, timed_summary
+from tasks.alignment import repair_alignment, verify_alignment_task
 
 
 @flow(name="reindex")

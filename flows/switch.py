@@ -1,4 +1,5 @@
-"""The `switch-generation` flow: roll back to a retained generation (or forward to a built one).
+"""The `switch-generation` flow: roll back to a retained generation (or forward to a built one); and
+`drop-generation`.
 
 The target is checked first (its stores must hold exactly the chunk IDs its status table expects), so a
 generation whose stores were damaged or half-dropped never goes live.
@@ -13,35 +14,22 @@ from prefect.states import Failed, State
 
 from chunking.config import ChunkStrategy
 from flows.pipeline import sinks_context
+from index.generations import DEFAULT_RETENTION_HOURS, rollback_target, switchable
+from index.run import RunConfig
 from sinks.config import SinkSettings
-from sinks.generations import GenerationError
-from tasks.generations import drop_generation, registry_of, switch_live
-from tasks.maintenance import verify_alignment_task
-from tasks.resources import ALL_SINKS, RunConfig
-
-
-def default_target(settings: SinkSettings) -> str:
-    """The most recently retired generation: what "roll back" means."""
-    retired = [g for g in registry_of(settings).all() if g.state == "retired"]
-    if not retired:
-        raise GenerationError("no retired generation to roll back to")
-    return max(retired, key=lambda g: g.retired_at or "").generation_id
+from tasks.alignment import verify_alignment_task
+from tasks.generations import drop_generation, switch_live
 
 
 @flow(name="switch-generation")
-def switch_generation(generation_id: str | None = None, retention_hours: float = 168.0) -> dict | State:
+def switch_generation(
+    generation_id: str | None = None, retention_hours: float = DEFAULT_RETENTION_HOURS
+) -> dict | State:
     """Make `generation_id` (default: the last retired one) live after verifying its stores."""
-    base = RunConfig(ChunkStrategy(), SinkSettings(), ALL_SINKS)
-    target = generation_id or default_target(base.settings)
-    found = registry_of(base.settings).get(target)
-    if found is None:
-        raise GenerationError(f"no generation {target}")
-    if found.state == "live":
+    base = RunConfig(ChunkStrategy(), SinkSettings())
+    target = generation_id or rollback_target(base.settings)
+    if switchable(base.settings, target).state == "live":
         return {"live": target, "previous": None, "switched": False}
-    if found.state not in ("retired", "ready"):
-        raise GenerationError(
-            f"generation {target} is {found.state}: only a retired or ready one can go live"
-        )
     run = base.pinned(target)
     with sinks_context(run, dry_run=False):
         report = verify_alignment_task(run)

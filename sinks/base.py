@@ -1,33 +1,177 @@
-"""The interface every store implements, so the pipeline fans one set of chunks out to all of them.
+"""What every store promises: the write side the pipeline fans chunks out to, and the read side search uses.
 
-Writes are two-phase: `prepare` computes everything a store needs (embeddings, BM25 terms, extracted
-entities) and touches no store; `write` only stores what was prepared. The pipeline prepares for every
-sink before writing to any, so a failure while computing writes nothing anywhere.
-
+Write side (`Sink`). Writes are two-phase: `prepare` computes everything a store needs (embeddings, BM25
+terms, extracted entities) and touches no store; `write` only stores what was prepared. The pipeline
+prepares for every sink before writing to any, so a failure while computing writes nothing anywhere.
 `write` replaces: for each document in the batch, the stored chunks become exactly the given ones (new
 ones upserted first, then the document's other chunks removed, so readers never see it absent). Writing
 the same batch twice leaves one copy. `delete` removes every trace of a document. Both are safe to re-run
 after a crash half-way.
+
+Read side (`ChunkSearch`, `GraphReader`), declared as protocols in the manner of LlamaIndex's
+`vector_stores/types.py`: retrieval depends on these and on nothing a particular store adds. Every store
+returns chunks as one record type, `StoredChunk` (a `ScoredChunk` when ranked), so a hit from BM25 and a hit
+from Qdrant are the same kind of object and compare by chunk ID.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
 
+from chunking.errors import UnichunkError
 from chunking.models import Chunk, Document
 
 DocumentChunks = tuple[Document, Sequence[Chunk]]
 
+SinkName = Literal["vectors", "keywords", "graph"]
+SINK_NAMES: tuple[SinkName, ...] = get_args(SinkName)
 
-class SinkError(Exception):
+# A search filter: field -> value or list of values (any of them). Every store filters on `document_id`.
+SearchFilter = Mapping[str, str | Sequence[str]]
+
+
+class SinkError(UnichunkError):
     """A store failed; `sink` names which one, so the pipeline can report and retry it."""
 
     def __init__(self, sink: str, message: str) -> None:
         super().__init__(f"[{sink}] {message}")
         self.sink = sink
+
+
+class InvalidRequest(SinkError, ValueError):
+    """A store was asked for something it cannot do (a filter key it does not index, a batch prepared by
+    another sink, a chunk filed under the wrong document): retrying will not help, the caller must change."""
+
+
+# --- records ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """A chunk as a store holds it: identity, exact offsets into its document, text and heading chain.
+
+    `extra` is whatever else the store keeps beside the chunk (Qdrant: the document's title, source and
+    path, the index generation; BM25: nothing). It never takes part in equality.
+    """
+
+    chunk_id: str
+    document_id: str
+    chunk_index: int
+    start_char: int
+    end_char: int
+    content: str
+    heading_chain: tuple[str, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def title(self) -> str | None:
+        """The document's title as the store knows it (title, else source ID, else path), if it keeps one."""
+        for key in ("title", "source_id", "path"):
+            if value := self.extra.get(key):
+                return str(value)
+        return None
+
+
+@dataclass(frozen=True)
+class ScoredChunk(StoredChunk):
+    """A stored chunk ranked by one store for one query; `score` is that store's own (BM25, cosine)."""
+
+    score: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class GraphEntity:
+    name: str  # normalised key
+    display_name: str
+    type: str
+    description: str
+    source_chunk_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GraphRelation:
+    source: str  # normalised keys, source < target
+    target: str
+    keywords: str
+    description: str
+    weight: float
+    source_chunk_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GraphContext:
+    """Entities and relations handed to a generator beside (or instead of) retrieved chunks."""
+
+    entities: tuple[GraphEntity, ...] = ()
+    relations: tuple[GraphRelation, ...] = ()
+
+    @property
+    def chunk_ids(self) -> set[str]:
+        """Every chunk the context was learnt from (to fetch the supporting text)."""
+        ids = {c for e in self.entities for c in e.source_chunk_ids}
+        return ids | {c for r in self.relations for c in r.source_chunk_ids}
+
+    def to_text(self) -> str:
+        """A compact plain-text rendering for a prompt."""
+        names = {e.name: e.display_name for e in self.entities}
+        lines = ["Entities:"] + [f"- {e.display_name} ({e.type}): {e.description}" for e in self.entities]
+        lines.append("Relations:")
+        lines += [
+            f"- {names.get(r.source, r.source)} -- {names.get(r.target, r.target)} "
+            f"[{r.keywords}] (weight {r.weight:g}): {r.description}"
+            for r in self.relations
+        ]
+        return "\n".join(lines)
+
+
+# --- read side -------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class ChunkSearch(Protocol):
+    """A store that ranks chunks for a query and hands back stored chunks by ID or by position."""
+
+    name: ClassVar[str]
+
+    def search(self, query: str, k: int = 10, filter: SearchFilter | None = None) -> list[ScoredChunk]:
+        """The `k` best chunks for `query`, best first; [] when nothing matches."""
+        ...
+
+    def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, StoredChunk]:
+        """Stored chunks by ID (absent IDs are left out)."""
+        ...
+
+    def chunks_at(self, document_id: str, indexes: Iterable[int]) -> list[StoredChunk]:
+        """A document's chunks at these `chunk_index` positions, in index order (neighbour expansion)."""
+        ...
+
+
+@runtime_checkable
+class AliasedCollection(Protocol):
+    """A store whose live generation outside readers find under one stable name (Qdrant's alias)."""
+
+    def point_alias(self, alias: str) -> None:
+        """Make `alias` name this store's own collection, atomically."""
+        ...
+
+
+@runtime_checkable
+class GraphReader(Protocol):
+    """The knowledge graph's read side: what the graph learnt from chunks, and around an entity."""
+
+    def context_for_chunks(self, chunk_ids: Iterable[str]) -> GraphContext:
+        """Entities mentioned in these chunks, and the relations between them stated in these chunks."""
+        ...
+
+    def neighbourhood(self, entity_name: str, hops: int = 1, limit: int = 50) -> GraphContext:
+        """Entities within `hops` relation steps of one entity, with the strongest relations among them."""
+        ...
+
+
+# --- write side ------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -45,24 +189,10 @@ class Prepared:
         return sum(len(c) for c in self.chunks.values())
 
 
-@dataclass(frozen=True)
-class ScoredChunk:
-    """One search hit from any sink: identity, exact offsets, text, the sink's own score, extra payload."""
-
-    chunk_id: str
-    document_id: str
-    score: float
-    content: str
-    start_char: int
-    end_char: int
-    heading_chain: tuple[str, ...]
-    payload: dict[str, Any] = field(default_factory=dict)
-
-
 class Sink(ABC):
     """A store of chunks keyed by the shared chunk IDs."""
 
-    name: ClassVar[str]
+    name: ClassVar[SinkName]
 
     @abstractmethod
     def prepare(self, batch: Sequence[DocumentChunks]) -> Prepared:
@@ -91,6 +221,11 @@ class Sink(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook, most sinks hold a client to release
         """Release clients, files and locks."""
 
+    def check_prepared(self, prepared: Prepared) -> None:
+        """Refuse a batch another sink prepared (its payload would mean nothing here)."""
+        if prepared.sink != self.name:
+            raise InvalidRequest(self.name, f"cannot write a batch prepared by sink {prepared.sink!r}")
+
     def __enter__(self) -> Sink:
         return self
 
@@ -98,14 +233,39 @@ class Sink(ABC):
         self.close()
 
 
-def group_batch(batch: Sequence[DocumentChunks]) -> tuple[list[Document], dict[str, list[Chunk]]]:
+def group_batch(sink: str, batch: Sequence[DocumentChunks]) -> tuple[list[Document], dict[str, list[Chunk]]]:
     """Split a batch into its documents and a document_id -> chunks map, checking chunks belong to it."""
     documents: list[Document] = []
     chunks: dict[str, list[Chunk]] = {}
     for document, doc_chunks in batch:
         for chunk in doc_chunks:
             if chunk.document_id != document.document_id:
-                raise ValueError(f"chunk {chunk.chunk_id} does not belong to document {document.document_id}")
+                raise InvalidRequest(
+                    sink, f"chunk {chunk.chunk_id} does not belong to document {document.document_id}"
+                )
         documents.append(document)
         chunks[document.document_id] = list(doc_chunks)
     return documents, chunks
+
+
+def filter_values(
+    sink: str, filter: SearchFilter | None, supported: Iterable[str] | None = None
+) -> dict[str, list[str]]:
+    """A search filter as field -> list of accepted values. A key outside `supported` (None: any key) is
+    refused rather than ignored: ignoring it would return hits the caller excluded."""
+    if not filter:
+        return {}
+    unknown = [] if supported is None else sorted(set(filter) - set(supported))
+    if unknown:
+        raise InvalidRequest(
+            sink, f"unsupported filter key(s) {unknown}; this store filters on {sorted(supported or ())}"
+        )
+    values: dict[str, list[str]] = {}
+    for key, value in filter.items():
+        if isinstance(value, str):
+            values[key] = [value]
+        elif isinstance(value, Iterable):
+            values[key] = [str(v) for v in value]
+        else:
+            raise InvalidRequest(sink, f"filter {key} must be a string or a list of strings")
+    return values

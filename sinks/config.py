@@ -19,29 +19,40 @@ class SinkSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="UNICHUNK_", extra="ignore")
 
-    data_dir: Path = Field(Path(".unichunk"), description="Root for every embedded store's files.")
+    data_dir: Path = Field(
+        Path(".unichunk"),
+        description="Root of every embedded store, the status tables, the chunk cache and the generation registry.",
+    )
     generation: str | None = Field(
         None,
-        description="Index generation the stores belong to (set by the pipeline; unset = base names).",
+        description="Pin readers to one index generation (normally unset: `index.generations` pins the live one).",
     )
 
     # Qdrant (vectors)
     qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = local mode under data_dir.")
-    qdrant_api_key: SecretStr | None = None
-    qdrant_collection: str = "unichunk_chunks"
-    upsert_batch_size: int = Field(256, ge=1, le=10_000)
+    qdrant_api_key: SecretStr | None = Field(None, description="API key of the Qdrant server.")
+    qdrant_collection: str = Field(
+        "unichunk_chunks",
+        description="Base name: a generation's collection is `<name>__<generation>`, `<name>` aliases the live one.",
+    )
+    upsert_batch_size: int = Field(
+        256, ge=1, le=10_000, description="Points per Qdrant upsert or delete call."
+    )
 
     # Embedder
-    embedder: Literal["minilm", "openai"] = "minilm"
+    embedder: Literal["minilm", "openai"] = Field(
+        "minilm",
+        description="`minilm` (offline, 384 dims) or `openai` (any OpenAI-compatible /v1/embeddings).",
+    )
     embedding_base_url: str | None = Field(
         None, description="OpenAI-compatible /v1 base URL (openai embedder)."
     )
-    embedding_model: str = "text-embedding-3-small"
-    embedding_api_key: SecretStr | None = None
+    embedding_model: str = Field("text-embedding-3-small", description="Model name (openai embedder).")
+    embedding_api_key: SecretStr | None = Field(None, description="API key (openai embedder).")
     embedding_dimensions: int | None = Field(
         None, description="Vector size for the openai embedder (probed if unset)."
     )
-    embedding_batch_size: int = Field(64, ge=1, le=2048)
+    embedding_batch_size: int = Field(64, ge=1, le=2048, description="Texts per embedding call.")
 
     # BM25 (keywords)
     bm25_stemming: bool = Field(True, description="English Snowball stemming in the BM25 analyzer.")
@@ -49,17 +60,25 @@ class SinkSettings(BaseSettings):
 
     # Knowledge graph
     neo4j_uri: str | None = Field(None, description="bolt://... or neo4j://...; unset = embedded FalkorDB.")
-    neo4j_user: str = "neo4j"
-    neo4j_password: SecretStr | None = None
-    neo4j_database: str | None = None
+    neo4j_user: str = Field("neo4j", description="Neo4j user.")
+    neo4j_password: SecretStr | None = Field(None, description="Neo4j password.")
+    neo4j_database: str | None = Field(None, description="Neo4j database; unset = the server's default.")
     falkordb_url: str | None = Field(
         None, description="redis://host:port of a FalkorDB server; unset = start one."
     )
-    graph_name: str = "unichunk"
-    extractor: Literal["spacy", "llm"] = "spacy"
+    graph_name: str = Field(
+        "unichunk", description="Base name of the graph: a generation's is `<name>__<generation>`."
+    )
+    extractor: Literal["spacy", "llm"] = Field(
+        "spacy", description="`spacy` (offline NER) or `llm` (OpenAI-compatible chat, LightRAG-style prompt)."
+    )
     llm_base_url: str | None = Field(None, description="OpenAI-compatible /v1 base URL (llm extractor).")
-    llm_model: str = "gpt-4o-mini"
-    llm_api_key: SecretStr | None = None
+    llm_model: str = Field("gpt-4o-mini", description="Chat model (llm extractor).")
+    llm_api_key: SecretStr | None = Field(None, description="API key (llm extractor).")
+
+    def for_generation(self, generation_id: str | None) -> SinkSettings:
+        """The same settings, naming the physical stores of `generation_id` (None: the base names)."""
+        return self.model_copy(update={"generation": generation_id})
 
     @property
     def qdrant_path(self) -> Path:
@@ -85,6 +104,11 @@ class SinkSettings(BaseSettings):
     @property
     def bm25_path(self) -> Path:
         return (self.generation_dir or self.data_dir) / "bm25"
+
+    @property
+    def status_path(self) -> Path:
+        """The pipeline's status table of this generation (kept beside its embedded stores)."""
+        return (self.generation_dir or self.data_dir) / "status.sqlite3"
 
     @property
     def falkordb_dir(self) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,9 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 sys.path.insert(0, str(Path(__file__).parent))
 import servers
+
+from chunking.base import Span, chunks_from_spans
+from chunking.models import Chunk, Document
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_EVAL = REPO_ROOT.parent / "shared" / "eval"
@@ -85,7 +88,7 @@ def pipeline_env(tmp_path, monkeypatch, falkordb_url, prefect_api_url):  # type:
 
     The `prefect_api_url` fixture already points Prefect's in-process settings at that server.
     """
-    from tasks.resources import close_all_sinks
+    from sinks.pool import close_all_sinks
 
     data_dir = tmp_path / "data"
     monkeypatch.setenv("UNICHUNK_DATA_DIR", str(data_dir))
@@ -94,3 +97,23 @@ def pipeline_env(tmp_path, monkeypatch, falkordb_url, prefect_api_url):  # type:
     monkeypatch.delenv("PUSHGATEWAY_URL", raising=False)
     yield data_dir
     close_all_sinks()
+
+
+MakeDoc = Callable[..., tuple[Document, list[Chunk]]]
+
+
+def _make_doc(
+    document_id: str, pieces: Sequence[str], title: str | None = None
+) -> tuple[Document, list[Chunk]]:
+    """A document whose chunks are exactly `pieces`, joined by one space, with real IDs and offsets."""
+    document = Document(document_id=document_id, text=" ".join(pieces), title=title)
+    spans, start = [], 0
+    for piece in pieces:
+        spans.append(Span(start, start + len(piece), token_count=len(piece.split())))
+        start += len(piece) + 1
+    return document, chunks_from_spans(document, spans)
+
+
+@pytest.fixture
+def make_doc() -> MakeDoc:
+    return _make_doc

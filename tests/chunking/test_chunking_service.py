@@ -160,8 +160,8 @@ def test_import_is_light_and_strategies_load_lazily() -> None:
         "print(heavy)\n"
         "assert not heavy, heavy\n"
         "for name in ('Document', 'Chunk', 'Block', 'ChunkStrategy', 'ChunkingService', 'load_document',"
-        " 'expand_neighbors', 'embed_text', 'should_chunk', 'DocumentLoadError', 'EmptyDocumentError',"
-        " 'UndecodableTextError', 'UnsupportedFormatError'):\n"
+        " 'DirectorySource', 'PathsSource', 'should_chunk', 'DocumentLoadError', 'EmptyDocumentError',"
+        " 'UndecodableTextError', 'UnsupportedFormatError', 'UnichunkError'):\n"
         "    getattr(chunking, name)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chunking import should_chunk as reexported_should_chunk
 from chunking.config import ChunkStrategy
 from chunking.models import Document
-from chunking.neighbors import should_chunk as reexported_should_chunk
 from chunking.packing import token_starts
 from chunking.token_window import TokenWindowChunker, count_tokens, segment_bounds, should_chunk
 from chunking.tokenizer import get_encoding

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from sinks.config import SinkSettings
-from tasks.resources import ALL_SINKS, get_sinks
-from tasks.status import StatusStore
+from index.generations import live_status, reading_settings
+from sinks.base import SINK_NAMES
+from sinks.pool import get_sinks
 
 
 def make_corpus(root: Path, count: int, start: int = 0) -> list[Path]:
@@ -27,12 +27,12 @@ def make_corpus(root: Path, count: int, start: int = 0) -> list[Path]:
 
 
 def held() -> dict[str, set[str]]:
-    return {name: sink.chunk_ids() for name, sink in get_sinks(ALL_SINKS, SinkSettings()).items()}
+    return {name: sink.chunk_ids() for name, sink in get_sinks(SINK_NAMES, reading_settings()).items()}
 
 
 def duplicates() -> dict[str, dict[str, int]]:
     """Anything stored more than once: Qdrant points, BM25 index entries, graph nodes by their key."""
-    sinks = get_sinks(ALL_SINKS, SinkSettings())
+    sinks = get_sinks(SINK_NAMES, reading_settings())
     found: dict[str, dict[str, int]] = {}
     vectors = sinks["vectors"]
     ids = [str(p.payload["chunk_id"]) for p in _scroll_all(vectors)]
@@ -66,7 +66,7 @@ def _scroll_all(vectors):  # type: ignore[no-untyped-def]
 
 def assert_converged(data_dir: Path) -> set[str]:
     """verify's check: every sink holds exactly the expected IDs, and nothing twice."""
-    expected = StatusStore.in_data_dir(data_dir).expected_chunk_ids()
-    assert held() == dict.fromkeys(ALL_SINKS, expected)
+    expected = live_status(data_dir).expected_chunk_ids()
+    assert held() == dict.fromkeys(SINK_NAMES, expected)
     assert duplicates() == {}
     return expected

@@ -14,11 +14,11 @@ from fault_checks import assert_converged, make_corpus
 
 from chunking.config import ChunkStrategy
 from chunking.service import ChunkingService
+from chunking.sources import load_item
 from flows.ingest import ingest
 from flows.params import IngestParams, SourceParams
-from tasks import resources
-from tasks.sources import load_item
-from tasks.status import StatusStore
+from index.generations import live_status
+from sinks import pool
 
 
 def test_two_overlapping_runs_at_once_equal_one_run(fault_env, tmp_path):
@@ -47,14 +47,14 @@ def test_two_overlapping_runs_at_once_equal_one_run(fault_env, tmp_path):
         assert state.is_completed(), (name, state.message)
     # The run that ended first did not close the sinks under the other (whose tasks would then reopen
     # them, and nobody would close those): once both flows are done, nothing is left open.
-    assert not resources._open
+    assert not pool._open
 
-    status = StatusStore.in_data_dir(fault_env)
+    status = live_status(fault_env)
     rows = status.rows()
     assert len(rows) == 60 and {r.state for r in rows} == {"processed"}
     # What one run would store: each document's chunk IDs as the chunking service derives them.
     service = ChunkingService()
-    from tasks.sources import PathsSource
+    from chunking.sources import PathsSource
 
     single = {
         chunk.chunk_id

@@ -18,7 +18,7 @@ from fault_checks import assert_converged, duplicates, held, make_corpus
 
 from flows.ingest import ingest
 from flows.params import IngestParams, SourceParams
-from tasks.status import StatusStore
+from index.generations import live_status
 
 DOCS = 200
 
@@ -42,7 +42,7 @@ def test_graph_server_killed_mid_ingest_then_restarted_converges(
     corpus = tmp_path / "corpus"
     make_corpus(corpus, DOCS)
     params = IngestParams(source=SourceParams(root=str(corpus)), batch_size=20)
-    status = StatusStore.in_data_dir(fault_env)
+    status = live_status(fault_env)
     outcome: dict = {}
 
     def first_run() -> None:

@@ -23,10 +23,9 @@ from fault_checks import assert_converged
 
 from flows.ingest import ingest
 from flows.params import IngestParams, SourceParams
-from sinks.config import SinkSettings
-from tasks.chunk_store import ChunkKey, ChunkStore
-from tasks.resources import get_sinks
-from tasks.status import StatusStore
+from index.chunk_cache import ChunkCache, ChunkKey
+from index.generations import live_status, reading_settings
+from sinks.pool import get_sinks
 
 PNG = (
     b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89"
@@ -104,13 +103,13 @@ def test_hostile_files_fail_alone_with_clear_errors_and_the_rest_ingests(fault_e
 
     assert state.is_failed() and f"{len(FAILS)} document(s) failed" in state.message
     assert summary.listed == len(FAILS) + len(HANDLED)  # the loop entered once, the .png not listed
-    rows = {r.source_id: r for r in StatusStore.in_data_dir(fault_env).rows()}
+    rows = {r.source_id: r for r in live_status(fault_env).rows()}
     assert set(rows) == set(FAILS) | set(HANDLED)
     for name, message in FAILS.items():
         assert rows[name].state == "failed" and message in rows[name].error, (name, rows[name].error)
         assert rows[name].error.startswith("load failed:") and rows[name].chunk_ids == []
-    store = StatusStore.in_data_dir(fault_env)
-    chunks = ChunkStore.in_data_dir(fault_env)
+    store = live_status(fault_env)
+    chunks = ChunkCache.in_data_dir(fault_env)
     for name, phrase in HANDLED.items():
         row = rows[name]
         assert row.state == "processed" and row.chunk_ids, (name, row.error)
@@ -183,11 +182,11 @@ def test_size_limit_refuses_50_mb_while_a_5_mb_line_without_spaces_is_indexed(
     summary = state.result(raise_on_failure=False)
     assert state.is_failed() and [f.source_id for f in summary.failed] == ["huge.txt"]
     assert "over the 8388608-byte limit" in summary.failed[0].error
-    rows = {r.source_id: r for r in StatusStore.in_data_dir(fault_env).rows()}
+    rows = {r.source_id: r for r in live_status(fault_env).rows()}
     assert rows["line.txt"].state == rows["ok.txt"].state == "processed"
     assert rows["line.txt"].chunk_count > 1000  # token windows, exact offsets (checked by the chunker)
-    keywords = get_sinks(["keywords"], SinkSettings())["keywords"]
-    expected = StatusStore.in_data_dir(fault_env).expected_chunk_ids()
+    keywords = get_sinks(["keywords"], reading_settings())["keywords"]
+    expected = live_status(fault_env).expected_chunk_ids()
     assert keywords.chunk_ids() == expected
     hits = keywords.search(line[1_000_000 : 1_000_000 + 0] or "ordinary document", k=3)
     assert hits and hits[0].chunk_id in set(rows["ok.txt"].chunk_ids)

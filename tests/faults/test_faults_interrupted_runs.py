@@ -23,11 +23,13 @@ from chunking.config import ChunkStrategy
 from flows.ingest import ingest
 from flows.params import IngestParams, RebuildParams, SourceParams
 from flows.rebuild import rebuild
+from index.chunk_cache import ChunkCache
+from index.generations import live_status
+from index.registry import GenerationRegistry
+from index.run import RunConfig
+from index.status import StatusStore
+from sinks.base import SINK_NAMES
 from sinks.config import SinkSettings
-from sinks.generations import GenerationRegistry
-from tasks.chunk_store import ChunkStore
-from tasks.resources import ALL_SINKS, RunConfig
-from tasks.status import StatusStore
 
 DOCS = 120
 UNICHUNK = str(Path(sys.executable).parent / "unichunk")
@@ -67,7 +69,7 @@ def _assert_not_redone(status: StatusStore, done: dict[str, str | None]) -> None
 def test_killed_ingest_process_resumes_from_document_states(fault_env, tmp_path):
     corpus = tmp_path / "corpus"
     make_corpus(corpus, DOCS)
-    status = StatusStore.in_data_dir(fault_env)
+    status = live_status(fault_env)
     log = tmp_path / "killed.log"
     proc = _cli("ingest", corpus, log)
     try:
@@ -79,7 +81,7 @@ def test_killed_ingest_process_resumes_from_document_states(fault_env, tmp_path)
     in_flight = {r.document_id for r in status.rows(state="processing")}
     # chunks are stored before the status row says "processing", so a kill between the two leaves a
     # stored document still "pending": the chunk store, not the status, says what needs no chunking
-    stored_not_done = ChunkStore.in_data_dir(fault_env).document_ids() - done.keys()
+    stored_not_done = ChunkCache.in_data_dir(fault_env).document_ids() - done.keys()
     assert 30 <= len(done) < DOCS
     assert in_flight <= stored_not_done
 
@@ -103,7 +105,7 @@ def test_prefect_server_restarted_during_a_run_then_the_next_run_finishes(fault_
     port = int(server.url.rsplit(":", 1)[1].split("/")[0])
     corpus = tmp_path / "corpus"
     make_corpus(corpus, DOCS)
-    status = StatusStore.in_data_dir(fault_env)
+    status = live_status(fault_env)
     try:
         log = tmp_path / "during-restart.log"
         proc = _cli("ingest", corpus, log, PREFECT_API_URL=server.url)
@@ -138,13 +140,13 @@ def test_killed_rebuild_leaves_the_live_generation_untouched_and_a_rerun_resumes
     registry = GenerationRegistry.in_data_dir(fault_env)
     live = registry.live()
     new_strategy = ChunkStrategy(name="sentence", chunk_size=128, chunk_overlap=0)
-    new_generation = RunConfig(new_strategy, SinkSettings(), ALL_SINKS).generation_id
+    new_generation = RunConfig(new_strategy, SinkSettings(), SINK_NAMES).generation_id
     assert new_generation != live.generation_id
 
     log = tmp_path / "rebuild.log"
     options = ("--strategy", "sentence", "--chunk-size", "128", "--chunk-overlap", "0")
     proc = _cli("rebuild", corpus, log, *options)
-    building = StatusStore.in_data_dir(fault_env, readonly=True, generation=new_generation)
+    building = StatusStore.of(SinkSettings(data_dir=fault_env, generation=new_generation), readonly=True)
     try:
         _wait_processed(building, proc, 30, log)
     finally:

@@ -25,11 +25,11 @@ import pytest
 import servers
 from fault_checks import duplicates, make_corpus
 
-from sinks.alignment import verify_alignment
+from index.alignment import verify_alignment
+from index.generations import live_status, reading_settings
 from sinks.config import SinkSettings
 from sinks.factory import open_sinks
-from tasks.resources import close_all_sinks
-from tasks.status import StatusStore
+from sinks.pool import close_all_sinks
 
 DOCS = 36
 BATCH = 4
@@ -127,7 +127,7 @@ def test_prefect_server_restarted_during_a_served_run_then_the_next_run_finishes
     # Small batches so the run writes in many steps and is mid-flow when the server goes away.
     parameters = {"params": {"source": {"kind": "directory", "root": str(corpus)}, "batch_size": BATCH}}
     log = tmp_path / "serve.log"
-    status = StatusStore.in_data_dir(data_dir, readonly=True)
+    status = live_status(data_dir)
     serve = _serve(env, log, tmp_path)
     outcome: dict[str, Any] = {}
     try:
@@ -177,7 +177,7 @@ def test_prefect_server_restarted_during_a_served_run_then_the_next_run_finishes
     assert len(expected) >= DOCS
 
     settings = SinkSettings(data_dir=data_dir, falkordb_url=falkordb_url, graph_name=graph_name)
-    sinks = open_sinks(settings)
+    sinks = open_sinks(reading_settings(settings))  # the live generation, as every reader resolves it
     try:
         report = verify_alignment(sinks, expected)
         vector_points = sinks["vectors"].count()

@@ -17,10 +17,10 @@ from fault_checks import assert_converged, duplicates, held, make_corpus
 from flows import pipeline
 from flows.ingest import ingest
 from flows.params import IngestParams, SourceParams
-from sinks.config import SinkSettings
-from tasks.resources import ALL_SINKS, get_sinks
+from index.generations import live_status, reading_settings
+from sinks.base import SINK_NAMES
+from sinks.pool import get_sinks
 from tasks.sink_io import write_sink
-from tasks.status import StatusStore
 
 
 def test_failed_vector_write_keeps_the_previous_version_everywhere_and_a_rerun_repairs(
@@ -29,7 +29,7 @@ def test_failed_vector_write_keeps_the_previous_version_everywhere_and_a_rerun_r
     corpus = tmp_path / "corpus"
     make_corpus(corpus, 3)
     params = IngestParams(source=SourceParams(root=str(corpus)))
-    status = StatusStore.in_data_dir(fault_env)
+    status = live_status(fault_env)
     assert ingest(params, return_state=True).is_completed()
     before = status.expected_chunk_ids()
     assert len(before) == 3
@@ -40,7 +40,7 @@ def test_failed_vector_write_keeps_the_previous_version_everywhere_and_a_rerun_r
     rows = status.get_many([])
     # Keep the sinks open (as `unichunk serve` does) so the flow reuses them, then lock Qdrant's storage
     # the way another process holding a write transaction would: every point write now times out.
-    sinks = get_sinks(ALL_SINKS, SinkSettings())
+    sinks = get_sinks(SINK_NAMES, reading_settings())
     storage = next(sinks["vectors"].settings.qdrant_path.rglob("storage.sqlite"))
     blocker = sqlite3.connect(storage, timeout=0, isolation_level=None)
     blocker.execute("BEGIN EXCLUSIVE")
@@ -60,7 +60,7 @@ def test_failed_vector_write_keeps_the_previous_version_everywhere_and_a_rerun_r
 
     # Previous version intact (new document absent) in every sink, and the status still expects it.
     assert status.expected_chunk_ids() == before
-    assert held() == dict.fromkeys(ALL_SINKS, before)
+    assert held() == dict.fromkeys(SINK_NAMES, before)
     assert sinks["keywords"].search("edited moved", k=10) == []  # the new text is not searchable
     assert duplicates() == {}
 

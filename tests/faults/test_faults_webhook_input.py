@@ -16,7 +16,8 @@ import uuid
 import httpx
 from fastapi.testclient import TestClient
 
-from deployments.webhook import PrefectEventSink, WebhookSettings, create_app
+from deployments.settings import ServiceSettings
+from deployments.webhook import PrefectEventSink, create_app
 from deployments.webhook_security import sign
 
 SECRET = "fault-test-secret"
@@ -57,9 +58,7 @@ def test_refused_webhooks_touch_no_store_and_start_no_run(tmp_path, monkeypatch,
     root.mkdir()
     (root / "a.md").write_text("# A\n")
     monkeypatch.setenv("UNICHUNK_DATA_DIR", str(data_dir))
-    settings = WebhookSettings(
-        webhook_secret=SECRET, webhook_max_body=2048, source_root=root, data_dir=data_dir
-    )
+    settings = ServiceSettings(webhook_secret=SECRET, webhook_max_body=2048, source_root=root)
     tag = uuid.uuid4().hex[:8]
     ok = json.dumps({"event": "updated", "source_system": "fs", "source_id": f"{tag}.md"}).encode()
 
@@ -84,7 +83,7 @@ def test_refused_webhooks_touch_no_store_and_start_no_run(tmp_path, monkeypatch,
     ]
     started = time.time() - 1
     runs_before = _flow_run_count(prefect_api_url)
-    with TestClient(create_app(settings, PrefectEventSink(prefect_api_url))) as client:
+    with TestClient(create_app(settings, PrefectEventSink(prefect_api_url), data_dir=data_dir)) as client:
         replayed_body, replayed_headers = raw(
             {"event": "updated", "source_system": "fs", "source_id": f"{tag}-r.md", "path": "a.md"}
         )

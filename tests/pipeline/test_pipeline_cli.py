@@ -8,10 +8,10 @@ from typer.testing import CliRunner
 
 from chunking.ids import derive_document_id
 from deployments.cli import app
-from sinks.config import SinkSettings
-from sinks.qdrant import point_id
-from tasks.resources import ALL_SINKS, get_sinks, release_sinks
-from tasks.status import StatusStore
+from index.generations import live_status, reading_settings
+from sinks.base import SINK_NAMES
+from sinks.pool import get_sinks, release_sinks
+from sinks.vectors.qdrant import point_id
 
 runner = CliRunner()
 
@@ -47,9 +47,9 @@ def test_status_verify_and_search(ingested, pipeline_env):
 
 
 def test_verify_exits_1_on_a_missing_point(ingested, pipeline_env):
-    settings = SinkSettings()
+    settings = reading_settings()
     vectors = get_sinks(["vectors"], settings)["vectors"]
-    victim = sorted(StatusStore.in_data_dir(pipeline_env).expected_chunk_ids())[0]
+    victim = sorted(live_status(pipeline_env).expected_chunk_ids())[0]
     vectors.client.delete(vectors.collection, points_selector=qm.PointIdsList(points=[point_id(victim)]))
     release_sinks(["vectors"], settings)  # the CLI opens its own (Qdrant local mode: one client per dir)
     result = _cli("verify")
@@ -74,8 +74,8 @@ def test_dry_run_and_delete(ingested, pipeline_env):
     guide = derive_document_id(source_system="fs", source_id="guide.md")
     result = _cli("delete", guide)
     assert result.exit_code == 0, result.output
-    assert StatusStore.in_data_dir(pipeline_env).get(guide) is None
-    held = {name: sink.chunk_ids() for name, sink in get_sinks(ALL_SINKS, SinkSettings()).items()}
+    assert live_status(pipeline_env).get(guide) is None
+    held = {name: sink.chunk_ids() for name, sink in get_sinks(SINK_NAMES, reading_settings()).items()}
     assert not any(cid.startswith(guide) for ids in held.values() for cid in ids)
 
 

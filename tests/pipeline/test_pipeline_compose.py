@@ -27,14 +27,9 @@ def _environment(service: dict) -> dict[str, str]:
 
 
 def _known_unichunk_variables() -> set[str]:
-    from deployments.serve import ServeSettings
-    from deployments.webhook import WebhookSettings
-    from sinks.config import SinkSettings
+    from deployments.configuration import variables
 
-    fields: set[str] = set()
-    for model in (SinkSettings, WebhookSettings, ServeSettings):
-        fields |= {f"UNICHUNK_{name.upper()}" for name in model.model_fields}
-    return fields
+    return set(variables())
 
 
 def _prefect_variables() -> set[str]:
@@ -207,8 +202,8 @@ def test_grafana_provisioning_and_dashboard_metrics_exist() -> None:
 
     import chunking.metrics  # noqa: F401
     import deployments.webhook  # noqa: F401
+    import index.metrics  # noqa: F401
     import sinks.metrics  # noqa: F401
-    import tasks.metrics  # noqa: F401
 
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
     exported = {m.name + sfx for m in REGISTRY.collect() for sfx in suffixes.get(m.type, ("",))}

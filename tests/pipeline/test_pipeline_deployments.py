@@ -20,9 +20,11 @@ import yaml
 from fastapi.testclient import TestClient
 
 from chunking.ids import derive_document_id
-from deployments.serve import DEPLOYMENT_NAMES, SAMPLE_CORPUS, ServeSettings, build_deployments
-from deployments.webhook import PrefectEventSink, WebhookSettings, create_app
+from deployments.serve import DEPLOYMENT_NAMES, build_deployments
+from deployments.settings import SAMPLE_CORPUS, ServiceSettings
+from deployments.webhook import PrefectEventSink, create_app
 from deployments.webhook_security import sign
+from index.generations import live_status
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SECRET = "e2e-secret"
@@ -30,7 +32,7 @@ RUN_TIMEOUT = 240.0  # first run loads MiniLM and spaCy on a shared 2-core machi
 
 
 def test_deployments_carry_schedule_triggers_and_templated_parameters(tmp_path: Path) -> None:
-    settings = ServeSettings(reindex_cron="15 4 * * *", source_root=tmp_path)
+    settings = ServiceSettings(reindex_cron="15 4 * * *", source_root=tmp_path)
     by_name = {d.name: d for d in build_deployments(settings)}
     assert set(by_name) == set(DEPLOYMENT_NAMES)
     assert {d.flow_name for d in by_name.values()} == set(DEPLOYMENT_NAMES)
@@ -59,7 +61,7 @@ def test_deployments_carry_schedule_triggers_and_templated_parameters(tmp_path: 
 def test_default_scan_root_is_the_bundled_sample_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("UNICHUNK_SOURCE_ROOT", raising=False)
     monkeypatch.delenv("UNICHUNK_REINDEX_CRON", raising=False)
-    settings = ServeSettings()
+    settings = ServiceSettings()
     assert settings.reindex_cron == "0 2 * * *"
     assert settings.scan_root() == str(SAMPLE_CORPUS)
     with pytest.raises(ValueError, match="unknown deployment"):
@@ -216,10 +218,12 @@ def test_signed_webhook_triggers_served_ingest_then_delete(
         "## Second section\n\nQdrant, BM25 and the knowledge graph now hold the same chunk IDs.\n"
     )
     document_id = derive_document_id(source_system="fs", source_id=source_id)
-    settings = WebhookSettings(webhook_secret=SECRET, source_root=source_root, data_dir=tmp_path / "receiver")
+    settings = ServiceSettings(webhook_secret=SECRET, source_root=source_root)
     log = tmp_path / "serve.log"
 
-    with TestClient(create_app(settings, PrefectEventSink(prefect_api_url))) as client:
+    with TestClient(
+        create_app(settings, PrefectEventSink(prefect_api_url), data_dir=tmp_path / "receiver")
+    ) as client:
         accepted = _send(
             client,
             {"event": "updated", "source_system": "fs", "source_id": source_id, "path": source_id},
@@ -231,9 +235,7 @@ def test_signed_webhook_triggers_served_ingest_then_delete(
         assert run["parameters"]["path"] == str(document.resolve())
         assert run["parameters"]["source_id"] == source_id
 
-        from tasks.status import StatusStore
-
-        status = StatusStore.in_data_dir(data_dir, readonly=True).get(document_id)
+        status = live_status(data_dir).get(document_id)
         assert status is not None and status.state == "processed", status
         assert status.chunk_count >= 1 and len(status.chunk_ids) == status.chunk_count
 
@@ -241,4 +243,4 @@ def test_signed_webhook_triggers_served_ingest_then_delete(
         run = _finished_run(prefect_api_url, deployment_ids["delete-document"], log)
         assert run["state"]["type"] == "COMPLETED", f"{run['state']}\n{log.read_text()[-3000:]}"
         assert run["parameters"] == {"document_id": document_id}
-        assert StatusStore.in_data_dir(data_dir, readonly=True).get(document_id) is None
+        assert live_status(data_dir).get(document_id) is None

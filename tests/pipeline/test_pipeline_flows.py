@@ -11,6 +11,7 @@ import os
 import pytest
 from qdrant_client import models as qm
 
+from chunking.config import ChunkStrategy
 from chunking.ids import derive_document_id
 from chunking.models import Document
 from chunking.service import ChunkingService
@@ -18,11 +19,13 @@ from flows.documents import delete_document, ingest_document
 from flows.ingest import ingest
 from flows.params import IngestParams, SourceParams
 from flows.reindex import reindex
-from sinks.alignment import verify_alignment
-from sinks.qdrant import point_id
-from tasks.generations import ingest_settings
-from tasks.resources import ALL_SINKS, get_sinks
-from tasks.status import StatusStore
+from index.alignment import verify_alignment
+from index.generations import live_status, target_for_ingest
+from index.run import RunConfig
+from sinks.base import SINK_NAMES
+from sinks.config import SinkSettings
+from sinks.pool import get_sinks
+from sinks.vectors.qdrant import point_id
 
 
 def _doc_id(source_id: str) -> str:
@@ -40,7 +43,8 @@ def _params(root, **kwargs) -> IngestParams:
 
 def _sinks():
     """The sinks the next ingest uses (of the live generation, or the one a first ingest creates)."""
-    return get_sinks(ALL_SINKS, ingest_settings())
+    run = RunConfig(ChunkStrategy(), SinkSettings())
+    return get_sinks(SINK_NAMES, target_for_ingest(run, dry_run=True).settings)
 
 
 def _held() -> dict[str, set[str]]:
@@ -48,8 +52,8 @@ def _held() -> dict[str, set[str]]:
 
 
 def _assert_aligned(data_dir) -> set[str]:
-    expected = StatusStore.in_data_dir(data_dir).expected_chunk_ids()
-    assert _held() == dict.fromkeys(ALL_SINKS, expected)
+    expected = live_status(data_dir).expected_chunk_ids()
+    assert _held() == dict.fromkeys(SINK_NAMES, expected)
     return expected
 
 
@@ -59,7 +63,7 @@ def test_ingest_writes_one_set_of_chunk_ids_to_every_sink_chunking_each_document
     state, summary = _run(ingest, _params(corpus))
     assert state.is_completed(), state.message
     assert (summary.listed, summary.processed, summary.skipped, summary.failed) == (3, 3, 0, [])
-    rows = StatusStore.in_data_dir(pipeline_env).rows()
+    rows = live_status(pipeline_env).rows()
     assert sorted(r.source_id for r in rows) == ["guide.md", "notes/page.html", "notes/plain.txt"]
     assert {r.state for r in rows} == {"processed"}
     # Exactly once: one ChunkingService.chunk call per document in the run.
@@ -68,7 +72,7 @@ def test_ingest_writes_one_set_of_chunk_ids_to_every_sink_chunking_each_document
     for row in rows:
         assert row.chunk_ids and all(cid.startswith(f"{row.document_id}::chunk::") for cid in row.chunk_ids)
         assert row.chunk_count == len(row.chunk_ids) and row.content_hash and row.last_success_at
-    assert summary.chunks_written == dict.fromkeys(ALL_SINKS, len(expected))
+    assert summary.chunks_written == dict.fromkeys(SINK_NAMES, len(expected))
 
 
 def test_rerun_touch_edit_and_delete_are_incremental(pipeline_env, corpus, chunk_calls):
@@ -85,11 +89,11 @@ def test_rerun_touch_edit_and_delete_are_incremental(pipeline_env, corpus, chunk
     os.utime(plain, ns=(plain.stat().st_atime_ns, plain.stat().st_mtime_ns + 5_000_000_000))
     state, summary = _run(ingest, _params(corpus))
     assert (summary.processed, summary.skipped) == (0, 3) and not chunk_calls
-    row = StatusStore.in_data_dir(pipeline_env).get(_doc_id("notes/plain.txt"))
+    row = live_status(pipeline_env).get(_doc_id("notes/plain.txt"))
     assert row.mtime_ns == plain.stat().st_mtime_ns
 
     guide = _doc_id("guide.md")
-    old_guide_ids = set(StatusStore.in_data_dir(pipeline_env).get(guide).chunk_ids)
+    old_guide_ids = set(live_status(pipeline_env).get(guide).chunk_ids)
     (corpus / "guide.md").write_text("# Guide\n\nQdrant stores vectors. Edited: now with hybrid search.\n")
     state, summary = _run(ingest, _params(corpus))
     assert state.is_completed() and (summary.processed, summary.skipped) == (1, 2)
@@ -102,14 +106,14 @@ def test_rerun_touch_edit_and_delete_are_incremental(pipeline_env, corpus, chunk
     state, summary = _run(ingest, _params(corpus))
     assert state.is_completed() and summary.deleted == 1
     page = _doc_id("notes/page.html")
-    assert StatusStore.in_data_dir(pipeline_env).get(page) is None
+    assert live_status(pipeline_env).get(page) is None
     assert not any(cid.startswith(page) for ids in _held().values() for cid in ids)
     _assert_aligned(pipeline_env)
 
     # delete_missing=False keeps the status (and chunks) of vanished documents.
     (corpus / "notes/plain.txt").unlink()
     state, summary = _run(ingest, _params(corpus, delete_missing=False))
-    assert summary.deleted == 0 and StatusStore.in_data_dir(pipeline_env).get(_doc_id("notes/plain.txt"))
+    assert summary.deleted == 0 and live_status(pipeline_env).get(_doc_id("notes/plain.txt"))
 
 
 def test_bad_files_fail_alone_and_the_run_ends_failed_after_the_rest(pipeline_env, corpus):
@@ -122,7 +126,7 @@ def test_bad_files_fail_alone_and_the_run_ends_failed_after_the_rest(pipeline_en
     failed = {f.source_id: f.error for f in summary.failed}
     assert set(failed) == {"latin1.txt", "binary.md"}
     assert all(error.startswith("load failed:") for error in failed.values())
-    status = StatusStore.in_data_dir(pipeline_env)
+    status = live_status(pipeline_env)
     assert {r.source_id for r in status.rows(state="failed")} == {"latin1.txt", "binary.md"}
     assert status.get(_doc_id("latin1.txt")).error == failed["latin1.txt"]
     expected = _assert_aligned(pipeline_env)
@@ -174,7 +178,7 @@ def test_dry_run_reports_and_writes_nothing(pipeline_env, corpus, chunk_calls):
     assert not pipeline_env.exists() and not chunk_calls
 
     _run(ingest, _params(corpus))
-    rows_before = {r.document_id: r.as_dict() for r in StatusStore.in_data_dir(pipeline_env).rows()}
+    rows_before = {r.document_id: r.as_dict() for r in live_status(pipeline_env).rows()}
     held_before = _held()
     (corpus / "guide.md").write_text("# Guide\n\nRewritten entirely.\n")
     (corpus / "notes/page.html").unlink()
@@ -182,14 +186,14 @@ def test_dry_run_reports_and_writes_nothing(pipeline_env, corpus, chunk_calls):
     state, summary = _run(ingest, _params(corpus, dry_run=True))
     assert (summary.would_process, summary.would_delete) == (["guide.md"], ["notes/page.html"])
     assert (summary.processed, summary.deleted) == (0, 0) and not chunk_calls
-    assert {r.document_id: r.as_dict() for r in StatusStore.in_data_dir(pipeline_env).rows()} == rows_before
+    assert {r.document_id: r.as_dict() for r in live_status(pipeline_env).rows()} == rows_before
     assert _held() == held_before
 
 
 def test_reindex_repairs_a_deleted_point_and_a_stray_document(pipeline_env, corpus, chunk_calls):
     _run(ingest, _params(corpus))
     sinks = _sinks()
-    status = StatusStore.in_data_dir(pipeline_env)
+    status = live_status(pipeline_env)
     victim = status.get(_doc_id("guide.md")).chunk_ids[0]
     vectors = sinks["vectors"]
     vectors.client.delete(vectors.collection, points_selector=qm.PointIdsList(points=[point_id(victim)]))
@@ -221,16 +225,16 @@ def test_single_document_flows(pipeline_env, corpus):
     state, summary = _run(
         ingest_document, str(corpus / "notes/plain.txt"), source_id="kb/plain", root=str(corpus)
     )
-    assert state.is_completed() and StatusStore.in_data_dir(pipeline_env).get(_doc_id("kb/plain"))
+    assert state.is_completed() and live_status(pipeline_env).get(_doc_id("kb/plain"))
 
     state, removed = _run(delete_document, guide)
-    assert state.is_completed() and removed == dict.fromkeys(ALL_SINKS, len(expected))
-    assert StatusStore.in_data_dir(pipeline_env).get(guide) is None
+    assert state.is_completed() and removed == dict.fromkeys(SINK_NAMES, len(expected))
+    assert live_status(pipeline_env).get(guide) is None
     _assert_aligned(pipeline_env)
 
     # A path relative to the root (as a webhook may send) is resolved against it.
     state, summary = _run(ingest_document, "notes/page.html", root=str(corpus))
-    assert state.is_completed() and StatusStore.in_data_dir(pipeline_env).get(_doc_id("notes/page.html"))
+    assert state.is_completed() and live_status(pipeline_env).get(_doc_id("notes/page.html"))
 
     state, _ = _run(ingest_document, str(corpus / "missing.md"))
     assert state.is_failed() and "no such file" in state.message

@@ -27,12 +27,14 @@ from flows.ingest import ingest
 from flows.params import IngestParams, RebuildParams, SourceParams
 from flows.rebuild import rebuild
 from flows.switch import drop_generation_now, switch_generation
+from index.chunk_cache import ChunkCache, ChunkKey
+from index.generations import live_status, reading_settings
+from index.registry import GenerationRegistry
+from index.run import RunConfig
+from retrieval.ranking import retrieve
+from sinks.base import SINK_NAMES
 from sinks.config import SinkSettings
-from sinks.generations import GenerationRegistry, settings_for
-from sinks.retrieval import retrieve
-from tasks.chunk_store import ChunkKey, ChunkStore
-from tasks.resources import ALL_SINKS, RunConfig, get_sinks
-from tasks.status import StatusStore
+from sinks.pool import get_sinks
 
 A = ChunkStrategy(name="token_window")
 B = ChunkStrategy(name="sentence", chunk_size=128, chunk_overlap=0)
@@ -75,17 +77,17 @@ def _registry() -> GenerationRegistry:
 
 
 def _generation_of(strategy: ChunkStrategy) -> str:
-    return RunConfig(strategy, SinkSettings(), ALL_SINKS).generation_id
+    return RunConfig(strategy, SinkSettings(), SINK_NAMES).generation_id
 
 
 def _answer(query: str) -> set[str]:
     """What a reader gets: the live generation's sinks, resolved the way the CLI and /search do."""
-    sinks = get_sinks(("keywords", "vectors"), SinkSettings())
+    sinks = get_sinks(("keywords", "vectors"), reading_settings())
     return {hit.chunk_id for hit in retrieve(sinks, query, 5).hits}
 
 
 def _held(generation: str) -> dict[str, set[str]]:
-    sinks = get_sinks(ALL_SINKS, settings_for(SinkSettings(), generation))
+    sinks = get_sinks(SINK_NAMES, SinkSettings().for_generation(generation))
     return {name: sink.chunk_ids() for name, sink in sinks.items()}
 
 
@@ -150,17 +152,19 @@ def test_rebuild_serves_the_old_generation_until_a_verified_cutover_then_rolls_b
     assert registry.get(gen_a).state == "retired" and registry.get(gen_a).drop_after
     answer = _answer("how is FalkorDB checked before a run")
     assert answer and answer <= ids_b
-    assert _held(gen_b) == dict.fromkeys(ALL_SINKS, ids_b)  # every store: the new strategy's IDs only
-    assert _held(gen_a) == dict.fromkeys(ALL_SINKS, ids_a)  # the old generation is kept, intact
-    sinks_b = get_sinks(ALL_SINKS, settings_for(SinkSettings(), gen_b))
+    assert _held(gen_b) == dict.fromkeys(SINK_NAMES, ids_b)  # every store: the new strategy's IDs only
+    assert _held(gen_a) == dict.fromkeys(SINK_NAMES, ids_a)  # the old generation is kept, intact
+    sinks_b = get_sinks(SINK_NAMES, SinkSettings().for_generation(gen_b))
     vectors = sinks_b["vectors"]
-    assert {p["generation"] for p in vectors.get_chunks(ids_b).values()} == {gen_b}  # each chunk records it
+    assert {c.extra["generation"] for c in vectors.get_chunks(ids_b).values()} == {
+        gen_b
+    }  # each chunk records it
     graph_rows = sinks_b["graph"].backend.run(
         "MATCH (c:Chunk) RETURN DISTINCT c.generation AS g", write=False
     )
     assert graph_rows == [{"g": gen_b}]
     assert vectors.alias_target(SinkSettings().qdrant_collection) == vectors.collection
-    assert StatusStore.in_data_dir(pipeline_env).expected_chunk_ids() == ids_b  # readers follow the switch
+    assert live_status(pipeline_env).expected_chunk_ids() == ids_b  # readers follow the switch
     shown = CliRunner().invoke(app, ["status"], env={"COLUMNS": "250"})
     assert shown.exit_code == 0, shown.output
     lines = {
@@ -174,11 +178,11 @@ def test_rebuild_serves_the_old_generation_until_a_verified_cutover_then_rolls_b
     assert result == {"live": gen_a, "previous": gen_b, "switched": True}
     assert _registry().live().generation_id == gen_a and _registry().get(gen_b).state == "retired"
     assert _answer("Prometheus metrics") <= ids_a
-    vectors_a = get_sinks(["vectors"], settings_for(SinkSettings(), gen_a))["vectors"]
+    vectors_a = get_sinks(["vectors"], SinkSettings().for_generation(gen_a))["vectors"]
     assert vectors_a.alias_target(SinkSettings().qdrant_collection) == vectors_a.collection
 
     # Dropping B removes its collection, BM25 file, graph, status and cached chunks, and forgets it.
-    chunk_store = ChunkStore.in_data_dir(pipeline_env)
+    chunk_store = ChunkCache.in_data_dir(pipeline_env)
     note = corpus / "note_0.txt"
     key = ChunkKey(
         derive_document_id(source_system="fs", source_id=note.name),
@@ -191,7 +195,7 @@ def test_rebuild_serves_the_old_generation_until_a_verified_cutover_then_rolls_b
     assert all(chunk_store.has(k) for k in cached.values())
     assert drop_generation_now(gen_b) == gen_b
     assert chunk_store.has(cached["token_window"]) and not chunk_store.has(cached["sentence"])
-    pinned = settings_for(SinkSettings(), gen_b)
+    pinned = SinkSettings().for_generation(gen_b)
     assert _registry().get(gen_b) is None
     assert not pinned.generation_dir.exists()
     assert not pinned.qdrant_path.exists()  # the local Qdrant storage went with the generation's directory
@@ -200,7 +204,7 @@ def test_rebuild_serves_the_old_generation_until_a_verified_cutover_then_rolls_b
         SinkSettings(generation=gen_a).graph_key
         in FalkorDB.from_url(SinkSettings().falkordb_url).list_graphs()
     )
-    assert _held(gen_a) == dict.fromkeys(ALL_SINKS, ids_a)
+    assert _held(gen_a) == dict.fromkeys(SINK_NAMES, ids_a)
 
 
 @pytest.mark.timeout(900)
@@ -208,7 +212,7 @@ def test_a_rebuild_with_a_broken_sink_does_not_switch_and_a_rerun_resumes(pipeli
     assert _ingest(corpus, A)[0].is_completed()
     gen_a, gen_b = _generation_of(A), _generation_of(B)
     ids_a, ids_b = _expected_ids(corpus, A), _expected_ids(corpus, B)
-    keywords_b = get_sinks(["keywords"], settings_for(SinkSettings(), gen_b))["keywords"]
+    keywords_b = get_sinks(["keywords"], SinkSettings().for_generation(gen_b))["keywords"]
     real_write = keywords_b.write
 
     def lossy_write(prepared):  # reports success but loses a document: only the alignment check can tell
@@ -223,7 +227,7 @@ def test_a_rebuild_with_a_broken_sink_does_not_switch_and_a_rerun_resumes(pipeli
     assert any("alignment" in reason for reason in summary.reasons), summary.reasons
     assert _registry().live().generation_id == gen_a and _registry().get(gen_b).state == "failed"
     assert _answer("Prometheus metrics") <= ids_a
-    assert _held(gen_a) == dict.fromkeys(ALL_SINKS, ids_a)
+    assert _held(gen_a) == dict.fromkeys(SINK_NAMES, ids_a)
 
     # The sink is fixed; a re-run resumes (nothing is chunked again) and repairs.
     state, summary = _rebuild(corpus, B)
@@ -231,7 +235,7 @@ def test_a_rebuild_with_a_broken_sink_does_not_switch_and_a_rerun_resumes(pipeli
     assert summary.outcome == "switched" and summary.build.chunked == 0 and summary.build.processed == 0
     assert summary.repaired and summary.repaired["rewritten"].get("keywords")
     assert _registry().live().generation_id == gen_b
-    assert _held(gen_b) == dict.fromkeys(ALL_SINKS, ids_b)
+    assert _held(gen_b) == dict.fromkeys(SINK_NAMES, ids_b)
 
 
 @pytest.mark.timeout(600)
@@ -239,13 +243,13 @@ def test_changed_settings_without_a_rebuild_are_refused_not_skipped_or_mixed(pip
     assert _ingest(corpus, A)[0].is_completed()
     gen_a = _generation_of(A)
     ids_a = _expected_ids(corpus, A)
-    rows_before = {r.document_id: r.as_dict() for r in StatusStore.in_data_dir(pipeline_env).rows()}
+    rows_before = {r.document_id: r.as_dict() for r in live_status(pipeline_env).rows()}
 
     state, result = _ingest(corpus, B)
     assert state.is_failed()
     assert "rebuild" in str(result) and "chunking.name: 'token_window' -> 'sentence'" in str(result)
-    assert {r.document_id: r.as_dict() for r in StatusStore.in_data_dir(pipeline_env).rows()} == rows_before
-    assert _held(gen_a) == dict.fromkeys(ALL_SINKS, ids_a)
+    assert {r.document_id: r.as_dict() for r in live_status(pipeline_env).rows()} == rows_before
+    assert _held(gen_a) == dict.fromkeys(SINK_NAMES, ids_a)
     assert [g.generation_id for g in _registry().all()] == [gen_a]
 
     # The same settings again: every document is current and skipped, as before.
@@ -253,4 +257,4 @@ def test_changed_settings_without_a_rebuild_are_refused_not_skipped_or_mixed(pip
     assert state.is_completed() and summary.skipped == len(TOPICS) and summary.processed == 0
     refused = CliRunner().invoke(app, ["generations", "drop", gen_a], env={"COLUMNS": "250"})
     assert refused.exit_code == 2 and "is live" in refused.output  # the live index is never dropped
-    assert _held(gen_a) == dict.fromkeys(ALL_SINKS, ids_a)
+    assert _held(gen_a) == dict.fromkeys(SINK_NAMES, ids_a)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-import tasks.metrics as pipeline_metrics
+import index.metrics as pipeline_metrics
 from deployments.serve import start_metrics_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

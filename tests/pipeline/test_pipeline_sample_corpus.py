@@ -11,10 +11,10 @@ from pathlib import Path
 
 from flows.ingest import ingest
 from flows.params import IngestParams, SourceParams
-from sinks.alignment import verify_alignment
-from sinks.config import SinkSettings
-from tasks.resources import ALL_SINKS, get_sinks
-from tasks.status import StatusStore
+from index.alignment import verify_alignment
+from index.generations import live_status, reading_settings
+from sinks.base import SINK_NAMES
+from sinks.pool import get_sinks
 
 SAMPLE_CORPUS = Path(__file__).resolve().parents[2] / "deployments" / "sample_corpus"
 
@@ -38,10 +38,10 @@ def test_sample_corpus_reaches_all_three_sinks_through_the_prefect_server(pipeli
     # the run is the server's record, not an ephemeral one
     assert asyncio.run(_flow_run_state(state.state_details.flow_run_id)) == "COMPLETED"
 
-    expected = StatusStore.in_data_dir(pipeline_env).expected_chunk_ids()
-    sinks = get_sinks(ALL_SINKS, SinkSettings())
+    expected = live_status(pipeline_env).expected_chunk_ids()
+    sinks = get_sinks(SINK_NAMES, reading_settings())
     report = verify_alignment(sinks, expected)
     assert report.ok, report.as_dict()
     assert len(expected) >= len(files)
     assert all(count == len(expected) for count in report.counts.values())
-    assert summary.chunks_written == dict.fromkeys(ALL_SINKS, len(expected))
+    assert summary.chunks_written == dict.fromkeys(SINK_NAMES, len(expected))

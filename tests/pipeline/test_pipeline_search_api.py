@@ -14,14 +14,15 @@ from qdrant_client import QdrantClient
 from chunking.config import ChunkStrategy
 from chunking.models import Document
 from chunking.service import ChunkingService
-from deployments.webhook import PrefectEventSink, WebhookSettings, create_app
-from sinks.bm25 import BM25Sink
+from deployments.settings import ServiceSettings
+from deployments.webhook import PrefectEventSink, create_app
 from sinks.config import SinkSettings
-from sinks.embedder_minilm import MiniLMEmbedder
-from sinks.extraction import SpacyExtractor
-from sinks.graph import KnowledgeGraphSink
-from sinks.graph_backends import FalkorDBBackend
-from sinks.qdrant import QdrantSink
+from sinks.graph.backends import FalkorDBBackend
+from sinks.graph.extraction import SpacyExtractor
+from sinks.graph.sink import KnowledgeGraphSink
+from sinks.keywords.bm25 import BM25Sink
+from sinks.vectors.minilm import MiniLMEmbedder
+from sinks.vectors.qdrant import QdrantSink
 
 TEXT = (
     "Ada Lovelace wrote the first published program for the Analytical Engine. "
@@ -67,8 +68,13 @@ def client(tmp_path: Path, stores: dict) -> Iterator[tuple[TestClient, list[int]
         opened.append(1)
         return stores
 
-    settings = WebhookSettings(webhook_secret="s", source_root=tmp_path, data_dir=tmp_path / "data")
-    app = create_app(settings, PrefectEventSink("http://127.0.0.1:9/api", timeout=2), search_sinks=provider)
+    settings = ServiceSettings(webhook_secret="s", source_root=tmp_path)
+    app = create_app(
+        settings,
+        PrefectEventSink("http://127.0.0.1:9/api", timeout=2),
+        search_sinks=provider,
+        data_dir=tmp_path / "data",
+    )
     with TestClient(app) as test_client:
         yield test_client, opened
 
@@ -136,8 +142,8 @@ def test_local_mode_opens_the_stores_per_request_and_releases_qdrant(
         sink.upsert(document, chunks)
         sink.close()
 
-    hook = WebhookSettings(webhook_secret="s", source_root=tmp_path, data_dir=data_dir)
-    app = create_app(hook, PrefectEventSink("http://127.0.0.1:9/api", timeout=2))
+    hook = ServiceSettings(webhook_secret="s", source_root=tmp_path)
+    app = create_app(hook, PrefectEventSink("http://127.0.0.1:9/api", timeout=2), data_dir=data_dir)
     with TestClient(app) as test_client:
         for _ in range(2):
             response = test_client.get("/search", params={"q": "who designed the Analytical Engine", "k": 2})

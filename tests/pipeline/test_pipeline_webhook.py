@@ -15,7 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from chunking.ids import derive_document_id
-from deployments.webhook import WEBHOOKS_REJECTED, PrefectEventSink, WebhookSettings, create_app
+from deployments.settings import ServiceSettings
+from deployments.webhook import WEBHOOKS_REJECTED, PrefectEventSink, create_app
 from deployments.webhook_security import event_id_for, sign
 
 SECRET = "test-secret-for-the-receiver"
@@ -54,14 +55,13 @@ def source_root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture()
-def settings(tmp_path: Path, source_root: Path) -> WebhookSettings:
-    return WebhookSettings(
-        webhook_secret=SECRET, webhook_max_body=MAX_BODY, source_root=source_root, data_dir=tmp_path / "data"
-    )
+def settings(tmp_path: Path, source_root: Path, monkeypatch: pytest.MonkeyPatch) -> ServiceSettings:
+    monkeypatch.setenv("UNICHUNK_DATA_DIR", str(tmp_path / "data"))  # the replay cache lives there
+    return ServiceSettings(webhook_secret=SECRET, webhook_max_body=MAX_BODY, source_root=source_root)
 
 
 @pytest.fixture()
-def client(settings: WebhookSettings, prefect_api_url: str) -> Iterator[TestClient]:
+def client(settings: ServiceSettings, prefect_api_url: str) -> Iterator[TestClient]:
     with TestClient(create_app(settings, PrefectEventSink(prefect_api_url))) as test_client:
         yield test_client
 
@@ -121,17 +121,18 @@ def test_valid_update_emits_one_event_with_the_delivery_derived_id(
 
 
 def test_prefect_drops_a_second_event_with_the_same_id(
-    settings: WebhookSettings, prefect_api_url: str, tmp_path: Path
+    settings: ServiceSettings, prefect_api_url: str, tmp_path: Path
 ) -> None:
     """Two receivers that do not share a replay cache both accept a retried delivery: Prefect itself
     must still keep one event (it deduplicates by event id), so at most one flow run starts."""
     source_id = f"dup-{uuid.uuid4().hex[:8]}.md"
     body = json.dumps(payload(source_id, path="a.md")).encode()
     delivery = f"dlv-{uuid.uuid4().hex}"
-    other = settings.model_copy(update={"data_dir": tmp_path / "other-replica"})
     with (
         TestClient(create_app(settings, PrefectEventSink(prefect_api_url))) as first,
-        TestClient(create_app(other, PrefectEventSink(prefect_api_url))) as second,
+        TestClient(
+            create_app(settings, PrefectEventSink(prefect_api_url), data_dir=tmp_path / "other-replica")
+        ) as second,
     ):
         assert post(first, body, signed_headers(body, delivery=delivery)).status_code == 202
         assert (
@@ -145,7 +146,7 @@ def test_prefect_drops_a_second_event_with_the_same_id(
     assert [e["id"] for e in events] == [str(event_id_for(delivery, ""))]
 
 
-def test_replay_is_still_refused_after_a_restart(settings: WebhookSettings, prefect_api_url: str) -> None:
+def test_replay_is_still_refused_after_a_restart(settings: ServiceSettings, prefect_api_url: str) -> None:
     body = json.dumps(payload(f"r-{uuid.uuid4().hex[:8]}.md", path="a.md")).encode()
     headers = signed_headers(body, delivery=f"dlv-{uuid.uuid4().hex}")
     with TestClient(create_app(settings, PrefectEventSink(prefect_api_url))) as before:
@@ -266,7 +267,7 @@ def test_rejections_emit_no_event(client: TestClient, prefect_api_url: str, sour
 
 
 def test_prefect_down_answers_503_and_the_retry_goes_through(
-    settings: WebhookSettings, prefect_api_url: str
+    settings: ServiceSettings, prefect_api_url: str
 ) -> None:
     body = json.dumps(payload(f"down-{uuid.uuid4().hex[:8]}.md", path="a.md")).encode()
     headers = signed_headers(body, delivery=f"dlv-{uuid.uuid4().hex}")
@@ -283,9 +284,11 @@ def test_prefect_down_answers_503_and_the_retry_goes_through(
 
 
 def test_a_receiver_without_secret_refuses_everything(tmp_path: Path, prefect_api_url: str) -> None:
-    settings = WebhookSettings(webhook_secret=None, data_dir=tmp_path / "d", source_root=tmp_path)
+    settings = ServiceSettings(webhook_secret=None, source_root=tmp_path)
     body = json.dumps(payload("a.md")).encode()
-    with TestClient(create_app(settings, PrefectEventSink(prefect_api_url))) as client:
+    with TestClient(
+        create_app(settings, PrefectEventSink(prefect_api_url), data_dir=tmp_path / "d")
+    ) as client:
         response = post(client, body, signed_headers(body, secret=""))
     assert response.status_code == 401
 

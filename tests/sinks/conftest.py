@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 
 import pytest
 
-from chunking.base import Span, chunks_from_spans
-from chunking.models import Chunk, Document
-from sinks.graph_backends import FalkorDBBackend, GraphBackend, Neo4jBackend
-
-MakeDoc = Callable[..., tuple[Document, list[Chunk]]]
+from sinks.graph.backends import FalkorDBBackend, GraphBackend, Neo4jBackend
 
 
 @pytest.fixture(params=["falkordb", "neo4j"])
@@ -40,20 +36,3 @@ def graph_backend(request: pytest.FixtureRequest) -> Iterator[GraphBackend]:
     yield backend
     backend.clear()
     backend.close()
-
-
-def _make_doc(
-    document_id: str, pieces: Sequence[str], title: str | None = None
-) -> tuple[Document, list[Chunk]]:
-    """A document whose chunks are exactly `pieces`, joined by one space, with real IDs and offsets."""
-    document = Document(document_id=document_id, text=" ".join(pieces), title=title)
-    spans, start = [], 0
-    for piece in pieces:
-        spans.append(Span(start, start + len(piece), token_count=len(piece.split())))
-        start += len(piece) + 1
-    return document, chunks_from_spans(document, spans)
-
-
-@pytest.fixture
-def make_doc() -> MakeDoc:
-    return _make_doc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,9 +16,11 @@ from rank_bm25 import BM25Okapi
 from chunking.base import Span, chunks_from_spans
 from chunking.models import Chunk, Document
 from chunking.sentences import sentence_spans
-from sinks.bm25 import BM25Sink, CountsBM25, ScoredChunk
-from sinks.bm25_tokenization import Analyzer
+from sinks.base import ScoredChunk
 from sinks.config import SinkSettings
+from sinks.keywords.analyzer import Analyzer
+from sinks.keywords.bm25 import BM25Sink
+from sinks.keywords.postings import CountsBM25
 
 CORPORA = Path(__file__).parents[3] / "shared/eval/corpora"
 
@@ -172,12 +175,12 @@ def test_unicode_and_cjk_content_is_searchable(sink: BM25Sink) -> None:
     assert [h.chunk_id for h in sink.search("fullwidth")] == [doc[1][2].chunk_id]
 
 
-def test_writing_the_same_batch_twice_keeps_one_copy_and_generation(sink: BM25Sink) -> None:
+def test_writing_the_same_batch_twice_keeps_one_copy_and_revision(sink: BM25Sink) -> None:
     sink.write(sink.prepare([FOX, CAT]))
-    generation = sink.stats()["generation"]
+    revision = sink.stats()["revision"]
     sink.write(sink.prepare([FOX, CAT]))
     assert sink.stats()["chunks"] == 4
-    assert sink.stats()["generation"] == generation  # nothing changed: the index stays fresh
+    assert sink.stats()["revision"] == revision  # nothing changed: the index stays fresh
     assert [h.chunk_id for h in sink.search("quick")] == [FOX[1][0].chunk_id]
 
 
@@ -218,7 +221,7 @@ def test_store_persists_across_reopen(tmp_path: Path) -> None:
 
 
 def test_two_instances_on_one_file_see_each_others_writes(tmp_path: Path) -> None:
-    """As two processes would: the reader's index is rebuilt when the generation moves."""
+    """As two processes would: the reader's index is rebuilt when the store's revision moves."""
     with (
         BM25Sink(path=tmp_path / "shared.sqlite") as writer,
         BM25Sink(path=tmp_path / "shared.sqlite") as reader,
@@ -239,11 +242,11 @@ def test_two_instances_on_one_file_see_each_others_writes(tmp_path: Path) -> Non
 def test_reader_behind_the_pruned_removal_log_reloads_in_full(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("sinks.bm25.REMOVAL_LOG_GENERATIONS", 2)
+    monkeypatch.setattr("sinks.keywords.bm25.REMOVAL_LOG_REVISIONS", 2)
     with BM25Sink(path=tmp_path / "b.sqlite") as writer, BM25Sink(path=tmp_path / "b.sqlite") as reader:
         writer.write(writer.prepare([FOX, CAT]))
         assert reader.search("quick")
-        writer.delete(FOX[0].document_id)  # logged at generation 2, pruned by the later writes
+        writer.delete(FOX[0].document_id)  # logged at revision 2, pruned by the later writes
         for i in range(3):
             writer.upsert(*make_doc(f"extra{i}", [f"extra document {i}"]))
         assert writer._conn.execute("SELECT COUNT(*) FROM removed").fetchone()[0] == 0
@@ -258,7 +261,7 @@ def test_incremental_add_does_not_reanalyse_or_reload_existing_chunks(tmp_path: 
     batch = eval_corpus_batch()
     sink.write(sink.prepare(batch))
     assert sink.search("Valkyria")  # builds the index
-    old_gens = dict(sink._conn.execute("SELECT chunk_id, gen FROM chunks").fetchall())
+    old_revs = dict(sink._conn.execute("SELECT chunk_id, rev FROM chunks").fetchall())
     analyzer.texts.clear()
 
     sink.upsert(*FOX)
@@ -267,15 +270,15 @@ def test_incremental_add_does_not_reanalyse_or_reload_existing_chunks(tmp_path: 
     # The analyzer ran over the new document's chunks and the query, nothing else.
     assert analyzer.texts == [c.content for c in FOX[1]] + ["fox Valkyria"]
     # Stored rows of other documents were not rewritten, and the index refresh loaded only the new rows.
-    new_gens = dict(sink._conn.execute("SELECT chunk_id, gen FROM chunks").fetchall())
-    assert {cid: new_gens[cid] for cid in old_gens} == old_gens
+    new_revs = dict(sink._conn.execute("SELECT chunk_id, rev FROM chunks").fetchall())
+    assert {cid: new_revs[cid] for cid in old_revs} == old_revs
     assert sink.stats()["last_refresh"] | {"seconds": 0} == {
         "loaded_rows": 2,
         "dropped_rows": 0,
         "seconds": 0,
     }
     assert FOX[1][0].chunk_id in {h.chunk_id for h in hits}
-    assert sink.stats()["indexed_generation"] == sink.stats()["generation"]
+    assert sink.stats()["indexed_revision"] == sink.stats()["revision"]
     sink.close()
 
 
@@ -363,7 +366,7 @@ def test_ten_thousand_chunk_batch_is_one_write(tmp_path: Path) -> None:
     ]
     with BM25Sink(path=tmp_path / "bm25.sqlite") as sink:
         assert sink.write(sink.prepare(batch)) == 10_000
-        assert sink.stats()["generation"] == 1  # one transaction, one generation
+        assert sink.stats()["revision"] == 1  # one transaction, one revision
         assert len(sink.chunk_ids()) == 10_000
         assert [h.chunk_id for h in sink.search("row42x7")] == [batch[42][1][7].chunk_id]
         assert len(sink.search("sigma omega", k=50)) == 50
@@ -435,3 +438,30 @@ def test_top10_overlaps_rank_bm25_on_eval_corpora(sink: BM25Sink) -> None:
         overlaps.append(len(ours & theirs) / max(len(ours), len(theirs)))
     assert len(overlaps) == 30
     assert float(np.mean(overlaps)) >= 0.9, overlaps
+
+
+def test_a_store_from_before_the_revision_rename_opens_and_keeps_its_rows(tmp_path: Path) -> None:
+    """The write counter used to be called `generation`/`gen`: such a store is renamed in place on open."""
+    path = tmp_path / "old.sqlite"
+    with BM25Sink(path=path) as sink:
+        sink.write(sink.prepare([FOX, CAT]))
+        revision = sink.stats()["revision"]
+    conn = sqlite3.connect(path)
+    for table, new, old in (
+        ("state", "revision", "generation"),
+        ("chunks", "rev", "gen"),
+        ("removed", "rev", "gen"),
+    ):
+        conn.execute(f"ALTER TABLE {table} RENAME COLUMN {new} TO {old}")
+    conn.executescript(
+        "DROP INDEX chunks_rev; DROP INDEX removed_rev;"
+        "CREATE INDEX chunks_gen ON chunks (gen); CREATE INDEX removed_gen ON removed (gen);"
+    )
+    conn.close()
+    with BM25Sink(path=path) as sink:
+        assert sink.stats()["revision"] == revision and sink.stats()["chunks"] == 4
+        assert [h.chunk_id for h in sink.search("quick")] == [FOX[1][0].chunk_id]
+        sink.delete(FOX[0].document_id)
+        assert sink.search("quick") == [] and sink.stats()["revision"] == revision + 1
+        indexes = {r[0] for r in sink._conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert {"chunks_rev", "removed_rev"} <= indexes and not {"chunks_gen", "removed_gen"} & indexes

@@ -15,9 +15,10 @@ import pytest
 
 from chunking.tokenizer import get_encoding
 from sinks.config import SinkSettings
-from sinks.embedder_minilm import MiniLMEmbedder
-from sinks.embedder_openai import OpenAICompatibleEmbedder
-from sinks.embedders import Embedder, EmbedderError, make_embedder
+from sinks.vectors.base import Embedder, EmbedderError
+from sinks.vectors.embedders import make_embedder
+from sinks.vectors.minilm import MiniLMEmbedder
+from sinks.vectors.openai_compatible import OpenAICompatibleEmbedder
 
 
 def fake_vector(text: str, dimension: int) -> list[float]:

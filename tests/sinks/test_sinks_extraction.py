@@ -12,8 +12,13 @@ import pytest
 
 from chunking.ids import make_chunk_id, sha256_hex
 from chunking.models import Chunk
-from sinks.extraction import ExtractionError, SpacyExtractor, display_name, entity_key
-from sinks.llm_extraction import COMPLETION_DELIMITER, LLMExtractor, build_messages, parse_extraction_output
+from sinks.graph.extraction import ExtractionError, SpacyExtractor, display_name, entity_key
+from sinks.graph.llm_extraction import (
+    COMPLETION_DELIMITER,
+    LLMExtractor,
+    build_messages,
+    parse_extraction_output,
+)
 
 
 def _chunk(text: str, index: int = 0, document_id: str = "doc_x") -> Chunk:
@@ -105,7 +110,7 @@ garbage line with no delimiters
 
 
 def test_parser_keeps_good_records_and_skips_bad_ones(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="sinks.llm_extraction"):
+    with caplog.at_level(logging.WARNING, logger="sinks.graph.llm_extraction"):
         extraction = parse_extraction_output(MESSY, "c1")
     entities = {entity_key(e.name): e for e in extraction.entities}
     assert set(entities) == {"apple inc", "tim cook", "o'reilly media"}  # not "after the end"

@@ -9,9 +9,9 @@ import pytest
 
 from chunking.models import Chunk
 from sinks.base import SinkError
-from sinks.extraction import EntityExtractor, ExtractedEntity, ExtractedRelation, Extraction, entity_key
-from sinks.graph import KnowledgeGraphSink
-from sinks.graph_backends import GraphBackend
+from sinks.graph.backends import GraphBackend
+from sinks.graph.extraction import EntityExtractor, ExtractedEntity, ExtractedRelation, Extraction, entity_key
+from sinks.graph.sink import KnowledgeGraphSink
 
 DOC_A = [
     "Apple Inc. hired Tim Cook in California.",

@@ -13,9 +13,10 @@ from itertools import pairwise
 from typing import Any
 
 from chunking.models import Chunk, Document
-from sinks.extraction import EntityExtractor, ExtractedEntity, ExtractedRelation, Extraction
-from sinks.graph import UPSERT_ENTITIES, UPSERT_RELATIONS, KnowledgeGraphSink
-from sinks.graph_backends import FalkorDBBackend, GraphBackend
+from sinks.graph.backends import FalkorDBBackend, GraphBackend
+from sinks.graph.cypher import UPSERT_ENTITIES, UPSERT_RELATIONS
+from sinks.graph.extraction import EntityExtractor, ExtractedEntity, ExtractedRelation, Extraction
+from sinks.graph.sink import KnowledgeGraphSink
 
 TYPES = {"Acme": "ORG", "Hub": "PLACE", "Oslo": "PLACE", "Ada": "PERSON", "Bob": "PERSON", "Carl": "PERSON"}
 

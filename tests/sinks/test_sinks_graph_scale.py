@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import pytest
 
 from chunking.models import Chunk
-from sinks.extraction import EntityExtractor, ExtractedEntity, ExtractedRelation, Extraction
-from sinks.graph import KnowledgeGraphSink
-from sinks.graph_backends import GraphBackend
+from sinks.graph.backends import GraphBackend
+from sinks.graph.extraction import EntityExtractor, ExtractedEntity, ExtractedRelation, Extraction
+from sinks.graph.sink import KnowledgeGraphSink
 
 N = 10_000
 POOL = 500  # entity i appears in chunks i, i+500, ... (20 chunks each); "Hub" in every chunk

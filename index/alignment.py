@@ -1,0 +1,161 @@
+"""Prove the stores agree, and put them back in agreement: the alignment check and its repair.
+
+Because every sink stores the same chunk IDs, alignment is a set comparison. The expected set normally
+comes from the pipeline's document status (the IDs each processed document was chunked into); without
+it, every ID held by any sink is expected, so an ID that some sink lacks is reported missing there.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chunking.config import ChunkStrategy
+from chunking.ids import parse_chunk_id
+from chunking.models import Chunk, Document
+from chunking.service import shared_service
+from chunking.sources import SourceItem, load_item
+from index import metrics
+from index.chunk_cache import ChunkKey
+from index.run import RunConfig
+from index.status import DocumentStatus
+from sinks.base import Sink
+
+
+@dataclass
+class AlignmentReport:
+    """Missing and extra chunk IDs per sink, compared with `expected_count` expected IDs."""
+
+    expected_count: int
+    counts: dict[str, int] = field(default_factory=dict)
+    missing: dict[str, set[str]] = field(default_factory=dict)
+    extra: dict[str, set[str]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.missing.values()) and not any(self.extra.values())
+
+    def mismatch_count(self) -> int:
+        return sum(len(v) for v in self.missing.values()) + sum(len(v) for v in self.extra.values())
+
+    def as_dict(self, limit: int = 20) -> dict[str, Any]:
+        """JSON-friendly summary; at most `limit` example IDs per list so a bad run stays readable."""
+        return {
+            "ok": self.ok,
+            "expected": self.expected_count,
+            "sinks": {
+                name: {
+                    "count": self.counts[name],
+                    "missing": len(self.missing[name]),
+                    "extra": len(self.extra[name]),
+                    "missing_examples": sorted(self.missing[name])[:limit],
+                    "extra_examples": sorted(self.extra[name])[:limit],
+                }
+                for name in self.counts
+            },
+        }
+
+
+def verify_alignment(sinks: Mapping[str, Sink], expected: set[str] | None = None) -> AlignmentReport:
+    """Compare every sink's `chunk_ids()` with `expected` (or with the union of all sinks)."""
+    held = {name: sink.chunk_ids() for name, sink in sinks.items()}
+    reference = expected if expected is not None else set().union(*held.values())
+    report = AlignmentReport(expected_count=len(reference))
+    for name, ids in held.items():
+        report.counts[name] = len(ids)
+        report.missing[name] = reference - ids
+        report.extra[name] = ids - reference
+    return report
+
+
+def record_alignment(report: AlignmentReport) -> None:
+    """Publish the report as the mismatch gauges (what the alignment alert watches)."""
+    for name in report.counts:
+        metrics.ALIGNMENT_MISMATCHES.labels(sink=name, kind="missing").set(len(report.missing[name]))
+        metrics.ALIGNMENT_MISMATCHES.labels(sink=name, kind="extra").set(len(report.extra[name]))
+
+
+def verify_run(run: RunConfig) -> AlignmentReport:
+    """Compare each of the run's sinks with the chunk IDs its status table expects; publish the gauges."""
+    with metrics.timed("verify_alignment"):
+        report = verify_alignment(run.open_sinks(), expected=run.status_store().expected_chunk_ids())
+    record_alignment(report)
+    return report
+
+
+# --- repair ------------------------------------------------------------------------------------------------
+#
+# Repair never guesses: a chunk ID missing from a sink is restored by re-writing its document there from
+# the chunk cache (or by re-chunking the file when the cache lost it, accepted only if it yields the very
+# IDs the status table expects); an extra ID is removed by re-writing its document (writes replace) or, if
+# the status table does not know the document, by deleting the document from that sink.
+
+
+@dataclass
+class RepairResult:
+    rewritten: dict[str, list[str]] = field(default_factory=dict)  # sink -> document IDs re-written
+    deleted: dict[str, list[str]] = field(default_factory=dict)  # sink -> document IDs deleted
+    errors: dict[str, str] = field(default_factory=dict)  # document or chunk ID -> why not repaired
+
+
+def repair(run: RunConfig, report: AlignmentReport) -> RepairResult:
+    """Make each sink hold exactly the expected chunk IDs again (see above)."""
+    result = RepairResult()
+    sinks, status = run.open_sinks(), run.status_store()
+    with metrics.timed("repair_alignment"):
+        rewrite: dict[str, set[str]] = defaultdict(set)
+        delete: dict[str, set[str]] = defaultdict(set)
+        for name in report.counts:
+            for chunk_id in report.missing[name] | report.extra[name]:
+                try:
+                    document_id = parse_chunk_id(chunk_id)[0]
+                except ValueError as exc:
+                    result.errors[chunk_id] = str(exc)
+                    continue
+                (rewrite if chunk_id in report.missing[name] else delete)[name].add(document_id)
+        rows = status.get_many({d for ids in (*rewrite.values(), *delete.values()) for d in ids})
+        for name, document_ids in delete.items():
+            for document_id in sorted(document_ids):
+                row = rows.get(document_id)
+                if row is not None and row.chunk_ids:
+                    rewrite[name].add(document_id)  # known document: a re-write drops its stray chunks
+                else:
+                    sinks[name].delete(document_id)
+                    result.deleted.setdefault(name, []).append(document_id)
+        for name, document_ids in rewrite.items():
+            for document_id in sorted(document_ids):
+                try:
+                    row = rows.get(document_id)
+                    if row is None:
+                        raise KeyError(f"{document_id} is not in the status table")
+                    document, chunks = previous_version(row, run)
+                    sinks[name].upsert(document, chunks)
+                except Exception as exc:
+                    result.errors[document_id] = f"[{name}] {type(exc).__name__}: {exc}"
+                    continue
+                result.rewritten.setdefault(name, []).append(document_id)
+    return result
+
+
+def previous_version(row: DocumentStatus, run: RunConfig) -> tuple[Document, list[Chunk]]:
+    """The document's last successfully written chunks, from the chunk cache or by re-chunking the file."""
+    if not row.content_hash or not row.chunk_fingerprint:
+        raise ValueError(f"{row.document_id} has no recorded successful version")
+    key = ChunkKey(row.document_id, row.content_hash, row.chunk_fingerprint)
+    cache = run.chunk_cache()
+    try:
+        return cache.load(key)
+    except KeyError:
+        pass
+    if not row.path or not row.source_system or not row.source_id:
+        raise ValueError(f"{row.document_id}: not in the chunk cache and its source is unknown")
+    document = load_item(SourceItem(row.source_system, row.source_id, row.path, 0, 0))
+    strategy = ChunkStrategy.model_validate_json(row.strategy) if row.strategy else run.strategy
+    chunks = shared_service().chunk(document, strategy)
+    if [c.chunk_id for c in chunks] != row.chunk_ids:
+        raise ValueError(f"{Path(row.path).name} changed since it was processed; the next ingest updates it")
+    cache.put(document, row.chunk_fingerprint, chunks)
+    return document, chunks

@@ -1,0 +1,123 @@
+"""Chunk one batch of listed items: load, skip what is unchanged, chunk each changed document exactly once.
+
+Chunks go to the chunk cache and only their keys are returned, so Prefect never carries document text
+between tasks. A document that cannot be loaded or chunked fails alone, with its error in the status
+table; the rest of the batch carries on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from chunking.errors import ChunkingError
+from chunking.models import Chunk, Document
+from chunking.service import shared_service
+from chunking.sources import SourceItem, load_item
+from index import metrics
+from index.chunk_cache import ChunkKey
+from index.run import RunConfig
+from index.status import StatusStore, processing_fields
+
+FLUSH_CHARS = 32_000_000  # text held before the chunks are written to the chunk cache
+
+
+@dataclass
+class ChunkBatchResult:
+    """Per-document outcome of one batch: `keys` are the documents to write to the sinks."""
+
+    keys: list[ChunkKey] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # document_id -> error
+    chunked: list[str] = field(default_factory=list)  # chunked in this run (the rest came from the cache)
+
+    def line(self, label: str) -> str:
+        return (
+            f"batch {label}: {len(self.keys)} to write ({len(self.chunked)} chunked, "
+            f"{len(self.keys) - len(self.chunked)} from the chunk cache), {len(self.skipped)} unchanged, "
+            f"{len(self.failed)} failed"
+        )
+
+
+def item_fields(item: SourceItem) -> dict[str, object]:
+    """The status columns that describe where a document came from."""
+    return {
+        "source_system": item.source_system,
+        "source_id": item.source_id,
+        "path": item.path,
+        "size": item.size,
+        "mtime_ns": item.mtime_ns,
+    }
+
+
+def chunk_items(items: list[SourceItem], run: RunConfig, *, dry_run: bool = False) -> ChunkBatchResult:
+    """Load, skip unchanged (same content hash and fingerprint), chunk, cache; dry_run only compares."""
+    result = ChunkBatchResult()
+    with metrics.timed("chunk_batch"):
+        status = run.status_store(readonly=dry_run)
+        writer = None if dry_run else _BatchWriter(run, status)
+        rows = status.get_many(item.document_id for item in items)
+        for item in items:
+            document_id = item.document_id
+            try:
+                document = load_item(item)
+            except (ChunkingError, OSError) as exc:
+                _fail(result, status, item, f"load failed: {exc}", dry_run)
+                continue
+            if StatusStore.is_current(rows.get(document_id), document.content_hash, run.fingerprint):
+                result.skipped.append(document_id)
+                if writer is not None:  # remember the new mtime so the next listing skips without loading
+                    writer.seen(item)
+                continue
+            key = ChunkKey(document_id, document.content_hash, run.chunk_fingerprint)
+            if writer is not None and not writer.cache.has(key):
+                try:
+                    chunks = shared_service().chunk(document, run.strategy)
+                except Exception as exc:  # any strategy bug fails this document, not the batch
+                    _fail(result, status, item, f"chunking failed: {type(exc).__name__}: {exc}", dry_run)
+                    continue
+                writer.chunked(document, chunks)
+                result.chunked.append(document_id)
+            if writer is not None:
+                writer.processing(item)
+            result.keys.append(key)
+        if writer is not None:
+            writer.flush()
+    return result
+
+
+class _BatchWriter:
+    """Collects a batch's new chunks and status rows and writes each kind in one transaction.
+
+    Per-document commits cost more CPU than chunking a short document. Chunks are flushed every
+    FLUSH_CHARS of text, so a batch of huge files is not held in memory at once, and always before the
+    status rows that mark their documents processing.
+    """
+
+    def __init__(self, run: RunConfig, status: StatusStore) -> None:
+        self.run, self.status, self.cache = run, status, run.chunk_cache()
+        self._chunks: list[tuple[Document, list[Chunk]]] = []
+        self._rows: list[tuple[str, dict[str, object]]] = []
+        self._size = 0
+
+    def seen(self, item: SourceItem) -> None:
+        self._rows.append((item.document_id, item_fields(item)))
+
+    def chunked(self, document: Document, chunks: list[Chunk]) -> None:
+        self._chunks.append((document, chunks))
+        self._size += len(document.text)
+        if self._size >= FLUSH_CHARS:
+            self.flush()
+
+    def processing(self, item: SourceItem) -> None:
+        self._rows.append((item.document_id, processing_fields(**item_fields(item))))
+
+    def flush(self) -> None:
+        self.cache.put_many(self._chunks, self.run.chunk_fingerprint)
+        self.status.upsert_many(self._rows)
+        self._chunks, self._rows, self._size = [], [], 0
+
+
+def _fail(result: ChunkBatchResult, status: StatusStore, item: SourceItem, error: str, dry_run: bool) -> None:
+    result.failed[item.document_id] = error
+    if not dry_run:
+        status.mark_failed(item.document_id, error, **item_fields(item))

@@ -1,0 +1,231 @@
+"""Which index generation: the one place that answers it, for readers and for runs alike.
+
+Every caller that opens stores gets its settings pinned here first (`reading_settings`, `target_for_ingest`,
+`writable_runs`), so the stores, the status table and the readers never decide on their own, and a reader
+that resolves once gets all three stores from the same generation. This module also holds the generation
+operations (switch, drop) that the flows run as tasks.
+
+An ingest writes to the live generation only when its settings are that generation's settings: chunks
+made under other settings must never be mixed into it (their IDs and vectors differ), so a run whose
+fingerprint differs stops with `GenerationMismatch` and points at `rebuild`, instead of skipping every
+"unchanged" document or silently overwriting half the index. A data dir with no generation yet gets one
+from its first ingest.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from index.chunk_cache import ChunkCache
+from index.registry import Generation, GenerationError, GenerationMismatch, GenerationRegistry
+from index.run import RunConfig
+from index.status import DocumentStatus, State, StatusStore
+from sinks.base import SINK_NAMES, AliasedCollection, Sink
+from sinks.config import SinkSettings
+from sinks.factory import open_sinks
+from sinks.pool import release_sinks
+
+# How long a replaced generation is kept for rollback before the next rebuild or reindex drops it.
+DEFAULT_RETENTION_HOURS = 168.0
+
+
+def registry_of(settings: SinkSettings) -> GenerationRegistry:
+    return GenerationRegistry.in_data_dir(settings.data_dir)
+
+
+def live_generation(settings: SinkSettings) -> Generation | None:
+    """The generation readers use now (None before the first ingest of the data dir)."""
+    return registry_of(settings).live()
+
+
+def reading_settings(settings: SinkSettings | None = None) -> SinkSettings:
+    """`settings` (default: the environment's) pinned to the live generation, unless already pinned;
+    unchanged when nothing is live yet (then the base store names, which hold nothing)."""
+    settings = settings or SinkSettings()
+    if settings.generation is not None:
+        return settings
+    live = live_generation(settings)
+    return settings if live is None else settings.for_generation(live.generation_id)
+
+
+class LiveStatus:
+    """Read-only view of the live generation's status table that resolves the generation at every call.
+
+    For observers that outlive a switch or start before the first ingest creates a generation (a
+    progress display, a test watching another process's run); one-shot readers use `StatusStore.of`.
+    """
+
+    def __init__(self, data_dir: str | Path | None = None) -> None:
+        self._base = SinkSettings() if data_dir is None else SinkSettings(data_dir=Path(data_dir))
+
+    def now(self) -> StatusStore:
+        return StatusStore.of(reading_settings(self._base), readonly=True)
+
+    def get(self, document_id: str) -> DocumentStatus | None:
+        return self.now().get(document_id)
+
+    def get_many(self, document_ids: Iterable[str]) -> dict[str, DocumentStatus]:
+        return self.now().get_many(document_ids)
+
+    def rows(self, *, source_system: str | None = None, state: State | None = None) -> list[DocumentStatus]:
+        return self.now().rows(source_system=source_system, state=state)
+
+    def counts(self) -> dict[str, int]:
+        return self.now().counts()
+
+    def expected_chunk_ids(self) -> set[str]:
+        return self.now().expected_chunk_ids()
+
+
+def live_status(data_dir: str | Path | None = None) -> LiveStatus:
+    """The live generation's status table of `data_dir` (default: the configured data dir), read-only."""
+    return LiveStatus(data_dir)
+
+
+def target_for_ingest(run: RunConfig, *, dry_run: bool = False) -> RunConfig:
+    """`run` pinned to the live generation; the first ingest of a data dir makes its own generation live."""
+    registry = registry_of(run.settings)
+    live = registry.live()
+    if live is not None and live.fingerprint != run.generation_fingerprint:
+        raise GenerationMismatch(mismatch_message(live, run))
+    if live is None and not dry_run:
+        registry.bootstrap(run.generation_id, run.generation_fingerprint, run.describe())
+    return run.pinned(live.generation_id if live is not None else None)
+
+
+def mismatch_message(live: Generation, run: RunConfig) -> str:
+    changes = [
+        f"{key}: {before!r} -> {after!r}"
+        for key, before, after in _differences(live.description, run.describe())
+    ]
+    return (
+        f"these settings are not those of the live index generation {live.generation_id} "
+        f"({'; '.join(changes) or 'fingerprint differs'}). Writing them into it would mix chunks made two "
+        "ways, so nothing was written. To switch the index to the new settings, run `unichunk rebuild` "
+        "(it builds a new generation beside the live one and switches when it is verified); to keep the "
+        "live index, run with its settings."
+    )
+
+
+def _differences(before: Any, after: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    if isinstance(before, dict) and isinstance(after, dict):
+        found: list[tuple[str, Any, Any]] = []
+        for key in sorted(set(before) | set(after)):
+            found += _differences(before.get(key), after.get(key), f"{prefix}{key}.")
+        return found
+    return [] if before == after else [(prefix.rstrip("."), before, after)]
+
+
+def writable_runs(run: RunConfig) -> list[RunConfig]:
+    """`run` pinned to every generation a deletion must reach: the live one and any being built (none
+    before the first ingest: there is nothing to delete, and opening stores would create them)."""
+    registry = registry_of(run.settings)
+    targets = [g for g in (registry.live(), *registry.in_progress()) if g is not None]
+    return [run.pinned(g.generation_id) for g in targets]
+
+
+def generation_counts(settings: SinkSettings, generation_id: str) -> dict[str, int]:
+    """Documents per state and expected chunks of one generation, from its own status table."""
+    status = StatusStore.of(settings.for_generation(generation_id), readonly=True)
+    return {**status.counts(), "chunks": len(status.expected_chunk_ids())}
+
+
+def rollback_target(settings: SinkSettings) -> str:
+    """The most recently retired generation: what "roll back" means."""
+    retired = [g for g in registry_of(settings).all() if g.state == "retired"]
+    if not retired:
+        raise GenerationError("no retired generation to roll back to")
+    return max(retired, key=lambda g: g.retired_at or "").generation_id
+
+
+def switchable(settings: SinkSettings, generation_id: str) -> Generation:
+    """The generation `generation_id`, if it may go live (retired or ready; a live one is returned too)."""
+    found = registry_of(settings).get(generation_id)
+    if found is None:
+        raise GenerationError(f"no generation {generation_id}")
+    if found.state not in ("retired", "ready", "live"):
+        raise GenerationError(
+            f"generation {generation_id} is {found.state}: only a retired or ready one can go live"
+        )
+    return found
+
+
+def switch_live(run: RunConfig, retention: timedelta) -> tuple[str | None, str | None]:
+    """Point readers at `run`'s generation: the Qdrant alias, then the registry (one transaction).
+
+    If the registry cannot be updated the alias is put back, so the two never disagree for long.
+    Returns (the generation live before, the one retired by this switch).
+    """
+    target = run.settings.generation
+    if target is None:
+        raise GenerationError("switch_live needs a run pinned to a generation")
+    registry = registry_of(run.settings)
+    before = registry.live()
+    vectors = run.open_sinks().get("vectors")
+    alias = run.settings.qdrant_collection
+    if isinstance(vectors, AliasedCollection):
+        vectors.point_alias(alias)
+    try:
+        previous = registry.switch_live(target, retention)
+    except Exception:
+        if isinstance(vectors, AliasedCollection) and before is not None:
+            back = run.pinned(before.generation_id).open_sinks()["vectors"]
+            if isinstance(back, AliasedCollection):
+                back.point_alias(alias)
+        raise
+    return (before.generation_id if before else None), (previous.generation_id if previous else None)
+
+
+def ensure_live_alias(run: RunConfig, sinks: Mapping[str, Sink]) -> None:
+    """Keep the Qdrant alias on the live collection (the first ingest of a data dir creates it)."""
+    vectors = sinks.get("vectors")
+    live = live_generation(run.settings)
+    if (
+        isinstance(vectors, AliasedCollection)
+        and live is not None
+        and live.generation_id == run.settings.generation
+    ):
+        vectors.point_alias(run.settings.qdrant_collection)
+
+
+def drop_generation(settings: SinkSettings, generation_id: str) -> None:
+    """Delete a generation's collection, BM25 index, graph and status table, then forget it."""
+    registry = registry_of(settings)
+    found = registry.get(generation_id)
+    if found is None:
+        raise GenerationError(f"no generation {generation_id}")
+    if found.state == "live":
+        raise GenerationError(f"generation {generation_id} is live; switch to another one before dropping it")
+    pinned = settings.for_generation(generation_id)
+    release_sinks(SINK_NAMES, pinned)  # a long-lived process may still hold them open
+    sinks = open_sinks(pinned)
+    try:
+        for sink in sinks.values():
+            sink.drop()
+    finally:
+        for sink in sinks.values():
+            sink.close()
+    if pinned.generation_dir is not None:
+        shutil.rmtree(pinned.generation_dir, ignore_errors=True)
+    registry.forget(generation_id)
+    _forget_cached_chunks(settings, found)
+
+
+def _forget_cached_chunks(settings: SinkSettings, dropped: Generation) -> None:
+    """Drop the chunk cache of the dropped generation's chunking settings, unless another generation
+    (say, the same chunking with another embedder) still uses them."""
+    fingerprint = dropped.description.get("chunk_fingerprint")
+    if not fingerprint:
+        return
+    if any(g.description.get("chunk_fingerprint") == fingerprint for g in registry_of(settings).all()):
+        return
+    ChunkCache.in_data_dir(settings.data_dir).delete_fingerprint(str(fingerprint))
+
+
+def expired_generations(settings: SinkSettings) -> list[str]:
+    """Retired generations whose retention ran out (the next rebuild or reindex drops them)."""
+    return [g.generation_id for g in registry_of(settings).expired()]

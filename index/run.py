@@ -1,0 +1,100 @@
+"""What one run is: the chunking settings, the store settings and the sinks it writes, and their fingerprints.
+
+A `RunConfig` is small and picklable, so every Prefect task gets it whole. Its fingerprints decide what
+counts as "unchanged": the chunk fingerprint keys the chunk cache (only chunking settings decide chunks),
+the generation fingerprint names an index generation (chunking + embedder + extractor + analyzer), and
+the run fingerprint (generation + the sinks written) is what the status table compares.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+from chunking.config import ChunkStrategy
+from chunking.ids import sha256_hex
+from index.chunk_cache import ChunkCache
+from index.status import StatusStore
+from sinks.base import SINK_NAMES, Sink, SinkName
+from sinks.config import SinkSettings
+from sinks.pool import get_sinks
+
+# Documents per chunk/prepare/write round. Each round is 7 Prefect task runs whose bookkeeping shares the
+# cores with the models; 64 measured 1.16-1.22x model time on 500 documents where 32 measured 1.25-1.38x
+# (benchmarks/README.md, "Pipeline"), while the pipelined rounds keep the unoverlapped first and last small.
+DEFAULT_BATCH_SIZE = 64
+
+
+def generation_id_for(fingerprint: str) -> str:
+    """Deterministic: re-running a rebuild with the same settings resumes the same generation."""
+    return f"g{fingerprint[:10]}"
+
+
+def index_settings(settings: SinkSettings) -> dict[str, object]:
+    """The sink settings that change what gets stored (with the chunking settings: an index generation)."""
+    return {
+        "embedder": settings.embedder,
+        "embedding_model": settings.embedding_model if settings.embedder == "openai" else None,
+        "embedding_dimensions": settings.embedding_dimensions if settings.embedder == "openai" else None,
+        "qdrant_collection": settings.qdrant_collection,
+        "bm25": [settings.bm25_stemming, settings.bm25_stopwords],
+        "graph_name": settings.graph_name,
+        "extractor": settings.extractor,
+        "llm_model": settings.llm_model if settings.extractor == "llm" else None,
+    }
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a task needs to know about its run, small enough to pass to every task.
+
+    `settings.generation` says which generation's stores the run writes; `index.generations` pins it.
+    """
+
+    strategy: ChunkStrategy
+    settings: SinkSettings
+    sinks: tuple[SinkName, ...] = SINK_NAMES
+
+    @cached_property
+    def chunk_fingerprint(self) -> str:
+        """Keys the chunk cache: only chunking settings decide the chunks."""
+        return self.strategy.fingerprint()
+
+    @cached_property
+    def generation_fingerprint(self) -> str:
+        """What an index generation is: chunking, embedder, extractor and analyzer settings together."""
+        return sha256_hex(json.dumps(self.describe(), sort_keys=True))[:16]
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Stored in the status table: the generation plus the sinks a run wrote decide if a row is current."""
+        return sha256_hex(f"{self.generation_fingerprint}:{sorted(set(self.sinks))}")[:16]
+
+    @property
+    def generation_id(self) -> str:
+        """The generation these settings make (whether or not it exists yet)."""
+        return generation_id_for(self.generation_fingerprint)
+
+    def describe(self) -> dict[str, object]:
+        """The settings behind the generation fingerprint, readable (shown by `unichunk status`)."""
+        return {
+            "chunking": self.strategy.model_dump(mode="json"),
+            "chunk_fingerprint": self.chunk_fingerprint,  # also covers the strategies' built-in defaults
+            **index_settings(self.settings),
+        }
+
+    def pinned(self, generation_id: str | None = None) -> RunConfig:
+        """This run writing to one generation's stores (its own by default)."""
+        return replace(self, settings=self.settings.for_generation(generation_id or self.generation_id))
+
+    def status_store(self, *, readonly: bool = False) -> StatusStore:
+        """The status table of the generation this run is pinned to."""
+        return StatusStore.of(self.settings, readonly=readonly)
+
+    def chunk_cache(self) -> ChunkCache:
+        return ChunkCache.in_data_dir(self.settings.data_dir)
+
+    def open_sinks(self) -> dict[str, Sink]:
+        """The run's sinks from the process-wide pool (opened on first use)."""
+        return get_sinks(self.sinks, self.settings)

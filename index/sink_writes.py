@@ -1,0 +1,151 @@
+"""The write half of a batch: prepare in each sink, write, record the outcome, undo a failed write; deletes.
+
+Plain functions the Prefect tasks in `tasks/` wrap, so the rules live here once:
+- a prepare failure on a batch is retried per document to find the bad ones, so one poisoned document
+  does not block its batch;
+- after a failed write, the sinks that did write are put back to each document's last successful version
+  (or the document is removed where it never succeeded), so they agree with the status table again;
+- a batch's outcome is recorded in one transaction, and the chunk cache keeps the previous version of a
+  document until its new one is stored everywhere.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from chunking.sources import SourceItem
+from index import metrics
+from index.alignment import previous_version
+from index.chunk_batch import item_fields
+from index.chunk_cache import ChunkKey
+from index.run import RunConfig
+from index.status import failed_fields, processed_fields
+from sinks.base import DocumentChunks, Prepared, Sink
+
+
+@dataclass
+class PrepareOutcome:
+    """What a sink prepared (None when nothing was preparable) and the documents it could not prepare."""
+
+    sink: str
+    prepared: Prepared | None
+    document_ids: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    batch_error: str | None = None  # why the whole batch failed, when its documents had to be tried alone
+
+
+def prepare_isolating(sink: Sink, keys: list[ChunkKey], run: RunConfig) -> PrepareOutcome:
+    """Prepare the batch for one sink; on failure, find the failing documents and prepare the others."""
+    batch: list[DocumentChunks] = list(run.chunk_cache().load_many(keys))
+    with metrics.timed("prepare", sink.name):
+        try:
+            return PrepareOutcome(sink.name, sink.prepare(batch), [k.document_id for k in keys])
+        except Exception as exc:
+            if len(batch) == 1:
+                return PrepareOutcome(sink.name, None, [], {keys[0].document_id: _describe(sink.name, exc)})
+            batch_error = f"{type(exc).__name__}: {exc}"
+        failed: dict[str, str] = {}
+        good: list[DocumentChunks] = []
+        for item in batch:
+            try:
+                sink.prepare([item])
+                good.append(item)
+            except Exception as exc:
+                failed[item[0].document_id] = _describe(sink.name, exc)
+        prepared = sink.prepare(good) if good else None
+        return PrepareOutcome(sink.name, prepared, [doc.document_id for doc, _ in good], failed, batch_error)
+
+
+def write_prepared(sink: Sink, prepared: Prepared) -> int:
+    """Store a prepared batch (idempotent, so a retry after a half-done write is safe)."""
+    with metrics.timed("write", sink.name):
+        written = sink.write(prepared)
+    metrics.CHUNKS_WRITTEN.labels(sink=sink.name).inc(written)
+    return written
+
+
+def _describe(sink_name: str, exc: BaseException) -> str:
+    return f"prepare[{sink_name}] failed: {type(exc).__name__}: {exc}"
+
+
+def record_outcome(
+    run: RunConfig, items: Mapping[str, SourceItem], processed: list[ChunkKey], failed: Mapping[str, str]
+) -> None:
+    """Record the batch's outcome in one transaction: processed rows get their chunk IDs, failed rows their
+    error; then drop the older cached versions of the processed documents.
+
+    Called by the flow as a plain function, not a task: a few SQLite writes per batch, where a Prefect task
+    run would cost more in orchestration than the work (timed as `mark_status` in the task metrics)."""
+    with metrics.timed("mark_status"):
+        status, cache = run.status_store(), run.chunk_cache()
+        chunk_lists = cache.get_chunks_many(processed)
+        rows = [
+            (
+                key.document_id,
+                processed_fields(
+                    [c.chunk_id for c in chunk_lists.get(key, [])],
+                    content_hash=key.content_hash,
+                    fingerprint=run.fingerprint,
+                    chunk_fingerprint=key.fingerprint,
+                    strategy=run.strategy.model_dump_json(),
+                    **item_fields(items[key.document_id]),
+                ),
+            )
+            for key in processed
+        ]
+        for document_id, error in failed.items():
+            extra = item_fields(items[document_id]) if document_id in items else {}
+            rows.append((document_id, failed_fields(error, **extra)))
+        status.upsert_many(rows)
+        cache.prune_many(processed)
+
+
+def restore_previous(
+    run: RunConfig, document_ids: Sequence[str], sink_names: Sequence[str]
+) -> dict[str, str]:
+    """After a failed write, put each document back to its last successful version in `sink_names`.
+
+    Sinks write concurrently, so when one fails the others already hold the new version. Re-writing the
+    previous version (from the chunk cache: it is pruned only after a success) or deleting a document
+    that never succeeded makes those sinks agree with the status table again. The sink whose write
+    failed is not touched (it is likely still down, and may hold part of the new version): the document
+    stays failed and the next run or `reindex` repairs it. Returns document id -> error.
+    """
+    errors: dict[str, str] = {}
+    sinks = {name: sink for name, sink in run.open_sinks().items() if name in sink_names}
+    rows = run.status_store().get_many(document_ids)
+    for document_id in document_ids:
+        row = rows.get(document_id)
+        previous = None
+        if row is not None and row.chunk_ids:
+            try:
+                previous = previous_version(row, run)
+            except Exception as exc:
+                errors[document_id] = f"previous version unavailable: {type(exc).__name__}: {exc}"
+                continue
+        for name, sink in sinks.items():
+            try:
+                if previous is None:
+                    sink.delete(document_id)
+                else:
+                    sink.upsert(*previous)
+            except Exception as exc:
+                errors[document_id] = f"[{name}] restore failed: {type(exc).__name__}: {exc}"
+    return errors
+
+
+def delete_documents(run: RunConfig, document_ids: Sequence[str]) -> dict[str, int]:
+    """Remove documents from every sink, then from the chunk cache and status table; chunks removed per sink."""
+    removed: dict[str, int] = defaultdict(int)
+    with metrics.timed("delete_documents"):
+        sinks = run.open_sinks()
+        status, cache = run.status_store(), run.chunk_cache()
+        for document_id in document_ids:
+            for name, sink in sinks.items():
+                removed[name] += sink.delete(document_id)
+            cache.delete_document(document_id)
+            status.delete(document_id)
+            metrics.DOCUMENTS.labels(outcome="deleted").inc()
+    return dict(removed)

@@ -1,0 +1,63 @@
+"""Which stores a search reads, and opening them: always the live index generation's, resolved once.
+
+`Readers` names the read side of each store by its role, typed by the protocols of `sinks.base`, so
+retrieval never depends on what a particular store adds. `open_readers` resolves the live generation once
+(in `index.generations`, as every caller does) so all three stores come from the same generation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from index.generations import reading_settings
+from sinks.base import ChunkSearch, GraphReader, InvalidRequest, Sink, SinkName
+from sinks.config import SinkSettings
+from sinks.factory import open_sinks
+from sinks.pool import get_sinks
+
+SEARCH_SINKS: tuple[SinkName, ...] = ("keywords", "vectors", "graph")
+
+
+@dataclass(frozen=True)
+class Readers:
+    """The stores one search reads; any may be absent (hybrid with only BM25 is BM25)."""
+
+    keywords: ChunkSearch | None = None
+    vectors: ChunkSearch | None = None
+    graph: GraphReader | None = None
+
+    @classmethod
+    def of(cls, sinks: Mapping[str, object]) -> Readers:
+        """Readers from opened stores keyed by sink name; a store lacking its read side is refused."""
+        for name, role in (("keywords", ChunkSearch), ("vectors", ChunkSearch), ("graph", GraphReader)):
+            if name in sinks and not isinstance(sinks[name], role):
+                raise InvalidRequest(name, f"{type(sinks[name]).__name__} does not implement {role.__name__}")
+        return cls(sinks.get("keywords"), sinks.get("vectors"), sinks.get("graph"))  # type: ignore[arg-type]
+
+    def searchers(self) -> dict[str, ChunkSearch]:
+        return {
+            name: s for name, s in (("keywords", self.keywords), ("vectors", self.vectors)) if s is not None
+        }
+
+    def neighbour_store(self) -> ChunkSearch | None:
+        """Where neighbours are fetched: the keyword store (a local SQLite read) if present."""
+        return self.keywords or self.vectors
+
+
+def open_readers(settings: SinkSettings | None = None) -> Readers:
+    """The live generation's stores from the process-wide pool, kept open for the next search."""
+    return Readers.of(get_sinks(SEARCH_SINKS, reading_settings(settings)))
+
+
+@contextmanager
+def readers_for_one_search(settings: SinkSettings | None = None) -> Iterator[Readers]:
+    """The live generation's stores opened for one search and closed after it (Qdrant local mode lets one
+    process hold its directory, and the served flow runs need it between searches)."""
+    opened: dict[str, Sink] = open_sinks(reading_settings(settings), SEARCH_SINKS)
+    try:
+        yield Readers.of(opened)
+    finally:
+        for sink in opened.values():
+            sink.close()

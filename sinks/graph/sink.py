@@ -1,0 +1,417 @@
+"""The LightRAG-style knowledge graph sink: entities and relations extracted per chunk, linked to chunk IDs.
+
+The statements and the schema are in `cypher.py`; this module decides which to send, in what order, with
+which rows. FalkorDB runs each statement atomically but nothing across statements, so every write is a sequence of
+statements each safe to repeat: a crash half-way is repaired by writing (or deleting) again. Each batch
+is aggregated by its MERGE key in Python before it is sent, and no query filters after a write.
+A batch of documents is written as one sequence: each kind of statement is sent once for all of them
+(cut at `batch_size` rows), with their rows merged by MERGE key across documents.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+from chunking.models import Chunk, Document
+from sinks.base import (
+    DocumentChunks,
+    GraphContext,
+    GraphEntity,
+    GraphRelation,
+    Prepared,
+    Sink,
+    SinkError,
+    group_batch,
+)
+from sinks.config import SinkSettings
+from sinks.graph import cypher
+from sinks.graph.backends import GraphBackend, open_backend
+from sinks.graph.cypher import MAX_HOPS, UNKNOWN_TYPE
+from sinks.graph.extraction import EntityExtractor, Extraction, SpacyExtractor, display_name, entity_key
+from sinks.graph.llm_extraction import LLMExtractor
+
+
+@dataclass
+class _DocumentGraph:
+    """One document's (or, merged, one batch's) extraction, one row per MERGE key (FalkorDB must not see a
+    key twice in one statement)."""
+
+    mentions: list[dict[str, str]] = field(default_factory=list)
+    entities: list[dict[str, Any]] = field(default_factory=list)
+    relations: list[dict[str, Any]] = field(default_factory=list)
+
+
+class KnowledgeGraphSink(Sink):
+    """Chunks, entities and relations in Neo4j or FalkorDB, keyed by the shared chunk IDs."""
+
+    name = "graph"
+
+    def __init__(
+        self,
+        backend: GraphBackend,
+        extractor: EntityExtractor | None = None,
+        *,
+        store_content: bool = True,
+        batch_size: int = 1000,
+        generation: str | None = None,
+    ) -> None:
+        self.backend = backend
+        self.generation = generation  # recorded on every Chunk node
+        self.extractor = extractor or SpacyExtractor()
+        self.store_content = store_content
+        self.batch_size = batch_size
+        try:
+            backend.setup_schema()
+        except Exception as exc:
+            raise SinkError(self.name, f"schema setup failed on {backend.name}: {exc}") from exc
+
+    @classmethod
+    def from_settings(
+        cls, settings: SinkSettings | None = None, *, extractor: EntityExtractor | None = None
+    ) -> KnowledgeGraphSink:
+        """Backend and extractor as configured (Neo4j / FalkorDB URL / embedded FalkorDB; spaCy / LLM)."""
+        settings = settings or SinkSettings()
+        if extractor is None and settings.extractor == "llm":
+            extractor = LLMExtractor.from_settings(settings)
+        return cls(open_backend(settings), extractor, generation=settings.generation)
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    def prepare(self, batch: Sequence[DocumentChunks]) -> Prepared:
+        documents, chunks = group_batch(self.name, batch)
+        everything = [c for doc_chunks in chunks.values() for c in doc_chunks]
+        try:
+            extractions = self.extractor.extract(everything)
+        except Exception as exc:
+            raise SinkError(self.name, f"entity extraction failed: {exc}") from exc
+        if [x.chunk_id for x in extractions] != [c.chunk_id for c in everything]:
+            raise SinkError(self.name, "the extractor did not return one extraction per chunk, in order")
+        by_chunk = dict(zip((c.chunk_id for c in everything), extractions, strict=True))
+        payload = {
+            doc_id: _aggregate([by_chunk[c.chunk_id] for c in doc_chunks])
+            for doc_id, doc_chunks in chunks.items()
+        }
+        stats = {
+            "entity_mentions": float(sum(len(g.mentions) for g in payload.values())),
+            "relations": float(sum(len(g.relations) for g in payload.values())),
+        }
+        return Prepared(self.name, documents, chunks, payload, stats)
+
+    def write(self, prepared: Prepared) -> int:
+        """Store the whole batch with each kind of statement sent once (cut at `batch_size` rows).
+
+        Round trips cost client and server CPU (taken from the embedding model on a small machine) and,
+        against a remote Neo4j, latency: a batch of 64 one-chunk documents used to take ~500 statements.
+        """
+        documents = _last_occurrences(prepared.documents)
+        try:
+            if documents:
+                self._write_batch(
+                    documents,
+                    prepared.chunks,
+                    {d.document_id: prepared.payload[d.document_id] for d in documents},
+                )
+        except SinkError:
+            raise
+        except Exception as exc:
+            raise SinkError(self.name, f"write failed on {self.backend.name}: {exc}") from exc
+        return sum(len(prepared.chunks[d.document_id]) for d in prepared.documents)
+
+    def _write_batch(
+        self,
+        documents: Sequence[Document],
+        chunks: Mapping[str, Sequence[Chunk]],
+        graphs: Mapping[str, _DocumentGraph],
+    ) -> None:
+        """The steps of one document's write, each run for all documents at once and in the same order."""
+        doc_ids = [d.document_id for d in documents]
+        rows = [self._chunk_row(c) for d in doc_ids for c in chunks[d]]  # validated before anything is sent
+        ids = {d: [c.chunk_id for c in chunks[d]] for d in doc_ids}
+        graph = _merge_graphs([graphs[d] for d in doc_ids])
+        self._batched(
+            cypher.UPSERT_DOCUMENTS,
+            [
+                {"document_id": d.document_id, "title": _clean(d.title), "content_hash": d.content_hash}
+                for d in documents
+            ],
+        )
+        self._batched(cypher.UPSERT_CHUNKS, rows)
+        self._batched(cypher.UPDATE_CHANGED_CHUNKS, rows)
+        links = {d: list(pairwise(ids[d])) for d in doc_ids}
+        self._batched(cypher.LINK_NEXT_CHUNKS, [{"a": a, "b": b} for d in doc_ids for a, b in links[d]])
+        self._batched(
+            cypher.UNLINK_STALE_NEXT_CHUNKS,
+            [{"document_id": d, "links": [f"{a}|{b}" for a, b in links[d]]} for d in doc_ids],
+        )
+        self._batched(cypher.MERGE_MENTIONS, graph.mentions)
+        self._batched(cypher.UPSERT_ENTITIES, graph.entities)
+        self._batched(cypher.UPSERT_RELATIONS, graph.relations)
+        stored = self._stored_chunk_ids_of(doc_ids)
+        if unkeyed := [d for d in doc_ids if None in stored[d]]:
+            self._batched(cypher.DELETE_UNKEYED_CHUNKS, unkeyed, key="document_ids")
+        for d in unkeyed:
+            stored[d].discard(None)
+        # The write is idempotent: failing before anything is removed lets a retry repair it.
+        if lost := {d: missing for d in doc_ids if (missing := sorted(set(ids[d]) - stored[d]))}:
+            first, missing = next(iter(lost.items()))
+            where = first if len(lost) == 1 else f"{len(lost)} documents (first {first})"
+            count = sum(len(m) for m in lost.values())
+            raise SinkError(self.name, f"{count} chunk(s) of {where} not stored: {missing[:3]}")
+        self._remove_chunks(sorted(c for d in doc_ids for c in stored[d] - set(ids[d])))
+
+    def delete(self, document_id: str) -> int:
+        try:
+            stored = self._stored_chunk_ids(document_id)
+            if None in stored:  # a chunk node that lost its ID cannot be removed by key
+                self.backend.run(cypher.DELETE_UNKEYED_CHUNKS, {"document_ids": [document_id]})
+            ids = sorted(c for c in stored if c is not None)
+            self._remove_chunks(ids)
+            self.backend.run(cypher.DELETE_DOCUMENT, {"document_id": document_id})
+        except Exception as exc:
+            raise SinkError(
+                self.name, f"delete of {document_id} failed on {self.backend.name}: {exc}"
+            ) from exc
+        return len(ids)
+
+    def _remove_chunks(self, chunk_ids: list[str]) -> None:
+        if not chunk_ids:
+            return
+        for query in (
+            cypher.TRIM_ENTITIES,
+            cypher.TRIM_RELATIONS,
+            cypher.DELETE_ORPHAN_RELATIONS,
+            cypher.DELETE_ORPHAN_ENTITIES,
+            cypher.DELETE_CHUNKS,
+        ):
+            for start in range(0, len(chunk_ids), self.batch_size):
+                self.backend.run(query, {"chunk_ids": chunk_ids[start : start + self.batch_size]})
+
+    def _batched(self, query: str, rows: Sequence[Any], key: str = "rows") -> None:
+        for start in range(0, len(rows), self.batch_size):
+            self.backend.run(query, {key: rows[start : start + self.batch_size]})
+
+    def _chunk_row(self, chunk: Chunk) -> dict[str, Any]:
+        """The MERGE key and the other properties; `props` leaves out chunk_id so `SET +=` cannot touch it."""
+        if not isinstance(chunk.chunk_id, str) or not chunk.chunk_id:
+            raise SinkError(self.name, f"chunk {chunk.chunk_index} of {chunk.document_id} has no chunk_id")
+        props: dict[str, Any] = {
+            "chunk_index": chunk.chunk_index,
+            "document_id": chunk.document_id,
+            "start_char": chunk.start_char,
+            "end_char": chunk.end_char,
+            "token_count": chunk.token_count,
+            "content_hash": chunk.content_hash,
+        }
+        if self.store_content:
+            props["content"] = _clean(chunk.content)
+        if self.generation is not None:
+            props["generation"] = self.generation
+        return {"chunk_id": chunk.chunk_id, "document_id": chunk.document_id, "props": props}
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def _stored_chunk_ids(self, document_id: str) -> set[str | None]:
+        return self._stored_chunk_ids_of([document_id])[document_id]
+
+    def _stored_chunk_ids_of(self, document_ids: Sequence[str]) -> dict[str, set[str | None]]:
+        """Stored chunk IDs per document (None for a Chunk node that lost its ID), one read per slice."""
+        stored: dict[str, set[str | None]] = {d: set() for d in document_ids}
+        for start in range(0, len(document_ids), self.batch_size):
+            part = list(document_ids[start : start + self.batch_size])
+            for row in self.backend.run(cypher.DOCUMENTS_CHUNK_IDS, {"document_ids": part}, write=False):
+                stored[row["document_id"]].add(row["chunk_id"])
+        return stored
+
+    def chunk_ids(self, document_id: str | None = None) -> set[str]:
+        if document_id is not None:
+            return self._stored_chunk_ids(document_id)  # type: ignore[return-value]  # None shows a broken node
+        return {r["chunk_id"] for r in self.backend.run(cypher.ALL_CHUNK_IDS, write=False)}
+
+    def context_for_chunks(self, chunk_ids: Iterable[str]) -> GraphContext:
+        """Entities mentioned in these chunks, and the relations between them stated in these chunks."""
+        ids = sorted(set(chunk_ids))
+        if not ids:
+            return GraphContext()
+        entities = [
+            _entity(r) for r in self.backend.run(cypher.ENTITIES_OF_CHUNKS, {"chunk_ids": ids}, write=False)
+        ]
+        names = sorted(e.name for e in entities)
+        rows = (
+            self.backend.run(cypher.RELATIONS_OF_CHUNKS, {"names": names, "chunk_ids": ids}, write=False)
+            if names
+            else []
+        )
+        return GraphContext(tuple(sorted(entities, key=lambda e: e.name)), tuple(_relation(r) for r in rows))
+
+    def neighbourhood(self, entity_name: str, hops: int = 1, limit: int = 50) -> GraphContext:
+        """Entities within `hops` RELATED steps of one entity, with the strongest relations among them."""
+        if not 1 <= hops <= MAX_HOPS:
+            raise ValueError(f"hops must be between 1 and {MAX_HOPS}")
+        key = entity_key(entity_name)
+        rows = self.backend.run(cypher.NEIGHBOURS[hops], {"name": key}, write=False)
+        names = sorted({key} | {r["name"] for r in rows})
+        relations = [
+            _relation(r)
+            for r in self.backend.run(
+                cypher.RELATIONS_AMONG, {"names": names, "limit": int(limit)}, write=False
+            )
+        ]
+        keep = {key} | {r.source for r in relations} | {r.target for r in relations}
+        entities = [
+            _entity(r)
+            for r in self.backend.run(cypher.ENTITIES_BY_NAME, {"names": sorted(keep)}, write=False)
+        ]
+        entities.sort(key=lambda e: (e.name != key, e.name))
+        return GraphContext(tuple(entities), tuple(relations))
+
+    def entity(self, name: str) -> GraphEntity | None:
+        """One entity by any spelling of its name."""
+        rows = self.backend.run(cypher.ENTITIES_BY_NAME, {"names": [entity_key(name)]}, write=False)
+        return _entity(rows[0]) if rows else None
+
+    def stats(self) -> dict[str, int]:
+        """Node counts per label and relationship counts per type (for monitoring and tests)."""
+        counts = {}
+        for label in ("Document", "Chunk", "Entity"):
+            counts[label] = int(self.backend.run(cypher.COUNT_NODES.format(label=label), write=False)[0]["n"])
+        for rel in ("FROM_DOCUMENT", "NEXT_CHUNK", "MENTIONED_IN", "RELATED"):
+            counts[rel] = int(
+                self.backend.run(cypher.COUNT_RELATIONSHIPS.format(type=rel), write=False)[0]["n"]
+            )
+        return counts
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def drop(self) -> None:
+        """Delete every node and relationship of this graph (FalkorDB: the graph key itself)."""
+        self.backend.clear()
+
+
+def _aggregate(extractions: Sequence[Extraction]) -> _DocumentGraph:
+    """Fold per-chunk extractions into one row per entity key and per relation pair, lists in chunk order."""
+    entities: dict[str, dict[str, Any]] = {}
+    relations: dict[tuple[str, str], dict[str, Any]] = {}
+    mentions: dict[tuple[str, str], dict[str, str]] = {}
+
+    def add_entity(name: str, entity_type: str, description: str, chunk_id: str) -> str | None:
+        shown = display_name(name)
+        key = entity_key(shown)
+        if not key:
+            return None
+        row = entities.setdefault(
+            key, {"name": key, "display_name": shown, "chunk_ids": [], "types": [], "descriptions": []}
+        )
+        if (key, chunk_id) not in mentions:
+            mentions[(key, chunk_id)] = {"name": key, "chunk_id": chunk_id}
+            row["chunk_ids"].append(chunk_id)
+            row["types"].append(_clean(entity_type) or UNKNOWN_TYPE)
+            row["descriptions"].append(_unseen(_clean(description), row["descriptions"]))
+        return key
+
+    for extraction in extractions:
+        chunk_id = extraction.chunk_id
+        for ent in extraction.entities:
+            add_entity(ent.name, ent.type, ent.description, chunk_id)
+        for rel in extraction.relations:
+            a = add_entity(rel.source, UNKNOWN_TYPE, "", chunk_id)
+            b = add_entity(rel.target, UNKNOWN_TYPE, "", chunk_id)
+            if a is None or b is None or a == b:
+                continue
+            source, target = sorted((a, b))
+            weight = rel.weight if math.isfinite(rel.weight) and rel.weight > 0 else 1.0
+            row = relations.setdefault(
+                (source, target),
+                {
+                    "source": source,
+                    "target": target,
+                    "chunk_ids": [],
+                    "weights": [],
+                    "keywords": [],
+                    "descriptions": [],
+                },
+            )
+            if row["chunk_ids"] and row["chunk_ids"][-1] == chunk_id:
+                row["weights"][-1] += float(weight)
+                continue
+            row["chunk_ids"].append(chunk_id)
+            row["weights"].append(float(weight))
+            row["keywords"].append(_unseen(_clean(rel.keywords), row["keywords"]))
+            row["descriptions"].append(_unseen(_clean(rel.description), row["descriptions"]))
+    return _DocumentGraph(list(mentions.values()), list(entities.values()), list(relations.values()))
+
+
+_LISTS = {
+    "entities": ("chunk_ids", "types", "descriptions"),
+    "relations": ("chunk_ids", "weights", "keywords", "descriptions"),
+}
+
+
+def _merge_graphs(graphs: Sequence[_DocumentGraph]) -> _DocumentGraph:
+    """One row per MERGE key for the whole batch: an entity or relation several documents mention gets
+    their parallel lists concatenated in batch order, which is what writing them one by one would store
+    (chunk IDs are scoped to a document, so no chunk repeats). The documents' rows are not modified."""
+    mentions = {(m["name"], m["chunk_id"]): m for g in graphs for m in g.mentions}
+    merged: dict[str, dict[Any, dict[str, Any]]] = {"entities": {}, "relations": {}}
+    for g in graphs:
+        for kind, rows in (("entities", g.entities), ("relations", g.relations)):
+            for row in rows:
+                key = row["name"] if kind == "entities" else (row["source"], row["target"])
+                into = merged[kind].get(key)
+                if into is None:
+                    merged[kind][key] = {**row, **{f: list(row[f]) for f in _LISTS[kind]}}
+                else:
+                    for f in _LISTS[kind]:
+                        into[f].extend(row[f])
+    return _DocumentGraph(
+        list(mentions.values()), list(merged["entities"].values()), list(merged["relations"].values())
+    )
+
+
+def _last_occurrences(documents: Sequence[Document]) -> list[Document]:
+    """Each document once, where it last appears: a repeated document was written again, moving its
+    contribution to the end of every list, and FalkorDB must not see its MERGE key twice."""
+    last = {d.document_id: i for i, d in enumerate(documents)}
+    return [d for i, d in enumerate(documents) if last[d.document_id] == i]
+
+
+def _unseen(text: str | None, earlier: list[str]) -> str:
+    """Blank a value the same document already gave (kept as "" so the lists stay parallel)."""
+    return "" if not text or text in earlier else text
+
+
+def _clean(text: str | None) -> str | None:
+    """Strip what neither store accepts in a string: NUL characters and lone surrogates."""
+    if text is None:
+        return None
+    text = text.replace("\x00", "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def _entity(row: Mapping[str, Any]) -> GraphEntity:
+    return GraphEntity(
+        name=row["name"],
+        display_name=row.get("display_name") or row["name"],
+        type=row.get("type") or UNKNOWN_TYPE,
+        description=row.get("description") or "",
+        source_chunk_ids=tuple(row.get("source_chunk_ids") or ()),
+    )
+
+
+def _relation(row: Mapping[str, Any]) -> GraphRelation:
+    return GraphRelation(
+        source=row["source"],
+        target=row["target"],
+        keywords=row.get("keywords") or "",
+        description=row.get("description") or "",
+        weight=float(row.get("weight") or 0.0),
+        source_chunk_ids=tuple(row.get("source_chunk_ids") or ()),
+    )

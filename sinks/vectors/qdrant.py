@@ -1,0 +1,491 @@
+"""The vector store: one Qdrant point per chunk, keyed by a UUID derived from the shared chunk ID.
+
+Local mode (`QdrantClient(path=...)`) under `data_dir` by default; setting UNICHUNK_QDRANT_URL switches
+to a server with no other change. Point IDs are `uuid5(namespace, chunk_id)` because Qdrant only accepts
+integers or UUIDs, and a deterministic mapping makes re-upserts overwrite instead of duplicating.
+
+Replacement deletes stale points by the IDs we compute (stored IDs of the document minus the new ones)
+rather than by a filter: filtered deletes scan every point in local mode, and deleting "the document's
+points not in this set" cannot be expressed as one filter without listing the IDs anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from qdrant_client import QdrantClient, models
+
+from chunking.models import Chunk, Document
+from sinks.base import (
+    DocumentChunks,
+    Prepared,
+    ScoredChunk,
+    SearchFilter,
+    Sink,
+    SinkError,
+    StoredChunk,
+    filter_values,
+    group_batch,
+)
+from sinks.config import SinkSettings
+from sinks.metrics import (
+    EMBEDDER_TRUNCATED_CHUNKS,
+    SINK_CHUNKS_REMOVED,
+    SINK_CHUNKS_WRITTEN,
+    SINK_OPERATION_SECONDS,
+)
+from sinks.vectors.base import Embedder, EmbedderError
+from sinks.vectors.embedders import make_embedder
+
+logger = logging.getLogger(__name__)
+
+SINK_NAME = "vectors"
+# Fixed forever: changing it would orphan every stored point.
+POINT_NAMESPACE = uuid.UUID("6f1c7a52-3d0e-5b8e-9c4a-2b7d1e0f9a31")
+_SCROLL_PAGE = 10_000  # big pages: local mode re-filters the whole collection per page
+_INDEXED_FIELDS = ("document_id", "chunk_id")
+
+
+def point_id(chunk_id: str) -> str:
+    """The Qdrant point ID of a chunk: uuid5 of its chunk ID, as a string."""
+    return str(uuid.uuid5(POINT_NAMESPACE, chunk_id))
+
+
+def open_client(settings: SinkSettings) -> QdrantClient:
+    """A client for the configured server, else local mode under `settings.qdrant_path`."""
+    if settings.qdrant_url:
+        api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+        return QdrantClient(url=settings.qdrant_url, api_key=api_key)
+    path = settings.qdrant_path
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        return QdrantClient(path=str(path))
+    except RuntimeError as exc:
+        if "already accessed" not in str(exc):
+            raise
+        raise SinkError(
+            SINK_NAME,
+            f"the local Qdrant storage at {path} is already open in another process (or another client in "
+            "this one); local mode allows one user at a time: stop the other process, or run a Qdrant "
+            "server and set UNICHUNK_QDRANT_URL",
+        ) from exc
+
+
+class _SharedLocalClients:
+    """One local-mode client (and its lock) per storage directory in this process.
+
+    Local mode lets one client open a directory, so two sinks on the same directory in one process (a flow
+    and a reader whose settings differ in some other field, a drop beside a cached sink) share it instead
+    of the second failing. Each generation has its own directory, so other processes are still refused.
+    Server clients are not shared (each sink gets its own connection and lock).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[QdrantClient, threading.RLock, int]] = {}
+
+    def acquire(self, settings: SinkSettings) -> tuple[QdrantClient, threading.RLock, Callable[[], None]]:
+        if settings.qdrant_url:
+            client = open_client(settings)
+            return client, threading.RLock(), client.close
+        key = str(settings.qdrant_path.resolve())
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = (open_client(settings), threading.RLock(), 0)
+            client, lock, users = entry
+            self._entries[key] = (client, lock, users + 1)
+        return client, lock, lambda: self._release(key)
+
+    def _release(self, key: str) -> None:
+        with self._lock:
+            client, lock, users = self._entries[key]
+            if users > 1:
+                self._entries[key] = (client, lock, users - 1)
+                return
+            del self._entries[key]
+        with lock:
+            client.close()
+
+
+_LOCAL_CLIENTS = _SharedLocalClients()
+
+
+def build_filter(conditions: SearchFilter | None) -> models.Filter | None:
+    """`{"field": value}` -> all must match; a list value matches any of its items. Any payload field."""
+    values = filter_values(SINK_NAME, conditions)
+    if not values:
+        return None
+    must: list[models.Condition] = [
+        models.FieldCondition(key=key, match=models.MatchAny(any=accepted))
+        for key, accepted in values.items()
+    ]
+    return models.Filter(must=must)
+
+
+class QdrantSink(Sink):
+    """Chunks with their embeddings in one Qdrant collection, sized by the embedder, cosine distance."""
+
+    name = SINK_NAME
+
+    def __init__(
+        self, settings: SinkSettings, embedder: Embedder | None = None, client: QdrantClient | None = None
+    ) -> None:
+        self.settings = settings
+        self.collection = settings.collection_name
+        self._owns_embedder = embedder is None
+        self.embedder = embedder if embedder is not None else make_embedder(settings)
+        # Prefect runs tasks in threads and local mode is not thread-safe: every use holds the client's lock.
+        self._release_client: Callable[[], None] | None
+        if client is None:
+            self.client, self._lock, self._release_client = _LOCAL_CLIENTS.acquire(settings)
+        else:
+            self.client, self._lock, self._release_client = client, threading.RLock(), None
+        self._collection_verified = False  # vectors fit the embedder
+        self._collection_ready = False  # exists, verified, indexes created
+
+    @classmethod
+    def from_settings(cls, settings: SinkSettings | None = None) -> QdrantSink:
+        """A sink configured entirely from UNICHUNK_* settings (embedder and client included)."""
+        return cls(settings or SinkSettings())
+
+    # --- the Sink interface -------------------------------------------------------------------------
+
+    def prepare(self, batch: Sequence[DocumentChunks]) -> Prepared:
+        """Embed every chunk (in `embedding_batch_size` batches) and count truncations; writes nothing."""
+        documents, chunks = group_batch(self.name, batch)
+        with self._operation("prepare"):
+            with self._lock:
+                self._check_collection(create=False)
+            all_chunks = [c for doc_chunks in chunks.values() for c in doc_chunks]
+            texts = [c.embed_text for c in all_chunks]
+            size = self.settings.embedding_batch_size
+            vectors: list[list[float]] = []
+            truncated = 0
+            try:
+                for start in range(0, len(texts), size):
+                    part = texts[start : start + size]
+                    truncated += self._report_truncation(all_chunks[start : start + size], part)
+                    vectors.extend(self.embedder.embed(part))
+            except EmbedderError as exc:
+                raise SinkError(self.name, f"embedding failed: {exc}") from exc
+            if len(vectors) != len(all_chunks):
+                raise SinkError(
+                    self.name, f"embedder returned {len(vectors)} vectors for {len(all_chunks)} chunks"
+                )
+            payload = {c.chunk_id: v for c, v in zip(all_chunks, vectors, strict=True)}
+            stats = {"embedded_chunks": float(len(all_chunks)), "truncated_chunks": float(truncated)}
+            return Prepared(self.name, documents, chunks, payload=payload, stats=stats)
+
+    def write(self, prepared: Prepared) -> int:
+        """Upsert the prepared points (wait=True), then delete each document's points not among them."""
+        self.check_prepared(prepared)
+        vectors: dict[str, list[float]] = prepared.payload
+        ingested_at = datetime.now(UTC).isoformat()
+        points = [
+            models.PointStruct(
+                id=point_id(chunk.chunk_id),
+                vector=vectors[chunk.chunk_id],
+                payload=chunk_payload(document, chunk, ingested_at, self.settings.generation),
+            )
+            for document in prepared.documents
+            for chunk in prepared.chunks[document.document_id]
+        ]
+        document_ids = [d.document_id for d in prepared.documents]
+        with self._operation("write"), self._lock:
+            self._check_collection(create=True)
+            size = self.settings.upsert_batch_size
+            for start in range(0, len(points), size):
+                self.client.upsert(self.collection, points=points[start : start + size], wait=True)
+            new_ids = {str(p.id) for p in points}
+            stale = [pid for pid in self._stored_points(document_ids) if pid not in new_ids]
+            self._delete_points(stale)
+        SINK_CHUNKS_WRITTEN.labels(self.name).inc(len(points))
+        return len(points)
+
+    def delete(self, document_id: str) -> int:
+        """Remove every point of the document; 0 if it has none (or the collection does not exist yet)."""
+        with self._operation("delete"), self._lock:
+            if not self._collection_exists():
+                return 0
+            ids = list(self._stored_points([document_id]))
+            self._delete_points(ids)
+            return len(ids)
+
+    def chunk_ids(self, document_id: str | None = None) -> set[str]:
+        """Chunk IDs stored, for all documents or one (paginated scroll, chunk_id payload only)."""
+        with self._operation("chunk_ids"), self._lock:
+            if not self._collection_exists():
+                return set()
+            scroll_filter = build_filter({"document_id": document_id}) if document_id is not None else None
+            return {payload["chunk_id"] for _, payload in self._scroll(scroll_filter, ["chunk_id"])}
+
+    def close(self) -> None:
+        if self._release_client is not None:
+            release, self._release_client = self._release_client, None
+            release()
+        if self._owns_embedder:
+            self.embedder.close()
+
+    def drop(self) -> None:
+        """Delete this sink's whole collection (a retired generation being dropped)."""
+        with self._operation("drop"), self._lock:
+            if self.client.collection_exists(self.collection):
+                self.client.delete_collection(self.collection)
+            self._collection_ready = self._collection_verified = False
+
+    def alias_target(self, alias: str) -> str | None:
+        """The collection `alias` points at, if it exists."""
+        with self._lock:
+            found = [a.collection_name for a in self.client.get_aliases().aliases if a.alias_name == alias]
+        return found[0] if found else None
+
+    def point_alias(self, alias: str) -> None:
+        """Make `alias` name this sink's collection, in one atomic alias operation.
+
+        On a server, outside readers (dashboards, other apps) query the alias and see whole generations
+        only; our own readers resolve the generation registry, so all three stores come from the same
+        generation. In local mode each generation has its own directory (no other process can read it
+        while it is open anyway), so the alias there simply names that directory's collection.
+        """
+        with self._operation("alias"), self._lock:
+            self._check_collection(create=True)  # an alias needs its collection to exist
+            current = self.alias_target(alias)
+            if current == self.collection:
+                return
+            if current is None and self.client.collection_exists(alias):
+                raise SinkError(
+                    self.name, f"a collection named {alias!r} exists, so it cannot become the live alias"
+                )
+            operations: list[models.AliasOperations] = []
+            if current is not None:
+                operations.append(
+                    models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias))
+                )
+            operations.append(
+                models.CreateAliasOperation(
+                    create_alias=models.CreateAlias(collection_name=self.collection, alias_name=alias)
+                )
+            )
+            self.client.update_collection_aliases(change_aliases_operations=operations)
+
+    # --- reads for retrieval ------------------------------------------------------------------------
+
+    def search(self, query: str, k: int = 10, filter: SearchFilter | None = None) -> list[ScoredChunk]:
+        """The `k` chunks nearest to `query` (cosine), optionally restricted by payload field matches."""
+        with self._operation("search"):
+            with self._lock:
+                if not self._collection_exists():
+                    return []
+                self._check_collection(create=False)
+            try:
+                vector = self.embedder.embed_query(query)
+            except EmbedderError as exc:
+                raise SinkError(self.name, f"embedding the query failed: {exc}") from exc
+            with self._lock:
+                response = self.client.query_points(
+                    self.collection,
+                    query=vector,
+                    query_filter=build_filter(filter),
+                    limit=k,
+                    with_payload=True,
+                )
+        return [_stored(point.payload or {}, score=point.score) for point in response.points]
+
+    def count(self, filter: SearchFilter | None = None) -> int:
+        """Exact number of stored points (chunks), optionally matching a payload filter."""
+        with self._operation("count"), self._lock:
+            if not self._collection_exists():
+                return 0
+            return self.client.count(self.collection, count_filter=build_filter(filter), exact=True).count
+
+    def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, StoredChunk]:
+        """Stored chunks by chunk ID (absent IDs are left out), fetched by point ID without vectors."""
+        ids = [point_id(c) for c in dict.fromkeys(chunk_ids)]
+        with self._operation("get_chunks"), self._lock:
+            if not ids or not self._collection_exists():
+                return {}
+            records = self.client.retrieve(self.collection, ids=ids, with_payload=True, with_vectors=False)
+        return {r.payload["chunk_id"]: _stored(r.payload) for r in records if r.payload}
+
+    def chunks_at(self, document_id: str, indexes: Iterable[int]) -> list[StoredChunk]:
+        """A document's chunks at these `chunk_index` positions, in index order (neighbour expansion)."""
+        wanted = sorted({int(i) for i in indexes if int(i) >= 0})
+        with self._operation("chunks_at"), self._lock:
+            if not wanted or not self._collection_exists():
+                return []
+            must: list[models.Condition] = [
+                models.FieldCondition(key="document_id", match=models.MatchValue(value=document_id)),
+                models.FieldCondition(key="chunk_index", match=models.MatchAny(any=wanted)),
+            ]
+            found = [_stored(p) for _, p in self._scroll(models.Filter(must=must), True)]
+        return sorted(found, key=lambda c: c.chunk_index)
+
+    # --- internals ----------------------------------------------------------------------------------
+
+    def _collection_exists(self) -> bool:
+        return self._collection_ready or self.client.collection_exists(self.collection)
+
+    def _check_collection(self, *, create: bool) -> None:
+        """Fail if the collection's vectors do not fit the embedder; with `create`, make it and its indexes."""
+        if self._collection_ready:
+            return
+        exists = self.client.collection_exists(self.collection)
+        if exists and not self._collection_verified:
+            self._verify_vectors()
+            self._collection_verified = True
+        if not create:
+            return
+        if not exists:
+            self.client.create_collection(
+                self.collection,
+                vectors_config=models.VectorParams(
+                    size=self.embedder.dimension, distance=models.Distance.COSINE
+                ),
+            )
+        with warnings.catch_warnings():
+            # Local mode warns that payload indexes do nothing there; a server needs them for filters.
+            warnings.filterwarnings("ignore", message="Payload indexes have no effect", category=UserWarning)
+            for field_name in _INDEXED_FIELDS:
+                self.client.create_payload_index(
+                    self.collection, field_name, field_schema=models.PayloadSchemaType.KEYWORD, wait=True
+                )
+        self._collection_ready = True
+
+    def _verify_vectors(self) -> None:
+        dimension = self.embedder.dimension
+        params = self.client.get_collection(self.collection).config.params.vectors
+        if not isinstance(params, models.VectorParams):
+            raise SinkError(
+                self.name, f"collection {self.collection!r} uses named vectors; expected one vector"
+            )
+        if params.size != dimension or params.distance != models.Distance.COSINE:
+            raise SinkError(
+                self.name,
+                f"collection {self.collection!r} holds {params.size}-d {params.distance.value} vectors but "
+                f"embedder {self.embedder.name!r} makes {dimension}-d cosine ones; the embedder changed: "
+                "rebuild the collection (delete it and re-ingest) or use another qdrant_collection",
+            )
+
+    def _scroll(
+        self, scroll_filter: models.Filter | None, fields: list[str] | bool
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(point ID, payload subset, or all of it with `fields=True`) for every matching point, by page."""
+        offset: models.ExtendedPointId | None = None
+        while True:
+            records, offset = self.client.scroll(
+                self.collection,
+                scroll_filter=scroll_filter,
+                limit=_SCROLL_PAGE,
+                offset=offset,
+                with_payload=fields,
+                with_vectors=False,
+            )
+            for record in records:
+                yield str(uuid.UUID(str(record.id))), record.payload or {}
+            if offset is None:
+                return
+
+    def _stored_points(self, document_ids: list[str]) -> list[str]:
+        if not document_ids:
+            return []
+        return [pid for pid, _ in self._scroll(build_filter({"document_id": document_ids}), ["chunk_id"])]
+
+    def _delete_points(self, ids: list[str]) -> None:
+        size = self.settings.upsert_batch_size
+        for start in range(0, len(ids), size):
+            self.client.delete(
+                self.collection, models.PointIdsList(points=ids[start : start + size]), wait=True
+            )
+        if ids:
+            SINK_CHUNKS_REMOVED.labels(self.name).inc(len(ids))
+
+    def _report_truncation(self, chunks: list[Chunk], texts: list[str]) -> int:
+        """Count (metric) embed texts longer than the embedder's max input; one WARNING per document
+        naming its truncated chunks, so a long document does not bury the log under one line per chunk."""
+        limit = self.embedder.max_tokens
+        over: dict[str, list[tuple[str, int]]] = {}
+        for chunk, tokens in zip(chunks, self.embedder.count_tokens(texts), strict=True):
+            if tokens > limit:
+                over.setdefault(chunk.document_id, []).append((chunk.chunk_id, tokens))
+        for document_id, found in over.items():
+            shown = ", ".join(chunk_id for chunk_id, _ in found[:3]) + (" ..." if len(found) > 3 else "")
+            logger.warning(
+                "document %s: %d chunk(s) over %s's limit of %d tokens (longest %d), only their start is "
+                "embedded (smaller chunks suit this embedder better): %s",
+                document_id,
+                len(found),
+                self.embedder.name,
+                limit,
+                max(tokens for _, tokens in found),
+                shown,
+            )
+        truncated = sum(len(found) for found in over.values())
+        if truncated:
+            EMBEDDER_TRUNCATED_CHUNKS.labels(self.embedder.name).inc(truncated)
+        return truncated
+
+    @contextmanager
+    def _operation(self, operation: str) -> Iterator[None]:
+        """Time the operation, and report any store failure as a SinkError (what the pipeline retries)."""
+        started = time.perf_counter()
+        try:
+            yield
+        except SinkError:
+            raise
+        except Exception as exc:
+            raise SinkError(
+                self.name, f"Qdrant {operation} on collection {self.collection!r} failed: {exc}"
+            ) from exc
+        finally:
+            SINK_OPERATION_SECONDS.labels(self.name, operation).observe(time.perf_counter() - started)
+
+
+def chunk_payload(
+    document: Document, chunk: Chunk, ingested_at: str, generation: str | None = None
+) -> dict[str, Any]:
+    """What a point carries: the source metadata, flattened, under the chunk's own fields (which win)."""
+    return document.source_metadata() | {
+        "generation": generation,
+        "chunk_id": chunk.chunk_id,
+        "document_id": chunk.document_id,
+        "chunk_index": chunk.chunk_index,
+        "start_char": chunk.start_char,
+        "end_char": chunk.end_char,
+        "token_count": chunk.token_count,
+        "heading_chain": list(chunk.heading_chain),
+        "content": chunk.content,
+        "content_hash": chunk.content_hash,
+        "whole_document": chunk.is_whole_document,
+        "document_content_hash": document.content_hash,
+        "ingested_at": ingested_at,
+        "metadata": dict(chunk.metadata),
+    }
+
+
+_CHUNK_FIELDS = frozenset(
+    {"chunk_id", "document_id", "chunk_index", "start_char", "end_char", "content", "heading_chain"}
+)
+
+
+def _stored(payload: dict[str, Any], score: float | None = None) -> StoredChunk:
+    """A point's payload as the shared chunk record (the rest of the payload goes to `extra`)."""
+    fields: dict[str, Any] = {
+        "chunk_id": payload["chunk_id"],
+        "document_id": payload["document_id"],
+        "chunk_index": int(payload.get("chunk_index", 0)),
+        "start_char": int(payload.get("start_char", 0)),
+        "end_char": int(payload.get("end_char", 0)),
+        "content": payload.get("content", ""),
+        "heading_chain": tuple(payload.get("heading_chain", ())),
+        "extra": {k: v for k, v in payload.items() if k not in _CHUNK_FIELDS},
+    }
+    return StoredChunk(**fields) if score is None else ScoredChunk(**fields, score=float(score))

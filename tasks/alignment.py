@@ -1,0 +1,39 @@
+"""The alignment tasks: verify the stores against the status table, repair them, undo a failed write."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from index.alignment import AlignmentReport, RepairResult, repair, verify_run
+from index.run import RunConfig
+from index.sink_writes import restore_previous
+
+
+@task(name="verify_alignment", cache_policy=NO_CACHE)
+def verify_alignment_task(run: RunConfig) -> AlignmentReport:
+    """Compare each sink with the chunk IDs the status table expects; publish the mismatch gauges."""
+    return verify_run(run)
+
+
+@task(name="repair_alignment", cache_policy=NO_CACHE)
+def repair_alignment(run: RunConfig, report: AlignmentReport) -> RepairResult:
+    """Make each sink hold exactly the expected chunk IDs again."""
+    result = repair(run, report)
+    get_run_logger().info(
+        "repair: rewritten %s, deleted %s, errors %s", result.rewritten, result.deleted, result.errors
+    )
+    return result
+
+
+@task(name="restore_previous", cache_policy=NO_CACHE)
+def restore_previous_task(
+    run: RunConfig, document_ids: Sequence[str], sink_names: Sequence[str]
+) -> dict[str, str]:
+    """After a failed write, put the sinks that did write back to each document's last good version."""
+    errors = restore_previous(run, document_ids, sink_names)
+    if errors:
+        get_run_logger().warning("could not restore %d document(s): %s", len(errors), errors)
+    return errors

@@ -1,0 +1,127 @@
+"""The pipeline's records without a server: the document status table and the chunk cache."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from chunking.base import Span, chunks_from_spans
+from chunking.models import Chunk, Document
+from index.chunk_cache import ChunkCache, ChunkKey
+from index.status import StatusStore, failed_fields, processed_fields, processing_fields
+
+
+def test_status_store_incremental_rule_and_expected_ids(tmp_path):
+    store = StatusStore(tmp_path / "status.sqlite3")
+    store.mark_processing("d1", source_system="fs", source_id="a.md", path="/x/a.md")
+    assert store.get("d1").state == "processing"
+    assert not StatusStore.is_current(store.get("d1"), "h1", "f1")
+    store.mark_processed("d1", chunk_ids=["c1", "c2"], content_hash="h1", fingerprint="f1")
+    row = store.get("d1")
+    assert row.state == "processed" and row.chunk_count == 2 and row.last_success_at
+    assert row.source_id == "a.md"  # columns not given keep their values
+    assert StatusStore.is_current(row, "h1", "f1")
+    assert not StatusStore.is_current(row, "h2", "f1") and not StatusStore.is_current(row, "h1", "f2")
+    store.mark_failed("d1", "boom")
+    row = store.get("d1")
+    assert (row.state, row.error, row.chunk_ids) == ("failed", "boom", ["c1", "c2"])
+    assert not StatusStore.is_current(row, "h1", "f1")
+    store.mark_processed("d2", chunk_ids=["c3"], content_hash="h", fingerprint="f")
+    assert store.expected_chunk_ids() == {"c1", "c2", "c3"}
+    assert store.counts() == {"pending": 0, "processing": 0, "processed": 1, "failed": 1}
+    assert [r.document_id for r in store.rows(state="failed")] == ["d1"]
+    assert store.delete("d1") and not store.delete("d1")
+    assert store.get("d1") is None
+    with pytest.raises(ValueError, match="unknown status columns"):
+        store.upsert("d3", colour="red")
+
+
+def test_status_store_survives_concurrent_writers(tmp_path):
+    store = StatusStore(tmp_path / "status.sqlite3")
+
+    def writer(n: int) -> None:
+        other = StatusStore(tmp_path / "status.sqlite3")  # each thread its own store object, as separate runs
+        for i in range(25):
+            other.mark_processed(f"d{n}-{i}", chunk_ids=[f"c{n}-{i}"], content_hash="h", fingerprint="f")
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.counts()["processed"] == 100 and len(store.expected_chunk_ids()) == 100
+
+
+def test_readonly_status_store_on_a_fresh_data_dir_creates_nothing(tmp_path):
+    store = StatusStore(tmp_path / "none" / "status.sqlite3", readonly=True)
+    assert store.get_many(["x"]) == {} and store.rows() == [] and store.expected_chunk_ids() == set()
+    assert not (tmp_path / "none").exists()
+
+
+def _chunks(document: Document, pieces: list[tuple[int, int]]) -> list[Chunk]:
+    return chunks_from_spans(document, [Span(s, e, 1, ("Title",)) for s, e in pieces])
+
+
+def test_chunk_store_round_trip_and_prune(tmp_path):
+    store = ChunkCache.in_data_dir(tmp_path)
+    v1 = Document(text="alpha beta", source_system="fs", source_id="a.md", metadata={"k": 1})
+    chunks = _chunks(v1, [(0, 5), (6, 10)])
+    key = store.put(v1, "fp", chunks)
+    assert key == ChunkKey(v1.document_id, v1.content_hash, "fp") and store.has(key)
+    assert store.load(key) == (v1, chunks)
+    assert store.get_chunks(ChunkKey(v1.document_id, v1.content_hash, "other")) is None
+    v2 = Document(text="gamma", source_system="fs", source_id="a.md")
+    key2 = store.put(v2, "fp", _chunks(v2, [(0, 5)]))
+    other_settings = store.put(v1, "fp-rebuild", chunks)  # v1 chunked by a rebuild's settings
+    assert store.prune(v1.document_id, keep_content_hash=v2.content_hash, fingerprint="fp") == 1
+    assert not store.has(key) and store.has(key2)
+    assert store.load(other_settings) == (v1, chunks)  # another generation's chunks (and document) stay
+    assert store.prune(v1.document_id, keep_content_hash=v2.content_hash, fingerprint="fp-rebuild") == 1
+    with pytest.raises(KeyError):
+        store.load(key)
+    with pytest.raises(KeyError):
+        store.load(other_settings)
+    assert store.get_document(v1.document_id, v1.content_hash) is None
+    assert store.delete_document(v1.document_id) == 1 and not store.has(key2)
+
+
+def test_chunk_store_batch_calls_match_the_single_ones(tmp_path):
+    store = ChunkCache.in_data_dir(tmp_path)
+    docs = [Document(text=f"text number {i}", source_system="fs", source_id=f"{i}.md") for i in range(3)]
+    entries = [(d, _chunks(d, [(0, 4), (5, len(d.text))])) for d in docs]
+    keys = store.put_many(entries, "fp")
+    assert keys == [ChunkKey(d.document_id, d.content_hash, "fp") for d in docs]
+    assert store.put_many([], "fp") == []
+    # Order follows the keys given, not the storage order.
+    assert store.load_many(list(reversed(keys))) == list(reversed(entries))
+    missing = ChunkKey(docs[0].document_id, docs[0].content_hash, "other")
+    assert store.existing([*keys, missing]) == set(keys)
+    assert store.get_chunks_many([keys[1], missing]) == {keys[1]: entries[1][1]}
+    with pytest.raises(KeyError, match="no stored chunks"):
+        store.load_many([keys[0], missing])
+    # A newer version of two documents: prune_many drops the old versions of exactly those two.
+    newer = [Document(text=f"edited {i}", source_system="fs", source_id=f"{i}.md") for i in range(2)]
+    new_keys = store.put_many([(d, _chunks(d, [(0, len(d.text))])) for d in newer], "fp")
+    assert store.prune_many(new_keys) == 2
+    assert store.existing(keys) == {keys[2]} and store.existing(new_keys) == set(new_keys)
+    assert store.get_document(docs[0].document_id, docs[0].content_hash) is None
+
+
+def test_status_upsert_many_is_one_transaction(tmp_path):
+    store = StatusStore(tmp_path / "status.sqlite3")
+    store.upsert_many(
+        [
+            ("d1", processed_fields(["c1"], content_hash="h", fingerprint="f")),
+            ("d2", failed_fields("boom", source_id="b.md")),
+            ("d3", processing_fields(source_id="c.md")),
+        ]
+    )
+    rows = store.get_many(["d1", "d2", "d3"])
+    assert (rows["d1"].state, rows["d1"].chunk_ids, rows["d1"].chunk_count) == ("processed", ["c1"], 1)
+    assert (rows["d2"].state, rows["d2"].error, rows["d3"].state) == ("failed", "boom", "processing")
+    # One bad row fails the whole batch before anything is written.
+    with pytest.raises(ValueError, match="unknown status columns"):
+        store.upsert_many([("d4", processing_fields()), ("d5", {"colour": "red"})])
+    assert store.get("d4") is None
+    store.upsert_many([])  # nothing to do is not an error

@@ -1,0 +1,27 @@
+"""Small texts several test modules share: two topics whose sentences are easy to tell apart by search."""
+
+from __future__ import annotations
+
+TOPICS = [
+    "The harbour crane lifts containers from the cargo ship onto waiting trucks.",
+    "Tide tables tell the pilot when the channel is deep enough for the tanker.",
+    "Fishermen mend their nets on the quay while gulls circle above the boats.",
+    "The lighthouse keeper logs every passing vessel in a leather-bound book.",
+    "Customs officers inspect the manifests of ships arriving from abroad.",
+    "A dredger clears silt from the harbour mouth every spring.",
+    "Ferries cross the bay twelve times a day in the summer season.",
+    "The harbour master assigns each berth according to the vessel's draught.",
+    "Ropes, fenders and bollards keep moored boats from scraping the wall.",
+    "Storm warnings close the port and send the trawlers back to shelter.",
+]
+GARDEN = [
+    "Tomatoes need full sun and regular watering to ripen in late summer.",
+    "Compost made from kitchen scraps feeds the soil of the vegetable beds.",
+    "Bees pollinate the apple blossom in the orchard each April.",
+    "Mulch keeps weeds down and holds moisture around the roots of the roses.",
+    "The gardener prunes the pear trees in winter while they are dormant.",
+]
+
+
+def repeated(sentences: list[str], repeat: int) -> str:
+    return " ".join(f"{s} (note {i})" for i in range(repeat) for s in sentences)
