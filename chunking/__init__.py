@@ -16,7 +16,7 @@ from chunking.errors import (
 from chunking.loaders import load_bytes, load_document
 from chunking.models import Block, Chunk, Document
 from chunking.service import ChunkingService, resolve_strategy_name
-from chunking.sources import DirectorySource, PathsSource, Source, SourceItem
+from chunking.sources import DirectorySource, PathsSource, Source, SourceItem, default_source_name
 from chunking.token_window import should_chunk
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "UndecodableTextError",
     "UnichunkError",
     "UnsupportedFormatError",
+    "default_source_name",
     "load_bytes",
     "load_document",
     "resolve_strategy_name",

@@ -3,6 +3,13 @@
 Text is kept exactly as decoded (no newline normalisation; only a leading BOM is dropped), because chunk
 offsets refer to `Document.text`. Parsers for PDF and HTML are imported only when such a file is loaded,
 keeping `import chunking` light (measured: bs4 + lxml 0.4 s, pypdf 0.15 s, for a 0.5 s `import chunking`).
+
+Failure isolation: whatever goes wrong while reading one document (a parser bug, an input a library never
+expected, an e-mail naming a charset Python does not know) leaves here as a `DocumentLoadError` naming the
+file and the cause, never as another exception type, so the pipeline fails that document alone.
+Plain text must be UTF-8 (or UTF-8/16/32 with a BOM): guessing the encoding of a file that declares none
+would silently mis-decode it. Only an e-mail part, whose charset is declared, falls back to a detected one
+(`charset_normalizer`) when the declared charset is unknown or does not decode it.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from email.message import EmailMessage
 from email.parser import BytesParser
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+from charset_normalizer import from_bytes
 
 from chunking.config import LoaderSettings
 from chunking.errors import (
@@ -51,6 +60,7 @@ _MAGIC = (
 _ATX_HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 _SETEXT_HEADING = re.compile(r"^ {0,3}(\S[^\n]*?)[ \t]*\r?\n {0,3}(?:=+|-+)[ \t]*$", re.MULTILINE)
 _EMAIL_HEADERS = ("From", "To", "Cc", "Date", "Subject")
+_SURROGATES = re.compile("[\ud800-\udfff]")  # lone surrogates: a str no store can encode as UTF-8
 
 
 def max_document_bytes() -> int:
@@ -67,7 +77,24 @@ def load_document(
     root: str | os.PathLike[str] | None = None,
     max_bytes: int | None = None,
 ) -> Document:
-    """Read and decode one file. source_id defaults to the path relative to `root` (POSIX), else absolute."""
+    """Read and decode one file. source_id defaults to the path relative to `root` (POSIX), else absolute.
+
+    Raises `DocumentLoadError` (or a subclass) for anything that goes wrong, expected or not."""
+    try:
+        return _load_document(path, source_system, source_id, root, max_bytes)
+    except DocumentLoadError:
+        raise
+    except Exception as exc:  # e.g. a symlink loop while resolving the path: this file fails, alone
+        raise _unexpected(str(path), exc) from exc
+
+
+def _load_document(
+    path: str | os.PathLike[str],
+    source_system: str,
+    source_id: str | None,
+    root: str | os.PathLike[str] | None,
+    max_bytes: int | None,
+) -> Document:
     file = Path(path)
     limit = max_document_bytes() if max_bytes is None else max_bytes
     try:
@@ -100,10 +127,27 @@ def load_bytes(
     path: str | None = None,
     max_bytes: int | None = None,
 ) -> Document:
-    """Build a `Document` from raw bytes; `name` (a file name) selects the format by its extension."""
+    """Build a `Document` from raw bytes; `name` (a file name) selects the format by its extension.
+
+    Raises `DocumentLoadError` (or a subclass) for anything that goes wrong, expected or not."""
     limit = max_document_bytes() if max_bytes is None else max_bytes
     if len(data) > limit:
         raise DocumentLoadError(name, f"document is {len(data)} bytes, over the {limit}-byte limit")
+    try:
+        return _load_bytes(data, name, source_system, source_id, path)
+    except DocumentLoadError:
+        raise
+    except Exception as exc:  # a parser bug or an input it never expected: this document fails, alone
+        raise _unexpected(name, exc) from exc
+
+
+def _unexpected(name: str, exc: Exception) -> DocumentLoadError:
+    return DocumentLoadError(name, f"cannot load it: {type(exc).__name__}: {exc}")
+
+
+def _load_bytes(
+    data: bytes, name: str, source_system: str, source_id: str | None, path: str | None
+) -> Document:
     suffix = PurePosixPath(name.replace("\\", "/")).suffix.lower()
     stem = PurePosixPath(name.replace("\\", "/")).stem or name
     if suffix == ".pdf":
@@ -197,25 +241,84 @@ def _load_pdf(data: bytes, name: str) -> tuple[str, str | None, str, dict[str, A
         raise
     except (PyPdfError, ValueError, KeyError, TypeError, OSError) as exc:
         raise DocumentLoadError(name, f"cannot read PDF: {exc}") from exc
-    text = "\n\n".join(p.strip("\n") for p in pages if p.strip())
+    text = _scrub("\n\n".join(p.strip("\n") for p in pages if p.strip()))
     if not text.strip():
         raise EmptyDocumentError(name, f"PDF has no text layer ({len(pages)} pages, no extractable text)")
-    return text, title, "application/pdf", {"pages": len(pages)}
+    return text, _scrub(str(title)) if title else None, "application/pdf", {"pages": len(pages)}
+
+
+def _scrub(text: str) -> str:
+    """Replace lone surrogates (a damaged PDF's text layer, raw bytes in e-mail headers) by U+FFFD, one
+    character for one, so the text can be stored and sent anywhere."""
+    return _SURROGATES.sub("\ufffd", text)
 
 
 def _load_email(data: bytes, name: str) -> tuple[str, str | None, str, dict[str, Any]]:
     _refuse_binary(data, name)
     message = BytesParser(policy=policy.default).parsebytes(data)
     assert isinstance(message, EmailMessage)
-    header_lines = [f"{h}: {message[h]}" for h in _EMAIL_HEADERS if message[h] is not None]
-    body = ""
+    headers = {h: _header(message, h) for h in _EMAIL_HEADERS}
+    header_lines = [f"{h}: {value}" for h, value in headers.items() if value is not None]
+    body, extra = "", {}
     part = message.get_body(preferencelist=("plain",))
     if part is not None:
-        body = part.get_content()
+        body, extra = _part_text(part, name)
     else:
         part = message.get_body(preferencelist=("html",))
         if part is not None:
-            body = _extract_html(part.get_content(), name)[0]
-    subject = message["Subject"]
+            markup, extra = _part_text(part, name)
+            body = _extract_html(markup, name)[0]
     text = "\n".join(header_lines) + "\n\n" + body if header_lines else body
-    return text, str(subject) if subject else None, "message/rfc822", {}
+    return _scrub(text), headers["Subject"] or None, "message/rfc822", extra
+
+
+def _header(message: EmailMessage, name: str) -> str | None:
+    """One header as text; a header the parser chokes on is kept as it was written (unfolded)."""
+    try:
+        value = message[name]
+        return None if value is None else _scrub(str(value))
+    except Exception:  # the structured header parser has bugs on some malformed values
+        raw = next((v for k, v in message.raw_items() if k.lower() == name.lower()), None)
+        return None if raw is None else _scrub(re.sub(r"\r?\n[ \t]", " ", str(raw)))
+
+
+def _part_text(part: EmailMessage, name: str) -> tuple[str, dict[str, str]]:
+    """Decode a text part: its declared charset, else strict UTF-8, else a detected charset, else fail.
+
+    The declared charset is tried first (it is usually right). When Python does not know it (say
+    `x-made-up-charset`) or it does not decode the bytes, UTF-8 is tried strictly (the commonest mislabel;
+    a valid UTF-8 byte string is almost never meant as anything else), then charset_normalizer's best
+    guess. A known charset that is merely wrong keeps the old last resort (decoded with U+FFFD for bad
+    bytes, as `get_content` did); an unknown one with nothing detected fails the document.
+    """
+    payload = part.get_payload(decode=True)
+    data = payload if isinstance(payload, bytes) else b""
+    declared = part.get_content_charset() or "us-ascii"
+    codec = _text_codec(declared)
+    if codec is not None:
+        try:
+            return data.decode(codec), {"encoding": codec}
+        except Exception:  # UnicodeDecodeError, or an odd codec's own error (idna, punycode...)
+            pass
+    try:
+        return data.decode("utf-8"), {"encoding": "utf-8", "declared_charset": declared}
+    except UnicodeDecodeError:
+        pass
+    guess = from_bytes(data).best()
+    if guess is not None and guess.encoding:
+        return str(guess), {"encoding": guess.encoding, "declared_charset": declared}
+    if codec is not None:
+        return data.decode(codec, errors="replace"), {"encoding": codec}
+    raise UndecodableTextError(
+        name, f"e-mail body declares the unknown charset {declared!r} and no charset could be detected"
+    )
+
+
+def _text_codec(charset: str) -> str | None:
+    """Python's codec for a declared charset, or None when unknown or not a text encoding (base64...)."""
+    try:
+        name = codecs.lookup(charset).name
+        "".encode(name)  # str.encode refuses the codecs that are not text encodings (base64, rot13...)
+    except (LookupError, ValueError, TypeError):
+        return None
+    return name

@@ -1,14 +1,18 @@
 """Where documents come from: a `Source` lists items cheaply and loads one item into a `Document`.
 
 Listing only stats files (no reading), so the pipeline can skip unchanged documents before loading them.
-`source_id` is the path relative to the source root in POSIX form, so the derived document IDs are the
-same on every machine that mounts the corpus somewhere else. Only local files are implemented; an S3
+A document is identified by (source name, path within the source): `source_system` names the source and
+`source_id` is the path relative to its root in POSIX form. The name defaults to one derived from the
+absolute root (`default_source_name`), so two folders that share relative paths (`docs/intro.md`,
+`bulk/intro.md`) never share document IDs, and re-ingesting the same folder keeps its IDs; give a name
+explicitly (`--source`, a webhook's `source_system`) to keep IDs stable when the folder moves. Only local files are implemented; an S3
 bucket or a list of URLs would be another `Source` subclass yielding the same `SourceItem`s.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
@@ -17,9 +21,13 @@ from pathlib import Path, PurePosixPath
 
 import pathspec
 
-from chunking.ids import derive_document_id
+from chunking.ids import derive_document_id, sha256_hex
 from chunking.loaders import load_document
 from chunking.models import Document
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+# What a source name may be: it travels in webhook payloads, Prefect event payloads and `unichunk status`.
+SOURCE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$"
 
 DEFAULT_PATTERNS: tuple[str, ...] = (
     "**/*.md",
@@ -56,10 +64,22 @@ def load_item(item: SourceItem) -> Document:
     return load_document(Path(item.path), source_system=item.source_system, source_id=item.source_id)
 
 
-class Source(ABC):
-    """A set of documents the pipeline keeps in sync with the stores."""
+def default_source_name(root: str | os.PathLike[str]) -> str:
+    """`<folder name>-<8 hex of the absolute root>`: readable in `unichunk status`, unique per folder.
 
-    source_system: str = "fs"
+    It is a valid webhook `source_system` (letters, digits, `.`, `_`, `-`; starts with a letter or digit).
+    """
+    absolute = Path(root).expanduser().resolve()
+    slug = _UNSAFE.sub("-", absolute.name).strip("-._")[:40] or "root"
+    return f"{slug}-{sha256_hex(absolute.as_posix())[:8]}"
+
+
+class Source(ABC):
+    """A set of documents the pipeline keeps in sync with the stores; `source_system` is its name, `root`
+    the directory its document paths are relative to (None: absolute paths)."""
+
+    source_system: str
+    root: Path | None
 
     @abstractmethod
     def list(self) -> list[SourceItem]:
@@ -71,6 +91,10 @@ class Source(ABC):
     @abstractmethod
     def covers(self, source_id: str, path: str | None) -> bool:
         """Would `list()` return this document if it still existed? Decides what counts as deleted."""
+
+
+# The source name of files given by absolute path with no root: their paths are unique already.
+ABSOLUTE_PATHS_SOURCE = "fs"
 
 
 def _stat_item(source_system: str, source_id: str, path: Path, st: os.stat_result) -> SourceItem:
@@ -86,12 +110,12 @@ class DirectorySource(Source):
         patterns: Sequence[str] = DEFAULT_PATTERNS,
         *,
         follow_symlinks: bool = False,
-        source_system: str = "fs",
+        source_system: str | None = None,
     ) -> None:
         self.root = Path(root).expanduser().resolve()
         self.patterns = tuple(patterns)
         self.follow_symlinks = follow_symlinks
-        self.source_system = source_system
+        self.source_system = source_system or default_source_name(self.root)
         self._spec = pathspec.PathSpec.from_lines("gitwildmatch", [p.lower() for p in self.patterns])
 
     def matches(self, source_id: str) -> bool:
@@ -146,18 +170,23 @@ class DirectorySource(Source):
 
 
 class PathsSource(Source):
-    """An explicit list of files; `source_id` is relative to `root` if given, else the absolute path."""
+    """An explicit list of files; `source_id` is relative to `root` if given, else the absolute path.
+
+    With a root, the default source name is the root's, so files named one by one (a webhook, `unichunk
+    ingest FILE`) get the IDs a scan of that root gives them; without one, the absolute path is the ID.
+    """
 
     def __init__(
         self,
         paths: Iterable[str | os.PathLike[str]],
         *,
         root: str | os.PathLike[str] | None = None,
-        source_system: str = "fs",
+        source_system: str | None = None,
     ) -> None:
         self.root = Path(root).expanduser().resolve() if root is not None else None
         self.paths = list(dict.fromkeys(Path(p).expanduser().resolve() for p in paths))  # no duplicates
-        self.source_system = source_system
+        default = default_source_name(self.root) if self.root is not None else ABSOLUTE_PATHS_SOURCE
+        self.source_system = source_system or default
 
     def source_id_for(self, path: Path) -> str:
         if self.root is not None:

@@ -73,6 +73,13 @@ PatternOption = Annotated[
     typer.Option("--pattern", "-p", help="gitignore-style glob (repeatable); default: all formats."),
 ]
 BatchSizeOption = Annotated[int, typer.Option("--batch-size", min=1, max=1000, help="Documents per round.")]
+SourceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--source",
+        help="Name of the source, part of its document IDs (default: derived from the folder's absolute path).",
+    ),
+]
 StrategyOption = Annotated[
     str | None,
     typer.Option(
@@ -134,16 +141,25 @@ def _with_progress(run: Callable[[], Any]) -> Any:
             return run()
 
 
-def _source_params(path: Path, pattern: list[str] | None) -> Any:
+def _source_params(path: Path | None, pattern: list[str] | None, source: str | None) -> Any:
+    """PATH as flow parameters (None: every source ingested before); `--source` names it."""
     from flows.params import SourceParams
 
+    if path is None:
+        if pattern or source:
+            raise UserError("--pattern and --source go with a PATH")
+        return None
     path = path.expanduser()
     if not path.exists():
         raise UserError(f"no such file or directory: {path}")
     if path.is_dir():
-        return SourceParams(kind="directory", root=str(path), patterns=pattern or list(DEFAULT_PATTERNS))
+        return SourceParams(
+            kind="directory", root=str(path), patterns=pattern or list(DEFAULT_PATTERNS), source_system=source
+        )
     # one file: its ID is its name relative to its directory, as a scan of that directory would give
-    return SourceParams(kind="paths", root=str(path.resolve().parent), paths=[str(path.resolve())])
+    return SourceParams(
+        kind="paths", root=str(path.resolve().parent), paths=[str(path.resolve())], source_system=source
+    )
 
 
 def _strategy(name: str | None) -> ChunkStrategy:
@@ -187,8 +203,12 @@ def _run_ingest(params: Any) -> Any:
 @app.command()
 @friendly_errors
 def ingest(
-    path: Annotated[Path, typer.Argument(help="A directory to scan, or one file.")],
+    path: Annotated[
+        Path | None,
+        typer.Argument(help="A directory to scan, or one file (default: every source ingested before)."),
+    ] = None,
     pattern: PatternOption = None,
+    source: SourceOption = None,
     strategy: StrategyOption = None,
     sink: Annotated[list[str] | None, typer.Option("--sink", help="Only these sinks (repeatable).")] = None,
     delete_missing: Annotated[bool, typer.Option("--delete-missing/--no-delete-missing")] = True,
@@ -197,11 +217,14 @@ def ingest(
     ] = False,
     batch_size: BatchSizeOption = DEFAULT_BATCH_SIZE,
 ) -> None:
-    """Ingest PATH into every sink, re-doing only new and changed documents."""
+    """Ingest PATH into every sink, re-doing only new and changed documents.
+
+    A document is identified by its source and its path in it: two folders never share document IDs, and
+    the same folder keeps them (`--source` names the source, to keep IDs when the folder moves)."""
     from flows.params import IngestParams
 
     params = IngestParams(
-        source=_source_params(path, pattern),
+        source=_source_params(path, pattern, source),
         strategy=_strategy(strategy),
         delete_missing=delete_missing,
         dry_run=dry_run,
@@ -321,15 +344,16 @@ def _verify() -> bool:
     with flow_sinks(SINK_NAMES, settings) as sinks:
         report = verify_alignment(sinks, expected=_live_status(settings).expected_chunk_ids())
     record_alignment(report)
-    table = Table("sink", "chunks", "missing", "extra")
+    table = Table("sink", "chunks", "missing", "extra", "altered")
+    kinds = {"missing": report.missing, "extra": report.extra, "altered": report.altered}
     for name in report.counts:
         table.add_row(
-            name, str(report.counts[name]), str(len(report.missing[name])), str(len(report.extra[name]))
+            escape(name), str(report.counts[name]), *(str(len(ids.get(name, ()))) for ids in kinds.values())
         )
     console.print(table)
     for name in report.counts:
-        for kind, ids in (("missing", report.missing[name]), ("extra", report.extra[name])):
-            for chunk_id in sorted(ids)[:10]:
+        for kind, ids in kinds.items():  # altered: the store holds other content than the ID names
+            for chunk_id in sorted(ids.get(name, ()))[:10]:
                 console.print(f"  {name}: {kind} {chunk_id}", highlight=False, markup=False)
     verdict = "[green]aligned[/green]" if report.ok else f"[red]{report.mismatch_count()} mismatch(es)[/red]"
     console.print(f"{report.expected_count} expected chunk IDs: {verdict}")
@@ -339,7 +363,8 @@ def _verify() -> bool:
 @app.command()
 @friendly_errors
 def verify() -> None:
-    """Check every sink holds exactly the chunk IDs the status table expects (exit 1 if not)."""
+    """Check every sink holds exactly the chunk IDs the status table expects, each with the content its ID
+    names (exit 1 if not)."""
     if not _verify():
         raise typer.Exit(1)
 
@@ -364,8 +389,14 @@ def delete(
 @app.command()
 @friendly_errors
 def rebuild(
-    path: Annotated[Path, typer.Argument(help="The whole source: a directory to scan, or one file.")],
+    path: Annotated[
+        Path | None,
+        typer.Argument(
+            help="The whole source: a directory or one file (default: every source ingested before)."
+        ),
+    ] = None,
     pattern: PatternOption = None,
+    source: SourceOption = None,
     strategy: StrategyOption = None,
     chunk_size: Annotated[int | None, typer.Option("--chunk-size", help="The new chunk size.")] = None,
     chunk_overlap: Annotated[int | None, typer.Option("--chunk-overlap", help="The new overlap.")] = None,
@@ -393,7 +424,7 @@ def rebuild(
     }
     chosen = _strategy(strategy)
     params = RebuildParams(
-        source=_source_params(path, pattern),
+        source=_source_params(path, pattern, source),
         strategy=type(chosen).model_validate({**chosen.model_dump(), **sizes}),
         switch=switch,
         retention_hours=retention_hours,

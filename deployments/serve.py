@@ -67,7 +67,7 @@ def ingest_document_parameters(settings: ServiceSettings) -> dict[str, Any]:
     """Flow parameters rendered from the triggering event (templates kept whole so types survive)."""
     parameters: dict[str, Any] = {
         "path": "{{ event.payload.path }}",
-        "source_system": "{{ event.payload.source_system }}",
+        "source_system": "{{ event.payload.source_system }}",  # the receiver always fills it in
         "source_id": "{{ event.payload.source_id }}",
     }
     if settings.source_root is not None:
@@ -80,7 +80,8 @@ def build_deployments(
 ) -> list[Any]:
     """The RunnerDeployments to serve (only those in `names`), with schedules and triggers attached."""
     settings = settings or ServiceSettings()
-    source = {"params": {"source": {"kind": "directory", "root": settings.scan_root()}}}
+    # The configured source, or none: then `ingest` and `reindex` re-scan every source ingested before.
+    source = {"params": {"source": settings.source()}} if settings.source() else {"params": {}}
     # Module entrypoints: flow runs import `flows.*` wherever the package is installed, whatever the cwd.
     common: dict[str, Any] = {"entrypoint_type": EntrypointType.MODULE_PATH, "tags": ["unichunk"]}
     builders = {
@@ -151,17 +152,18 @@ def start_metrics_server(port: int, addr: str = "0.0.0.0") -> int | None:
 
 
 def serve_all(
-    names: tuple[str, ...] | list[str] = DEPLOYMENT_NAMES,
-    settings: ServiceSettings | None = None,
-    limit: int | None = None,
+    names: tuple[str, ...] | list[str] = DEPLOYMENT_NAMES, settings: ServiceSettings | None = None
 ) -> None:
-    """Register and serve the deployments against PREFECT_API_URL until interrupted (blocking)."""
+    """Register and serve the deployments against PREFECT_API_URL until interrupted (blocking).
+
+    At most `serve_run_limit` flow runs execute at once; the rest stay scheduled until a slot frees, so a
+    burst of webhooks queues instead of starting twenty processes that load the models together."""
     settings = settings or ServiceSettings()
     deployments = build_deployments(settings, names)
     port = start_metrics_server(settings.metrics_port)
     if port:
         log.info("metrics on http://0.0.0.0:%s/metrics", port)
-    serve(*deployments, limit=limit)
+    serve(*deployments, limit=settings.serve_run_limit)
 
 
 if __name__ == "__main__":  # python -m deployments.serve [name ...]

@@ -12,6 +12,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from chunking.sources import default_source_name
+
 SAMPLE_CORPUS = Path(__file__).resolve().parent / "sample_corpus"
 
 
@@ -22,10 +24,22 @@ class ServiceSettings(BaseSettings):
 
     source_root: Path | None = Field(
         None,
-        description="The directory the scheduled reindex scans (unset: the bundled sample corpus) and webhook "
-        "paths must stay inside (unset: webhook paths are refused).",
+        description="The source webhooks name and the served `ingest`/`reindex` scan by default; webhook paths "
+        "must stay inside it (unset: webhook paths are refused, and runs scan every source ingested before).",
+    )
+    source_name: str | None = Field(
+        None,
+        description="Name of the source at UNICHUNK_SOURCE_ROOT, part of its document IDs (unset: derived from "
+        "the absolute root; set it to keep IDs when the folder moves).",
     )
     reindex_cron: str = Field("0 2 * * *", description="When the reindex deployment runs.")
+    serve_run_limit: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="Flow runs the served process runs at once; more wait, queued (runs on one embedded store "
+        "run one at a time anyway, and each run process holds its models in memory).",
+    )
     metrics_port: int = Field(
         9464, ge=0, le=65535, description="/metrics port of the served process; 0 = off."
     )
@@ -36,6 +50,19 @@ class ServiceSettings(BaseSettings):
     )
     debug: bool = Field(False, description="CLI errors show their traceback instead of one line.")
 
-    def scan_root(self) -> str:
-        """The directory `ingest` and `reindex` scan by default: the source root, else the sample corpus."""
-        return str((self.source_root or SAMPLE_CORPUS).resolve())
+    def source_system(self) -> str | None:
+        """The configured source's name (`source_system` of its documents), or None without a source root."""
+        if self.source_root is None:
+            return None
+        return self.source_name or default_source_name(self.source_root)
+
+    def source(self) -> dict[str, str] | None:
+        """The configured source as flow parameters (`SourceParams` JSON), or None without a source root."""
+        if self.source_root is None:
+            return None
+        root = self.source_root.expanduser().resolve()
+        return {
+            "kind": "directory",
+            "root": str(root),
+            "source_system": self.source_name or default_source_name(root),
+        }

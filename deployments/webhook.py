@@ -13,7 +13,7 @@ seen). If Prefect cannot take the event the answer is 503 and the sender should 
 
 Sender side, e.g. in Python::
 
-    body = json.dumps({"event": "updated", "source_system": "fs", "source_id": "a.md", "path": "a.md"})
+    body = json.dumps({"event": "updated", "source_id": "a.md"})   # the configured source, a.md in its root
     ts = str(int(time.time()))
     headers = {"Content-Type": "application/json", "X-Unichunk-Timestamp": ts,
                "X-Unichunk-Delivery": "<unique id per change, reused on retries>",
@@ -48,6 +48,7 @@ from deployments.webhook_security import (
     WebhookRejected,
     check_delivery_id,
     check_document_id,
+    check_regular_file,
     check_source_id,
     check_source_system,
     event_id_for,
@@ -55,6 +56,7 @@ from deployments.webhook_security import (
     resolve_source_path,
     verify_signature,
 )
+from index.generations import live_status
 from sinks.config import SinkSettings
 
 EVENT_NAMES = {"updated": "document.updated", "deleted": "document.deleted"}
@@ -77,7 +79,7 @@ class WebhookPayload(BaseModel):
 
     event: Literal["updated", "deleted"]
     document_id: StrictStr | None = None
-    source_system: StrictStr
+    source_system: StrictStr | None = None  # the configured source's name when left out
     source_id: StrictStr
     path: StrictStr | None = None
 
@@ -126,26 +128,32 @@ def default_prefect_api_url() -> str | None:
     return get_current_settings().api.url
 
 
-def build_event(payload: WebhookPayload, event_id: uuid.UUID, source_root: Path | None) -> dict[str, Any]:
-    """The Prefect event for a verified payload; raises WebhookRejected(422) on unsafe values.
+def build_event(
+    payload: WebhookPayload, event_id: uuid.UUID, settings: ServiceSettings, known: Callable[[str], bool]
+) -> dict[str, Any]:
+    """The Prefect event for a verified payload; raises WebhookRejected(422) on anything that would only
+    start a run bound to fail: an unsafe value, another source than the configured one, an `updated` path
+    that is not a regular file inside the source root, a `deleted` document `known` does not know.
 
     Every payload key is always present (path may be null) so the triggers' Jinja templates
     (`{{ event.payload.path }}`) never meet an undefined value.
     """
-    source_system = check_source_system(payload.source_system)
+    source_system = _source_system(payload, settings)
     source_id = check_source_id(payload.source_id)
     if payload.document_id is not None:
         document_id = check_document_id(payload.document_id)
     else:
         document_id = derive_document_id(source_system=source_system, source_id=source_id)
     path: str | None = None
-    if payload.path is not None:
-        path = str(resolve_source_path(payload.path, source_root))
-    elif payload.event == "updated":
+    if payload.event == "updated":
         # No explicit path: the source id is the path relative to the source root.
-        if source_root is None:
-            raise WebhookRejected(422, "invalid_payload", "an updated event needs a path")
-        path = str(resolve_source_path(source_id, source_root))
+        resolved = resolve_source_path(payload.path or source_id, settings.source_root)
+        check_regular_file(resolved)
+        path = str(resolved)
+    elif payload.path is not None:
+        path = str(resolve_source_path(payload.path, settings.source_root))
+    if payload.event == "deleted" and not known(document_id):
+        raise WebhookRejected(422, "unknown_document", f"no document {document_id} in the live index")
     event = Event(
         id=event_id,
         event=EVENT_NAMES[payload.event],
@@ -158,6 +166,25 @@ def build_event(payload: WebhookPayload, event_id: uuid.UUID, source_root: Path 
         },
     )
     return event.model_dump(mode="json")
+
+
+def _source_system(payload: WebhookPayload, settings: ServiceSettings) -> str:
+    """The event's source: the configured one (UNICHUNK_SOURCE_ROOT), which a payload may name but not change."""
+    configured = settings.source_system()
+    if payload.source_system is None:
+        if configured is None:
+            raise WebhookRejected(
+                422,
+                "unknown_source",
+                "name the source (source_system): no UNICHUNK_SOURCE_ROOT is configured",
+            )
+        return configured
+    named = check_source_system(payload.source_system)
+    if configured is not None and named != configured:
+        raise WebhookRejected(
+            422, "unknown_source", f"this receiver serves the source {configured!r}, not {named!r}"
+        )
+    return named
 
 
 def _check_declared_length(request: Request, limit: int) -> None:
@@ -200,7 +227,9 @@ def create_app(
     settings = settings or ServiceSettings()
     events = events or PrefectEventSink(default_prefect_api_url())
     secret = settings.webhook_secret.get_secret_value() if settings.webhook_secret else ""
-    replay = ReplayCache(Path(data_dir or SinkSettings().data_dir) / "webhook" / "replay.db")
+    data_dir = Path(data_dir or SinkSettings().data_dir)
+    replay = ReplayCache(data_dir / "webhook" / "replay.db")
+    status = live_status(data_dir)  # which documents a `deleted` event may name
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -244,7 +273,7 @@ def create_app(
                 reason = "malformed_json" if _is_json_error(exc) else "invalid_payload"
                 raise WebhookRejected(422, reason, _short_errors(exc)) from None
             event_id = event_id_for(delivery, signature_hex)
-            event = build_event(payload, event_id, settings.source_root)
+            event = build_event(payload, event_id, settings, lambda d: status.get(d) is not None)
             try:
                 await events.emit(event)
             except (httpx.HTTPError, ConnectionError) as exc:

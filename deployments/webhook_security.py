@@ -10,11 +10,13 @@ import hashlib
 import hmac
 import re
 import sqlite3
+import stat
 import threading
 import uuid
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from chunking.errors import UnichunkError
+from chunking.sources import SOURCE_NAME_PATTERN
 
 SIGNATURE_PREFIX = "sha256="
 # A fixed namespace: the same delivery id maps to the same Prefect event id in every receiver replica.
@@ -23,7 +25,7 @@ EVENT_NAMESPACE = uuid.UUID("8d0f6a52-5a0e-4a53-9f5e-3c1c1b7f6e21")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _DELIVERY_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _DOCUMENT_ID = re.compile(r"^[A-Za-z0-9_:\-][A-Za-z0-9._:\-]{0,127}$")
-_SOURCE_SYSTEM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$")
+_SOURCE_SYSTEM = re.compile(SOURCE_NAME_PATTERN)
 
 
 class WebhookRejected(UnichunkError):
@@ -142,6 +144,20 @@ def resolve_source_path(value: str, root: Path | None) -> Path:
     if not resolved.is_relative_to(base):
         raise WebhookRejected(422, "unsafe_path", "path is outside the allowed source root")
     return resolved
+
+
+def check_regular_file(path: Path) -> None:
+    """An `updated` event must name a file that can be ingested now: a regular file (a symlink to one is
+    fine, it was resolved inside the root), not a directory, a FIFO, a device or nothing."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise WebhookRejected(422, "not_a_file", f"no such file in the source root: {path.name}") from None
+    except OSError as exc:
+        raise WebhookRejected(422, "not_a_file", f"cannot read {path.name}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise WebhookRejected(422, "not_a_file", f"{path.name or path} is {kind}")
 
 
 class ReplayCache:

@@ -22,13 +22,15 @@ from tasks.delete import delete_documents_task
 @flow(name="ingest-document")
 def ingest_document(
     path: str,
-    source_system: str = "fs",
+    source_system: str | None = None,
     source_id: str | None = None,
     root: str | None = None,
     strategy: ChunkStrategy | None = None,
     sinks: list[SinkName] | None = None,
 ) -> IngestSummary | State:
-    """(Re-)ingest one file; `source_id` defaults to its path relative to `root` (else absolute)."""
+    """(Re-)ingest one file; `source_id` defaults to its path relative to `root` (else absolute), and
+    `source_system` to the name of `root` (`chunking.sources.default_source_name`), so the document gets the
+    ID a scan of that root gives it."""
     summary = IngestSummary(flow="ingest-document")
     run = target_for_ingest(
         RunConfig(strategy or ChunkStrategy(), SinkSettings(), tuple(sinks or SINK_NAMES))

@@ -7,9 +7,10 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from chunking.config import ChunkStrategy
-from chunking.sources import DEFAULT_PATTERNS, DirectorySource, PathsSource, Source
+from chunking.sources import DEFAULT_PATTERNS, SOURCE_NAME_PATTERN, DirectorySource, PathsSource, Source
 from index.generations import DEFAULT_RETENTION_HOURS
 from index.run import DEFAULT_BATCH_SIZE
+from index.source_registry import SourceRecord
 from sinks.base import SINK_NAMES, SinkName
 
 
@@ -27,7 +28,12 @@ class SourceParams(BaseModel):
     follow_symlinks: bool = Field(
         False, description="Follow symlinked files and directories (loops are cut)."
     )
-    source_system: str = Field("fs", description="Namespace of the source IDs; part of each document ID.")
+    source_system: str | None = Field(
+        None,
+        pattern=SOURCE_NAME_PATTERN,
+        description="Name of the source, part of every document ID; unset: derived from the absolute root, "
+        "so two folders never share IDs and the same folder keeps them.",
+    )
 
     @model_validator(mode="after")
     def _check_kind(self) -> SourceParams:
@@ -48,11 +54,35 @@ class SourceParams(BaseModel):
             )
         return PathsSource(self.paths, root=self.root, source_system=self.source_system)
 
+    def record(self, source: Source) -> SourceRecord:
+        """How to list this source again (its resolved name and root), for `index.source_registry`."""
+        return SourceRecord(
+            name=source.source_system,
+            kind=self.kind,
+            root=None if source.root is None else str(source.root),
+            patterns=tuple(self.patterns) if self.kind == "directory" else (),
+            paths=tuple(self.paths) if self.kind == "paths" else (),
+            follow_symlinks=self.follow_symlinks,
+        )
+
+    @classmethod
+    def from_record(cls, record: SourceRecord) -> SourceParams:
+        return cls(
+            kind=record.kind,
+            root=record.root,
+            patterns=list(record.patterns) or list(DEFAULT_PATTERNS),
+            paths=list(record.paths),
+            follow_symlinks=record.follow_symlinks,
+            source_system=record.name,
+        )
+
 
 class IngestParams(BaseModel):
     """Parameters of the ingest and reindex flows."""
 
-    source: SourceParams
+    source: SourceParams | None = Field(
+        None, description="What to ingest; unset: every source this data dir has ingested before."
+    )
     strategy: ChunkStrategy = Field(default_factory=ChunkStrategy)
     sinks: list[SinkName] = Field(default_factory=lambda: list(SINK_NAMES), min_length=1)
     delete_missing: bool = Field(True, description="Delete documents that disappeared from the source.")
@@ -70,7 +100,13 @@ class FailedDocument(BaseModel):
 
 
 class IngestSummary(BaseModel):
-    """What a run did; `would_*` lists are filled by dry runs instead of the counters."""
+    """What a run did; `would_*` lists are filled by dry runs instead of the counters.
+
+    `failed` are the documents that failed in this run (they end it Failed). `unreadable` are files that
+    failed to load in an earlier run and have not changed since (same path, size and mtime): they are not
+    read again and do not fail this run, so one bad file is reported once, not every night; `skipped`
+    does not count them. Changing the file (or its mtime) makes the next run try it again.
+    """
 
     flow: str
     dry_run: bool = False
@@ -78,6 +114,7 @@ class IngestSummary(BaseModel):
     processed: int = 0
     skipped: int = 0
     failed: list[FailedDocument] = Field(default_factory=list)
+    unreadable: list[FailedDocument] = Field(default_factory=list)
     deleted: int = 0
     chunked: int = 0
     chunks_written: dict[str, int] = Field(default_factory=dict)
@@ -93,19 +130,27 @@ class IngestSummary(BaseModel):
             return (
                 f"{self.flow} (dry run): {self.listed} listed, {len(self.would_process)} would be processed, "
                 f"{self.skipped} unchanged, {len(self.failed)} would fail, {len(self.would_delete)} would be deleted"
+                f"{self._unreadable_note()}"
             )
         written = ", ".join(f"{k}={v}" for k, v in sorted(self.chunks_written.items())) or "none"
         return (
             f"{self.flow}: {self.listed} listed, {self.processed} processed ({self.chunked} chunked), "
-            f"{self.skipped} unchanged, {len(self.failed)} failed, {self.deleted} deleted; chunks written: "
-            f"{written}; {self.duration_seconds:.1f} s"
+            f"{self.skipped} unchanged, {len(self.failed)} failed{self._unreadable_note()}, {self.deleted} "
+            f"deleted; chunks written: {written}; {self.duration_seconds:.1f} s"
         )
+
+    def _unreadable_note(self) -> str:
+        if not self.unreadable:
+            return ""
+        return f", {len(self.unreadable)} known unreadable (unchanged since they failed to load)"
 
 
 class RebuildParams(BaseModel):
     """Parameters of the `rebuild` flow: the new settings are `strategy` plus the UNICHUNK_* sink settings."""
 
-    source: SourceParams
+    source: SourceParams | None = Field(
+        None, description="The whole source; unset: every source this data dir has ingested before."
+    )
     strategy: ChunkStrategy = Field(default_factory=ChunkStrategy)
     batch_size: int = Field(
         DEFAULT_BATCH_SIZE, ge=1, le=1000, description="Documents per chunk/prepare/write round."
@@ -125,7 +170,14 @@ class RebuildParams(BaseModel):
 
 
 class RebuildSummary(BaseModel):
-    """What a rebuild did. `outcome`: switched, built (not switched), already-live, or refused."""
+    """What a rebuild did. `outcome`: switched, built (not switched), already-live, or refused.
+
+    The documents the new generation holds as failed are sorted three ways. `reported`: unreadable here
+    and unreadable (failed) or absent in the live generation, so switching loses nothing: reported, not a
+    reason to refuse. `lost`: the live generation holds the document and the new one failed it, real
+    loss: refused. `failed`: failed here for another reason than the file (chunking, a store), and not
+    held by the live generation: refused too, as a re-run resumes and may well succeed.
+    """
 
     generation: str
     fingerprint: str
@@ -138,6 +190,9 @@ class RebuildSummary(BaseModel):
     repaired: dict | None = None
     counts: dict[str, dict[str, int]] = Field(default_factory=dict)
     dropped: list[str] = Field(default_factory=list)
+    reported: list[FailedDocument] = Field(default_factory=list)
+    lost: list[FailedDocument] = Field(default_factory=list)
+    failed: list[FailedDocument] = Field(default_factory=list)
 
     def line(self) -> str:
         counts = ", ".join(
@@ -151,4 +206,16 @@ class RebuildSummary(BaseModel):
             text += f"; {counts}"
         if self.reasons:
             text += "; " + "; ".join(self.reasons)
+        if self.reported:
+            text += (
+                f"; {len(self.reported)} unreadable document(s) reported, unreadable or absent in the live "
+                f"generation too: {names(self.reported)}"
+            )
         return text
+
+
+def names(documents: list[FailedDocument], limit: int = 5) -> str:
+    """A few documents by name, for a log line: `a.txt, b.eml and 3 more`."""
+    shown = [d.source_id or d.document_id for d in documents[:limit]]
+    more = len(documents) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more else "")

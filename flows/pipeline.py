@@ -18,11 +18,13 @@ from prefect.futures import PrefectFuture
 from prefect.states import Failed, State
 from prefect.utilities.annotations import quote
 
+from chunking.loaders import max_document_bytes
 from chunking.sources import Source, SourceItem
 from flows import progress
-from flows.params import FailedDocument, IngestSummary
+from flows.params import FailedDocument, IngestSummary, names
+from flows.store_access import exclusive_store_access
 from index import metrics
-from index.chunk_batch import ChunkBatchResult
+from index.chunk_batch import LOAD_FAILED, ChunkBatchResult
 from index.chunk_cache import ChunkKey
 from index.generations import ensure_live_alias, expired_generations
 from index.run import RunConfig
@@ -53,6 +55,30 @@ def unchanged_by_stat(item: SourceItem, row: DocumentStatus | None, run: RunConf
     )
 
 
+# The loaders' size-limit message ("... over the 8388608-byte limit"): such a failure is the limit's, not
+# the file's, so a raised limit must try the file again.
+_OVER_LIMIT = "-byte limit"
+
+
+def known_unreadable(item: SourceItem, row: DocumentStatus | None) -> bool:
+    """Failed to load in an earlier run, and the file is unchanged since (same path, size and mtime).
+
+    Reading it again would fail the same way, and counting it again would fail every later run (the
+    nightly reindex) for one bad file: it is reported instead (`IngestSummary.unreadable`). A changed
+    file is tried again, and so is one refused for its size when the limit has been raised above it.
+    The run fingerprint is not compared: loading does not depend on the chunking or sink settings.
+    """
+    return (
+        row is not None
+        and row.state == "failed"
+        and (row.error or "").startswith(LOAD_FAILED)
+        and row.path == item.path
+        and row.size == item.size
+        and row.mtime_ns == item.mtime_ns
+        and not (_OVER_LIMIT in (row.error or "") and item.size <= max_document_bytes())
+    )
+
+
 def batched(items: Sequence[SourceItem], size: int) -> Iterator[list[SourceItem]]:
     for start in range(0, len(items), size):
         yield list(items[start : start + size])
@@ -62,14 +88,19 @@ def batched(items: Sequence[SourceItem], size: int) -> Iterator[list[SourceItem]
 def sinks_context(run: RunConfig, dry_run: bool) -> Iterator[dict[str, Sink]]:
     """Open the run's sinks for the flow (closing them after); a dry run opens none.
 
-    Opening them also keeps the Qdrant alias on the live collection: the first ingest of a data dir (a
-    CLI run or a webhook's) creates the live generation, and with it the alias outside readers use."""
+    An embedded store takes one run at a time: the flow first waits for its slot (`flows.store_access`),
+    so overlapping runs queue instead of failing on Qdrant's lock. Opening the sinks also keeps the
+    Qdrant alias on the live collection: the first ingest of a data dir (a CLI run or a webhook's)
+    creates the live generation, and with it the alias outside readers use."""
     if dry_run:
         yield {}
         return
-    with flow_sinks(run.sinks, run.settings) as sinks:
-        ensure_live_alias(run, sinks)
-        yield sinks
+    with exclusive_store_access(run.settings) as lock:
+        if lock is not None:
+            get_run_logger().info("holding %s (one run at a time on an embedded store)", lock)
+        with flow_sinks(run.sinks, run.settings) as sinks:
+            ensure_live_alias(run, sinks)
+            yield sinks
 
 
 @dataclass
@@ -98,9 +129,17 @@ def process_items(
     spent 13 s of CPU on that, against 1.5 s quoted.
     """
     rows = run.status_store(readonly=dry_run).get_many(item.document_id for item in items)
-    todo = [item for item in items if not unchanged_by_stat(item, rows.get(item.document_id), run)]
-    summary.skipped += len(items) - len(todo)
-    metrics.DOCUMENTS.labels(outcome="skipped").inc(len(items) - len(todo))
+    unreadable = [item for item in items if known_unreadable(item, rows.get(item.document_id))]
+    _record_unreadable(summary, unreadable, rows)
+    unreadable_ids = {item.document_id for item in unreadable}
+    todo = [
+        item
+        for item in items
+        if item.document_id not in unreadable_ids
+        and not unchanged_by_stat(item, rows.get(item.document_id), run)
+    ]
+    summary.skipped += len(items) - len(todo) - len(unreadable)
+    metrics.DOCUMENTS.labels(outcome="skipped").inc(len(items) - len(todo))  # unreadable ones too
     done = len(items) - len(todo)
     progress.report("documents", done, len(items))
     batches = list(batched(todo, batch_size))
@@ -200,6 +239,21 @@ def _record_failures(
         )
 
 
+def _record_unreadable(
+    summary: IngestSummary, items: list[SourceItem], rows: dict[str, DocumentStatus]
+) -> None:
+    for item in items:
+        row = rows[item.document_id]
+        summary.unreadable.append(
+            FailedDocument(
+                document_id=item.document_id,
+                source_id=item.source_id,
+                path=item.path,
+                error=row.error or "",
+            )
+        )
+
+
 def prepare_batch(
     keys: list[ChunkKey], run: RunConfig, failed: dict[str, str]
 ) -> tuple[list[ChunkKey], dict[str, PrepareOutcome]]:
@@ -278,7 +332,10 @@ def timed_summary(summary: IngestSummary, flow_name: str) -> Iterator[None]:
 
 
 def finish(summary: IngestSummary, problems: list[str] | None = None) -> IngestSummary | State:
-    """Log the summary; end the run Failed (carrying the summary) if any document failed."""
+    """Log the summary; end the run Failed (carrying the summary) if any document failed in this run.
+
+    Known-unreadable files (failed to load before, unchanged since) are logged as a warning, not a
+    failure: their failure was reported by the run that first met it."""
     logger = get_run_logger()
     logger.info(summary.line())
     for failure in summary.failed:
@@ -287,6 +344,13 @@ def finish(summary: IngestSummary, problems: list[str] | None = None) -> IngestS
             failure.source_id or failure.document_id,
             failure.document_id,
             failure.error,
+        )
+    if summary.unreadable:
+        logger.warning(
+            "%d known unreadable file(s), unchanged since they failed to load (`unichunk status --failed` "
+            "lists them; fix or touch a file to retry it): %s",
+            len(summary.unreadable),
+            names(summary.unreadable, limit=10),
         )
     problems = list(problems or [])
     if summary.failed and not summary.dry_run:
@@ -300,5 +364,6 @@ def drop_expired(settings: SinkSettings) -> list[str]:
     """Drop every retired generation whose retention ran out (one task run each); returns their IDs."""
     expired = expired_generations(settings)
     for generation_id in expired:
-        drop_generation(settings, generation_id)
+        with exclusive_store_access(settings.for_generation(generation_id)):
+            drop_generation(settings, generation_id)
     return expired

@@ -2,9 +2,14 @@
 
 Used when the chunking settings, the embedder or the extractor change. Readers keep answering from the
 live generation for the whole build (nothing here writes to it). The new generation is switched to only
-if every document made it, every store holds exactly the expected chunk IDs, and it does not hold fewer
-documents than the live one; otherwise it stays beside the live one, marked failed, and a re-run resumes
-it (its own status table skips what is already done).
+if every readable document made it, every store holds exactly the expected chunk IDs (with the content
+each ID names), and it does not hold fewer documents than the live one; otherwise it stays beside the live
+one, marked failed, and a re-run resumes it (its own status table skips what is already done).
+
+"Every readable document": a file the new generation cannot load that was unreadable (failed) or absent
+in the live generation too is reported (`RebuildSummary.reported`), not a reason to refuse, as switching
+loses nothing; else one bad file would block every rebuild for as long as it exists. A document the live
+generation holds that the new one failed is real loss, and refuses the switch.
 """
 
 from __future__ import annotations
@@ -15,38 +20,77 @@ from datetime import timedelta
 from prefect import flow, get_run_logger
 from prefect.states import Failed, State
 
-from chunking.sources import Source
-from flows.params import IngestSummary, RebuildParams, RebuildSummary
-from flows.pipeline import delete_missing, drop_expired, process_items, sinks_context, timed_summary
+from flows.params import FailedDocument, IngestSummary, RebuildParams, RebuildSummary, SourceParams, names
+from flows.pipeline import drop_expired, sinks_context, timed_summary
+from flows.sources import Listed, list_sources, sync_listed
+from index.chunk_batch import LOAD_FAILED
 from index.generations import generation_counts, live_generation, registry_of
 from index.run import RunConfig
+from index.status import DocumentStatus, StatusStore
 from sinks.config import SinkSettings
 from tasks.alignment import repair_alignment, verify_alignment_task
 from tasks.generations import switch_live
 
 
-def _sync(source: Source, run: RunConfig, flow_name: str, batch_size: int) -> IngestSummary:
-    """One incremental pass of the source into the new generation (deleting what the source dropped)."""
+def _sync(
+    listed: list[Listed], named: SourceParams | None, run: RunConfig, flow_name: str, batch_size: int
+) -> IngestSummary:
+    """One incremental pass of the sources into the new generation (deleting what a source dropped);
+    `listed` is what they listed for this pass, empty to list them again."""
     summary = IngestSummary(flow=flow_name)
     with timed_summary(summary, flow_name):
-        items = source.list()
-        summary.listed = len(items)
-        process_items(items, run, summary, batch_size=batch_size, dry_run=False)
-        delete_missing(source, items, run, summary, dry_run=False)
+        listed = listed or list_sources(named, run.settings, record=False)
+        summary.listed = sum(len(entry.items) for entry in listed)
+        sync_listed(listed, run, summary, batch_size=batch_size, dry_run=False, delete=True)
     return summary
 
 
+def sort_failures(
+    settings: SinkSettings, generation_id: str, live_id: str | None
+) -> tuple[list[FailedDocument], list[FailedDocument], list[FailedDocument]]:
+    """(reported, lost, failed): the new generation's failed documents, judged against the live one.
+
+    Read from the two status tables, not the run summaries: a document that failed in the build and
+    succeeded in the catch-up is fine, and on a resumed rebuild a file that failed in the earlier attempt
+    is skipped as known unreadable, so only the table still says it failed. See `RebuildSummary`.
+    """
+    failed_rows = StatusStore.of(settings.for_generation(generation_id), readonly=True).rows(state="failed")
+    live_rows: dict[str, DocumentStatus] = {}
+    if live_id is not None:
+        live_status = StatusStore.of(settings.for_generation(live_id), readonly=True)
+        live_rows = live_status.get_many(row.document_id for row in failed_rows)
+    reported, lost, failed = [], [], []
+    for row in failed_rows:
+        document = FailedDocument(
+            document_id=row.document_id, source_id=row.source_id, path=row.path, error=row.error or ""
+        )
+        live = live_rows.get(row.document_id)
+        if live is not None and live.state != "failed":  # processed there (or being written): held
+            lost.append(document)
+        elif document.error.startswith(LOAD_FAILED):
+            reported.append(document)
+        else:
+            failed.append(document)
+    return reported, lost, failed
+
+
 def readiness_problems(summary: RebuildSummary, max_document_loss: float) -> list[str]:
-    """Why the new generation must not go live (empty when it may)."""
+    """Why the new generation must not go live (empty when it may); `summary.reported` never is."""
     problems = []
-    for part in (summary.build, summary.catch_up):
-        if part is not None and part.failed:
-            problems.append(f"{len(part.failed)} document(s) failed in {part.flow}")
+    if summary.lost:
+        problems.append(
+            f"{len(summary.lost)} document(s) the live generation holds failed in the new one (real loss): "
+            f"{names(summary.lost)}"
+        )
+    if summary.failed:
+        problems.append(
+            f"{len(summary.failed)} document(s) failed in the new generation: {names(summary.failed)}"
+        )
     if summary.alignment is not None and not summary.alignment.get("ok", False):
         wrong = {
-            name: f"{s['missing']} missing, {s['extra']} extra"
+            name: f"{s['missing']} missing, {s['extra']} extra, {s.get('altered', 0)} altered"
             for name, s in summary.alignment.get("sinks", {}).items()
-            if s["missing"] or s["extra"]
+            if s["missing"] or s["extra"] or s.get("altered")
         }
         problems.append(f"alignment check found mismatches: {wrong}")
     new, live = summary.counts.get("new", {}), summary.counts.get("live")
@@ -75,12 +119,13 @@ def rebuild(params: RebuildParams) -> RebuildSummary | State:
         summary.outcome = "already-live"
         logger.info(summary.line())
         return summary
-    source = params.source.build()
-    registry.begin_build(run.generation_id, run.generation_fingerprint, run.describe(), len(source.list()))
+    listed = list_sources(params.source, base.settings, record=True)
+    total = sum(len(entry.items) for entry in listed)
+    registry.begin_build(run.generation_id, run.generation_fingerprint, run.describe(), total)
     with sinks_context(run, dry_run=False):
-        summary.build = _sync(source, run, "rebuild", params.batch_size)
-        # What changed in the source while the build ran (webhooks updated only the live generation).
-        summary.catch_up = _sync(source, run, "rebuild-catch-up", params.batch_size)
+        summary.build = _sync(listed, params.source, run, "rebuild", params.batch_size)
+        # What changed in the sources while the build ran (webhooks updated only the live generation).
+        summary.catch_up = _sync([], params.source, run, "rebuild-catch-up", params.batch_size)
         report = verify_alignment_task(run)
         if not report.ok:  # as reindex does: re-write what a store lost, then look again
             summary.repaired = asdict(repair_alignment(run, report))
@@ -89,6 +134,9 @@ def rebuild(params: RebuildParams) -> RebuildSummary | State:
         summary.counts["new"] = generation_counts(base.settings, run.generation_id)
         if live is not None:
             summary.counts["live"] = generation_counts(base.settings, live.generation_id)
+        summary.reported, summary.lost, summary.failed = sort_failures(
+            base.settings, run.generation_id, live.generation_id if live else None
+        )
         summary.reasons = readiness_problems(summary, params.max_document_loss)
         if summary.reasons:
             registry.mark_failed(run.generation_id, "; ".join(summary.reasons))

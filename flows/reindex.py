@@ -15,8 +15,8 @@ from tasks.alignment import repair_alignment, verify_alignment_task
 
 @flow(name="reindex")
 def reindex(params: IngestParams) -> IngestSummary | State:
-    """Scan like `ingest`, verify every sink against the status table and repair mismatches, then drop
-    retired index generations whose retention ran out."""
+    """Scan like `ingest`, verify every sink against the status table (chunk IDs and each chunk's content
+    hash) and repair mismatches, then drop retired index generations whose retention ran out."""
     summary, run = sync_source("reindex", params)
     problems: list[str] = []
     if not params.dry_run:
@@ -28,7 +28,9 @@ def reindex(params: IngestParams) -> IngestSummary | State:
                 report = verify_alignment_task(run)
             summary.alignment = report.as_dict()
         if not report.ok:
-            problems.append(f"{report.mismatch_count()} chunk ID(s) still misaligned after repair")
+            problems.append(
+                f"{report.mismatch_count()} chunk(s) still missing, extra or altered after repair"
+            )
         dropped = drop_expired(run.settings)  # retired generations past their retention
         if dropped:
             get_run_logger().info("dropped retired generation(s) %s", dropped)

@@ -1,8 +1,8 @@
 """The `switch-generation` flow: roll back to a retained generation (or forward to a built one); and
 `drop-generation`.
 
-The target is checked first (its stores must hold exactly the chunk IDs its status table expects), so a
-generation whose stores were damaged or half-dropped never goes live.
+The target is checked first (its stores must hold exactly the chunk IDs its status table expects, each
+with the content its ID names), so a generation whose stores were damaged or half-dropped never goes live.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from prefect.states import Failed, State
 
 from chunking.config import ChunkStrategy
 from flows.pipeline import sinks_context
+from flows.store_access import exclusive_store_access
 from index.generations import DEFAULT_RETENTION_HOURS, rollback_target, switchable
 from index.run import RunConfig
 from sinks.config import SinkSettings
@@ -47,5 +48,7 @@ def switch_generation(
 def drop_generation_now(generation_id: str) -> str:
     """Delete a generation that is not live (its stores, files and cached chunks) without waiting for its
     retention; the CLI's `generations drop`."""
-    drop_generation(SinkSettings(), generation_id)
+    settings = SinkSettings()
+    with exclusive_store_access(settings.for_generation(generation_id)):
+        drop_generation(settings, generation_id)
     return generation_id

@@ -3,6 +3,12 @@
 Because every sink stores the same chunk IDs, alignment is a set comparison. The expected set normally
 comes from the pipeline's document status (the IDs each processed document was chunked into); without
 it, every ID held by any sink is expected, so an ID that some sink lacks is reported missing there.
+
+Holding the right IDs is not enough: a store that altered a chunk's text (dropped a NUL, say) still holds
+its ID. So each sink also reports the SHA-256 of the content it actually holds, read back
+(`Sink.content_hashes`), and a chunk whose hash does not start with the 8 hex digits its ID carries
+(`sha256(content)[:8]`) is reported *altered* in that sink. No other store is needed as a reference: the ID
+itself names the content.
 """
 
 from __future__ import annotations
@@ -27,19 +33,23 @@ from sinks.base import Sink
 
 @dataclass
 class AlignmentReport:
-    """Missing and extra chunk IDs per sink, compared with `expected_count` expected IDs."""
+    """Missing, extra and altered chunk IDs per sink, compared with `expected_count` expected IDs.
+
+    `altered` holds chunks a sink holds under an expected ID but with other content than the ID names (an
+    extra chunk is wrong whatever its content, so it is reported extra only)."""
 
     expected_count: int
     counts: dict[str, int] = field(default_factory=dict)
     missing: dict[str, set[str]] = field(default_factory=dict)
     extra: dict[str, set[str]] = field(default_factory=dict)
+    altered: dict[str, set[str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        return not any(self.missing.values()) and not any(self.extra.values())
+        return not any(v for kind in (self.missing, self.extra, self.altered) for v in kind.values())
 
     def mismatch_count(self) -> int:
-        return sum(len(v) for v in self.missing.values()) + sum(len(v) for v in self.extra.values())
+        return sum(len(v) for kind in (self.missing, self.extra, self.altered) for v in kind.values())
 
     def as_dict(self, limit: int = 20) -> dict[str, Any]:
         """JSON-friendly summary; at most `limit` example IDs per list so a bad run stays readable."""
@@ -51,8 +61,10 @@ class AlignmentReport:
                     "count": self.counts[name],
                     "missing": len(self.missing[name]),
                     "extra": len(self.extra[name]),
+                    "altered": len(self.altered.get(name, ())),
                     "missing_examples": sorted(self.missing[name])[:limit],
                     "extra_examples": sorted(self.extra[name])[:limit],
+                    "altered_examples": sorted(self.altered.get(name, ()))[:limit],
                 }
                 for name in self.counts
             },
@@ -60,7 +72,8 @@ class AlignmentReport:
 
 
 def verify_alignment(sinks: Mapping[str, Sink], expected: set[str] | None = None) -> AlignmentReport:
-    """Compare every sink's `chunk_ids()` with `expected` (or with the union of all sinks)."""
+    """Compare every sink's `chunk_ids()` with `expected` (or with the union of all sinks), and the content
+    hash of every chunk it holds (`content_hashes()`) with the hash in the chunk's ID."""
     held = {name: sink.chunk_ids() for name, sink in sinks.items()}
     reference = expected if expected is not None else set().union(*held.values())
     report = AlignmentReport(expected_count=len(reference))
@@ -68,7 +81,23 @@ def verify_alignment(sinks: Mapping[str, Sink], expected: set[str] | None = None
         report.counts[name] = len(ids)
         report.missing[name] = reference - ids
         report.extra[name] = ids - reference
+        report.altered[name] = altered_chunks(sinks[name].content_hashes()) - report.extra[name]
     return report
+
+
+def altered_chunks(hashes: Mapping[str, str]) -> set[str]:
+    """The chunk IDs whose stored content hash (chunk_id -> SHA-256 hex) is not the one their ID names.
+
+    A malformed ID names no hash and is left out: it is no expected ID, so it is already reported extra."""
+    altered = set()
+    for chunk_id, digest in hashes.items():
+        try:
+            named = parse_chunk_id(chunk_id)[2]
+        except ValueError:
+            continue
+        if not digest.startswith(named):
+            altered.add(chunk_id)
+    return altered
 
 
 def record_alignment(report: AlignmentReport) -> None:
@@ -76,6 +105,7 @@ def record_alignment(report: AlignmentReport) -> None:
     for name in report.counts:
         metrics.ALIGNMENT_MISMATCHES.labels(sink=name, kind="missing").set(len(report.missing[name]))
         metrics.ALIGNMENT_MISMATCHES.labels(sink=name, kind="extra").set(len(report.extra[name]))
+        metrics.ALIGNMENT_MISMATCHES.labels(sink=name, kind="altered").set(len(report.altered.get(name, ())))
 
 
 def verify_run(run: RunConfig) -> AlignmentReport:
@@ -88,10 +118,11 @@ def verify_run(run: RunConfig) -> AlignmentReport:
 
 # --- repair ------------------------------------------------------------------------------------------------
 #
-# Repair never guesses: a chunk ID missing from a sink is restored by re-writing its document there from
-# the chunk cache (or by re-chunking the file when the cache lost it, accepted only if it yields the very
-# IDs the status table expects); an extra ID is removed by re-writing its document (writes replace) or, if
-# the status table does not know the document, by deleting the document from that sink.
+# Repair never guesses: a chunk ID missing from a sink, or held there with altered content, is restored by
+# re-writing its document there from the chunk cache (or by re-chunking the file when the cache lost it,
+# accepted only if it yields the very IDs the status table expects); every sink's write replaces a stored
+# chunk's content when it differs. An extra ID is removed by re-writing its document (writes replace) or,
+# if the status table does not know the document, by deleting the document from that sink.
 
 
 @dataclass
@@ -102,20 +133,21 @@ class RepairResult:
 
 
 def repair(run: RunConfig, report: AlignmentReport) -> RepairResult:
-    """Make each sink hold exactly the expected chunk IDs again (see above)."""
+    """Make each sink hold exactly the expected chunk IDs, with their exact content, again (see above)."""
     result = RepairResult()
     sinks, status = run.open_sinks(), run.status_store()
     with metrics.timed("repair_alignment"):
         rewrite: dict[str, set[str]] = defaultdict(set)
         delete: dict[str, set[str]] = defaultdict(set)
         for name in report.counts:
-            for chunk_id in report.missing[name] | report.extra[name]:
+            restore = report.missing[name] | report.altered.get(name, set())
+            for chunk_id in restore | report.extra[name]:
                 try:
                     document_id = parse_chunk_id(chunk_id)[0]
                 except ValueError as exc:
                     result.errors[chunk_id] = str(exc)
                     continue
-                (rewrite if chunk_id in report.missing[name] else delete)[name].add(document_id)
+                (rewrite if chunk_id in restore else delete)[name].add(document_id)
         rows = status.get_many({d for ids in (*rewrite.values(), *delete.values()) for d in ids})
         for name, document_ids in delete.items():
             for document_id in sorted(document_ids):

@@ -2,14 +2,16 @@
 
 Chunks go to the chunk cache and only their keys are returned, so Prefect never carries document text
 between tasks. A document that cannot be loaded or chunked fails alone, with its error in the status
-table; the rest of the batch carries on.
+table; the rest of the batch carries on. That holds for any exception, not only the typed ones: the
+loaders turn what they did not expect into `DocumentLoadError`, and anything that still escapes (a bug in
+a `Source`, say) is caught here too, so one file can never abort its batch or the run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from chunking.errors import ChunkingError
+from chunking.errors import UnichunkError
 from chunking.models import Chunk, Document
 from chunking.service import shared_service
 from chunking.sources import SourceItem, load_item
@@ -19,6 +21,8 @@ from index.run import RunConfig
 from index.status import StatusStore, processing_fields
 
 FLUSH_CHARS = 32_000_000  # text held before the chunks are written to the chunk cache
+# How a load failure's status error starts: `flows.pipeline` recognises an unreadable file by it.
+LOAD_FAILED = "load failed: "
 
 
 @dataclass
@@ -60,8 +64,8 @@ def chunk_items(items: list[SourceItem], run: RunConfig, *, dry_run: bool = Fals
             document_id = item.document_id
             try:
                 document = load_item(item)
-            except (ChunkingError, OSError) as exc:
-                _fail(result, status, item, f"load failed: {exc}", dry_run)
+            except Exception as exc:  # any failure to read one document fails it alone, never the batch
+                _fail(result, status, item, LOAD_FAILED + _load_error(exc), dry_run)
                 continue
             if StatusStore.is_current(rows.get(document_id), document.content_hash, run.fingerprint):
                 result.skipped.append(document_id)
@@ -115,6 +119,11 @@ class _BatchWriter:
         self.cache.put_many(self._chunks, self.run.chunk_fingerprint)
         self.status.upsert_many(self._rows)
         self._chunks, self._rows, self._size = [], [], 0
+
+
+def _load_error(exc: Exception) -> str:
+    """unichunk's own errors explain themselves; anything else is named by its type too."""
+    return str(exc) if isinstance(exc, UnichunkError) else f"{type(exc).__name__}: {exc}"
 
 
 def _fail(result: ChunkBatchResult, status: StatusStore, item: SourceItem, error: str, dry_run: bool) -> None:

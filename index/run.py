@@ -26,6 +26,11 @@ from sinks.pool import get_sinks
 DEFAULT_BATCH_SIZE = 64
 
 
+# How document IDs are made (a generation's fingerprint covers it): the source's name and the path in it.
+# Before, every file source was "fs", so two folders with the same relative paths overwrote each other.
+DOCUMENT_IDS = "source name + path"
+
+
 def generation_id_for(fingerprint: str) -> str:
     """Deterministic: re-running a rebuild with the same settings resumes the same generation."""
     return f"g{fingerprint[:10]}"
@@ -77,8 +82,12 @@ class RunConfig:
         return generation_id_for(self.generation_fingerprint)
 
     def describe(self) -> dict[str, object]:
-        """The settings behind the generation fingerprint, readable (shown by `unichunk status`)."""
+        """The settings behind the generation fingerprint, readable (shown by `unichunk status`).
+
+        `document_ids` names how documents are identified: an index whose IDs were made another way must be
+        rebuilt, not mixed (ingesting into it is refused with the difference named)."""
         return {
+            "document_ids": DOCUMENT_IDS,
             "chunking": self.strategy.model_dump(mode="json"),
             "chunk_fingerprint": self.chunk_fingerprint,  # also covers the strategies' built-in defaults
             **index_settings(self.settings),

@@ -8,6 +8,17 @@ ones upserted first, then the document's other chunks removed, so readers never 
 the same batch twice leaves one copy. `delete` removes every trace of a document. Both are safe to re-run
 after a crash half-way.
 
+Exact content. Every store holds each chunk's `content` exactly, character for character (NUL, any
+control character, U+FFFF, U+10FFFF, CRLF line ends), and reads it back the same: where a store cannot
+hold a character as is, it stores a lossless encoding and decodes it on read (the graph, see
+`sinks.graph.sink`). `content_hashes` reports the SHA-256 of what a store actually holds, read back and
+decoded, so the alignment check can prove it against the hash each chunk ID carries. The one thing the
+stores cannot hold is a lone surrogate (U+D800-U+DFFF on its own): it is not a Unicode scalar value and has
+no UTF-8 encoding, so SQLite, the Qdrant server's JSON and both graph clients fail on it (only Qdrant local
+mode, which pickles, would keep it). `group_batch`, which every `prepare` calls, refuses such a chunk with
+`InvalidRequest` (a `ValueError`), so the document fails alone before any store is written, rather than
+one store writing it and another failing or altering it.
+
 Read side (`ChunkSearch`, `GraphReader`), declared as protocols in the manner of LlamaIndex's
 `vector_stores/types.py`: retrieval depends on these and on nothing a particular store adds. Every store
 returns chunks as one record type, `StoredChunk` (a `ScoredChunk` when ranked), so a hit from BM25 and a hit
@@ -16,6 +27,7 @@ from Qdrant are the same kind of object and compare by chunk ID.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +43,12 @@ SINK_NAMES: tuple[SinkName, ...] = get_args(SinkName)
 
 # A search filter: field -> value or list of values (any of them). Every store filters on `document_id`.
 SearchFilter = Mapping[str, str | Sequence[str]]
+
+# What `content_hashes` reports for a chunk whose content a store does not hold in readable form (absent, or
+# an encoding it cannot decode): it matches no chunk ID's hash, so the alignment check reports it altered.
+NO_CONTENT_HASH = ""
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class SinkError(UnichunkError):
@@ -211,6 +229,13 @@ class Sink(ABC):
         """All stored chunk IDs, or those of one document."""
 
     @abstractmethod
+    def content_hashes(self, document_id: str | None = None) -> dict[str, str]:
+        """chunk_id -> SHA-256 hex of the content the store holds for it, read back (and decoded) from the
+        store, for all stored chunks or those of one document; `NO_CONTENT_HASH` where it holds none.
+
+        Never the hash recorded at write time: the point is to catch content a store altered."""
+
+    @abstractmethod
     def drop(self) -> None:
         """Delete the whole store (collection, index file, graph): a retired index generation going away."""
 
@@ -234,7 +259,8 @@ class Sink(ABC):
 
 
 def group_batch(sink: str, batch: Sequence[DocumentChunks]) -> tuple[list[Document], dict[str, list[Chunk]]]:
-    """Split a batch into its documents and a document_id -> chunks map, checking chunks belong to it."""
+    """Split a batch into its documents and a document_id -> chunks map, checking chunks belong to it and
+    that every store can hold them exactly (`check_storable`)."""
     documents: list[Document] = []
     chunks: dict[str, list[Chunk]] = {}
     for document, doc_chunks in batch:
@@ -243,9 +269,25 @@ def group_batch(sink: str, batch: Sequence[DocumentChunks]) -> tuple[list[Docume
                 raise InvalidRequest(
                     sink, f"chunk {chunk.chunk_id} does not belong to document {document.document_id}"
                 )
+            check_storable(sink, chunk)
         documents.append(document)
         chunks[document.document_id] = list(doc_chunks)
     return documents, chunks
+
+
+def check_storable(sink: str, chunk: Chunk) -> None:
+    """Refuse a chunk whose text holds a lone surrogate (see the module docstring): the stores cannot hold
+    it, and dropping or replacing it would store other content than the chunk ID's hash names."""
+    for where, text in (("content", chunk.content), *(("heading", h) for h in chunk.heading_chain)):
+        if text.isascii():
+            continue
+        if found := _LONE_SURROGATE.search(text):
+            raise InvalidRequest(
+                sink,
+                f"chunk {chunk.chunk_id}: its {where} holds a lone surrogate U+{ord(found.group()):04X} at "
+                f"character {found.start()}, which is not a Unicode character and has no UTF-8 form: the stores "
+                "cannot hold it exactly",
+            )
 
 
 def filter_values(

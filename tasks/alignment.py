@@ -14,13 +14,14 @@ from index.sink_writes import restore_previous
 
 @task(name="verify_alignment", cache_policy=NO_CACHE)
 def verify_alignment_task(run: RunConfig) -> AlignmentReport:
-    """Compare each sink with the chunk IDs the status table expects; publish the mismatch gauges."""
+    """Compare each sink with the chunk IDs the status table expects, and each stored chunk's content with
+    the hash in its ID; publish the mismatch gauges."""
     return verify_run(run)
 
 
 @task(name="repair_alignment", cache_policy=NO_CACHE)
 def repair_alignment(run: RunConfig, report: AlignmentReport) -> RepairResult:
-    """Make each sink hold exactly the expected chunk IDs again."""
+    """Make each sink hold exactly the expected chunk IDs, with their exact content, again."""
     result = repair(run, report)
     get_run_logger().info(
         "repair: rewritten %s, deleted %s, errors %s", result.rewritten, result.deleted, result.errors

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,9 +19,7 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 sys.path.insert(0, str(Path(__file__).parent))
 import servers
-
-from chunking.base import Span, chunks_from_spans
-from chunking.models import Chunk, Document
+from documents import MakeDoc, make_document
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_EVAL = REPO_ROOT.parent / "shared" / "eval"
@@ -99,21 +97,6 @@ def pipeline_env(tmp_path, monkeypatch, falkordb_url, prefect_api_url):  # type:
     close_all_sinks()
 
 
-MakeDoc = Callable[..., tuple[Document, list[Chunk]]]
-
-
-def _make_doc(
-    document_id: str, pieces: Sequence[str], title: str | None = None
-) -> tuple[Document, list[Chunk]]:
-    """A document whose chunks are exactly `pieces`, joined by one space, with real IDs and offsets."""
-    document = Document(document_id=document_id, text=" ".join(pieces), title=title)
-    spans, start = [], 0
-    for piece in pieces:
-        spans.append(Span(start, start + len(piece), token_count=len(piece.split())))
-        start += len(piece) + 1
-    return document, chunks_from_spans(document, spans)
-
-
 @pytest.fixture
 def make_doc() -> MakeDoc:
-    return _make_doc
+    return make_document

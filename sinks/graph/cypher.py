@@ -70,11 +70,15 @@ ON CREATE SET c += r.props
 MERGE (c)-[:FROM_DOCUMENT]->(d)
 """
 
-# A key absent from `props` (content not stored, no generation) never counts as a difference.
+# A key absent from `props` (content not stored, no generation) never counts as a difference. The one
+# exception is `content_encoding`, the marker of escaped content (see sink.py): null for content stored as
+# is, so whenever a row carries content a marker left on the node is a difference, and `SET +=` with the
+# null removes it (in Neo4j and FalkorDB alike).
 UPDATE_CHANGED_CHUNKS = f"""
 UNWIND $rows AS r
 MATCH (c:Chunk {{chunk_id: r.chunk_id}})
 WHERE {" OR ".join(f"NOT coalesce(c.{k} = r.props.{k}, r.props.{k} IS NULL)" for k in _CHUNK_PROPS)}
+   OR (r.props.content IS NOT NULL AND coalesce(c.content_encoding, '') <> coalesce(r.props.content_encoding, ''))
 SET c += r.props
 """
 
@@ -202,6 +206,13 @@ MATCH (c:Chunk {document_id: id})
 RETURN id AS document_id, c.chunk_id AS chunk_id
 """
 ALL_CHUNK_IDS = "MATCH (c:Chunk) RETURN c.chunk_id AS chunk_id"
+
+# The stored form of chunks' content, to be decoded in Python (sink.decode_content).
+CHUNK_CONTENTS = """
+UNWIND $chunk_ids AS id
+MATCH (c:Chunk {chunk_id: id})
+RETURN c.chunk_id AS chunk_id, c.content AS content, c.content_encoding AS content_encoding
+"""
 
 _ENTITY_FIELDS = (
     "e.name AS name, e.display_name AS display_name, e.type AS type, e.description AS description, "

@@ -1,4 +1,4 @@
-"""The LightRAG-style knowledge graph sink: entities and relations extracted per chunk, linked to chunk IDs.
+r"""The LightRAG-style knowledge graph sink: entities and relations extracted per chunk, linked to chunk IDs.
 
 The statements and the schema are in `cypher.py`; this module decides which to send, in what order, with
 which rows. FalkorDB runs each statement atomically but nothing across statements, so every write is a sequence of
@@ -6,18 +6,36 @@ statements each safe to repeat: a crash half-way is repaired by writing (or dele
 is aggregated by its MERGE key in Python before it is sent, and no query filters after a write.
 A batch of documents is written as one sequence: each kind of statement is sent once for all of them
 (cut at `batch_size` rows), with their rows merged by MERGE key across documents.
+
+Chunk content is stored exactly. FalkorDB cannot hold a NUL in any string: its client inlines parameters
+into the query text (escaping only `\` and `"`), which the server reads as a C string, so a NUL ends the
+query and the statement fails ("Invalid input at end of input"). Every other code point is kept (measured
+on FalkorDB 4.16 with falkordb-py 1.8: the other C0 controls, DEL, C1 controls, U+FFFF, U+10FFFF, CRLF,
+quotes, backslashes). So a Chunk node's `content` is the chunk's text as is, readable by anyone browsing
+the graph, unless the text holds a NUL. Then, and only then, it is stored escaped (`\\` for a backslash,
+`\0` for NUL, all else as is) and the node is marked `content_encoding: "backslash"`; `decode_content`
+gives the exact text back, and `content_hashes` hashes what it decodes. Neo4j could hold a NUL, but both
+backends store the same form, so one set of statements and one reader serve both. Lone surrogates have no
+UTF-8 form, which both clients need; `group_batch` refuses them before anything is sent.
+
+Entity and relation names, types, keywords and descriptions, and document titles, are extracted text, not
+chunk content: nothing is verified against them, and `_clean` still drops NUL (and replaces lone
+surrogates) there rather than escaping it.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
+from chunking.ids import sha256_hex
 from chunking.models import Chunk, Document
 from sinks.base import (
+    NO_CONTENT_HASH,
     DocumentChunks,
     GraphContext,
     GraphEntity,
@@ -33,6 +51,10 @@ from sinks.graph.backends import GraphBackend, open_backend
 from sinks.graph.cypher import MAX_HOPS, UNKNOWN_TYPE
 from sinks.graph.extraction import EntityExtractor, Extraction, SpacyExtractor, display_name, entity_key
 from sinks.graph.llm_extraction import LLMExtractor
+
+ESCAPED = "backslash"  # `content_encoding` of content stored escaped (see the module docstring)
+_ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
+_UNESCAPED = {"\\": "\\", "0": "\x00"}
 
 
 @dataclass
@@ -206,8 +228,8 @@ class KnowledgeGraphSink(Sink):
             "token_count": chunk.token_count,
             "content_hash": chunk.content_hash,
         }
-        if self.store_content:
-            props["content"] = _clean(chunk.content)
+        if self.store_content:  # a null encoding is sent too: it removes a marker left by an older write
+            props["content"], props["content_encoding"] = encode_content(chunk.content)
         if self.generation is not None:
             props["generation"] = self.generation
         return {"chunk_id": chunk.chunk_id, "document_id": chunk.document_id, "props": props}
@@ -230,6 +252,22 @@ class KnowledgeGraphSink(Sink):
         if document_id is not None:
             return self._stored_chunk_ids(document_id)  # type: ignore[return-value]  # None shows a broken node
         return {r["chunk_id"] for r in self.backend.run(cypher.ALL_CHUNK_IDS, write=False)}
+
+    def content_hashes(self, document_id: str | None = None) -> dict[str, str]:
+        """SHA-256 of each Chunk node's content, read back with Cypher and decoded, `batch_size` chunks per
+        statement. With `store_content=False` the graph keeps no text, and reports no chunk."""
+        if not self.store_content:
+            return {}
+        try:
+            ids = sorted(c for c in self.chunk_ids(document_id) if c is not None)
+            hashes: dict[str, str] = {}
+            for start in range(0, len(ids), self.batch_size):
+                part = ids[start : start + self.batch_size]
+                for row in self.backend.run(cypher.CHUNK_CONTENTS, {"chunk_ids": part}, write=False):
+                    hashes[row["chunk_id"]] = _content_hash(row.get("content"), row.get("content_encoding"))
+        except Exception as exc:
+            raise SinkError(self.name, f"reading chunk content failed on {self.backend.name}: {exc}") from exc
+        return hashes
 
     def context_for_chunks(self, chunk_ids: Iterable[str]) -> GraphContext:
         """Entities mentioned in these chunks, and the relations between them stated in these chunks."""
@@ -384,8 +422,43 @@ def _unseen(text: str | None, earlier: list[str]) -> str:
     return "" if not text or text in earlier else text
 
 
+def encode_content(text: str) -> tuple[str, str | None]:
+    r"""(`content`, `content_encoding`) to store for a chunk's text: as is (encoding None) unless it holds
+    a NUL, which no FalkorDB string can; then escaped, `\\` for a backslash and `\0` for NUL."""
+    if "\x00" not in text:
+        return text, None
+    return text.replace("\\", "\\\\").replace("\x00", "\\0"), ESCAPED
+
+
+def decode_content(stored: str, encoding: str | None) -> str:
+    """The exact chunk text from its stored form; ValueError for a form `encode_content` never writes."""
+    if encoding is None:
+        return stored
+    if encoding != ESCAPED:
+        raise ValueError(f"unknown content_encoding {encoding!r}")
+
+    def unescape(match: re.Match[str]) -> str:
+        try:
+            return _UNESCAPED[match.group(1)]
+        except KeyError:
+            raise ValueError(f"invalid escape {match.group()!r} in escaped content") from None
+
+    return _ESCAPE.sub(unescape, stored)
+
+
+def _content_hash(stored: Any, encoding: Any) -> str:
+    """The hash of the text a node holds; `NO_CONTENT_HASH` when it holds none, or none it can decode."""
+    if not isinstance(stored, str) or not (encoding is None or isinstance(encoding, str)):
+        return NO_CONTENT_HASH
+    try:
+        return sha256_hex(decode_content(stored, encoding))
+    except ValueError:
+        return NO_CONTENT_HASH
+
+
 def _clean(text: str | None) -> str | None:
-    """Strip what neither store accepts in a string: NUL characters and lone surrogates."""
+    """Strip what neither store accepts in a string: NUL characters and lone surrogates. Only for extracted
+    text (names, descriptions, titles); chunk content is stored exactly (`encode_content`)."""
     if text is None:
         return None
     text = text.replace("\x00", "")

@@ -11,6 +11,11 @@ so adding or deleting one document costs one analyzer pass over that document pl
 rescoring (IDF and average length change with every document, so BM25 scores must be recomputed),
 not a re-tokenised corpus.
 
+Content is stored exactly: sqlite3 binds a str as UTF-8 with its length, so NUL and every other code point
+are kept and read back unchanged, and `IS NOT` (the upsert's change test) compares whole values. SQL string
+functions stop at a NUL (`length('a' || char(0) || 'b')` is 1, JSON1 cuts a value there), so content never
+passes through one: it is compared, stored and read, nothing else.
+
 Scoring is Okapi BM25 with k1=1.5, b=0.75 and bm25s' "lucene" variant by default: its IDF
 log(1 + (N - df + 0.5) / (df + 0.5)) is always positive, whereas the Robertson IDF of rank_bm25 goes
 to or below zero for any term in half the chunks or more, so in a small store (one document, a few
@@ -31,7 +36,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from chunking.ids import sha256_hex
 from sinks.base import (
+    NO_CONTENT_HASH,
     DocumentChunks,
     Prepared,
     ScoredChunk,
@@ -101,6 +108,7 @@ WHERE chunks.document_id IS NOT excluded.document_id OR chunks.chunk_index IS NO
 
 
 _STORED = "chunk_id, document_id, chunk_index, start_char, end_char, content, heading_chain"
+_HASH_PAGE = 1000  # rows read per statement by content_hashes, so writers are not held off for long
 
 
 def _stored(row: Sequence[Any], score: float | None = None) -> StoredChunk:
@@ -286,6 +294,24 @@ class BM25Sink(Sink):
             else:
                 rows = self._conn.execute("SELECT chunk_id FROM chunks WHERE document_id = ?", (document_id,))
             return {r[0] for r in rows}
+
+    def content_hashes(self, document_id: str | None = None) -> dict[str, str]:
+        """SHA-256 of each stored row's content as SQLite gives it back, a page of rows at a time (keyset
+        pagination on the primary key, so each page is an index range, however large the table)."""
+        where = "" if document_id is None else "AND document_id = ? "
+        hashes: dict[str, str] = {}
+        after = ""
+        while True:
+            with self._lock:
+                rows = self._conn.execute(
+                    f"SELECT chunk_id, content FROM chunks WHERE chunk_id > ? {where}ORDER BY chunk_id LIMIT ?",
+                    (after, *([] if document_id is None else [document_id]), _HASH_PAGE),
+                ).fetchall()
+            for chunk_id, content in rows:  # a BLOB written behind the sink's back is not the text
+                hashes[chunk_id] = sha256_hex(content) if isinstance(content, str) else NO_CONTENT_HASH
+            if len(rows) < _HASH_PAGE:
+                return hashes
+            after = rows[-1][0]
 
     def close(self) -> None:
         with self._lock:

@@ -4,6 +4,11 @@ Local mode (`QdrantClient(path=...)`) under `data_dir` by default; setting UNICH
 to a server with no other change. Point IDs are `uuid5(namespace, chunk_id)` because Qdrant only accepts
 integers or UUIDs, and a deterministic mapping makes re-upserts overwrite instead of duplicating.
 
+Content is stored exactly as the chunk holds it, with no encoding: local mode pickles payloads into SQLite
+(measured: NUL, every C0 control, U+FFFF and U+10FFFF read back unchanged, after a reopen too), and a
+server receives JSON, where NUL travels as the `\\u0000` escape. Lone surrogates would pickle but cannot be
+sent to a server (no UTF-8 form); `group_batch` refuses them for every store alike.
+
 Replacement deletes stale points by the IDs we compute (stored IDs of the document minus the new ones)
 rather than by a filter: filtered deletes scan every point in local mode, and deleting "the document's
 points not in this set" cannot be expressed as one filter without listing the IDs anyway.
@@ -23,8 +28,10 @@ from typing import Any
 
 from qdrant_client import QdrantClient, models
 
+from chunking.ids import sha256_hex
 from chunking.models import Chunk, Document
 from sinks.base import (
+    NO_CONTENT_HASH,
     DocumentChunks,
     Prepared,
     ScoredChunk,
@@ -227,6 +234,17 @@ class QdrantSink(Sink):
                 return set()
             scroll_filter = build_filter({"document_id": document_id}) if document_id is not None else None
             return {payload["chunk_id"] for _, payload in self._scroll(scroll_filter, ["chunk_id"])}
+
+    def content_hashes(self, document_id: str | None = None) -> dict[str, str]:
+        """SHA-256 of each stored point's `content` payload, read back (paginated scroll, two fields only)."""
+        with self._operation("content_hashes"), self._lock:
+            if not self._collection_exists():
+                return {}
+            scroll_filter = build_filter({"document_id": document_id}) if document_id is not None else None
+            return {
+                payload["chunk_id"]: _content_hash(payload.get("content"))
+                for _, payload in self._scroll(scroll_filter, ["chunk_id", "content"])
+            }
 
     def close(self) -> None:
         if self._release_client is not None:
@@ -469,6 +487,10 @@ def chunk_payload(
         "ingested_at": ingested_at,
         "metadata": dict(chunk.metadata),
     }
+
+
+def _content_hash(content: Any) -> str:
+    return sha256_hex(content) if isinstance(content, str) else NO_CONTENT_HASH
 
 
 _CHUNK_FIELDS = frozenset(

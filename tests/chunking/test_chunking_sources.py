@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
 from chunking.ids import derive_document_id
-from chunking.sources import DirectorySource, PathsSource
+from chunking.sources import SOURCE_NAME_PATTERN, DirectorySource, PathsSource, default_source_name
 
 
 def _tree(root, files: dict[str, str]) -> None:
@@ -26,8 +27,12 @@ def test_directory_source_lists_matching_files_with_posix_relative_ids(tmp_path)
     first = items[0]
     assert first.path == str(tmp_path.resolve() / "a.md")
     assert first.size == 1 and first.mtime_ns == os.stat(tmp_path / "a.md").st_mtime_ns
-    # The document ID depends on the relative ID only, so another checkout location gives the same ID.
-    assert first.document_id == derive_document_id(source_system="fs", source_id="a.md")
+    # The document ID is (source name, relative path): a named source keeps its IDs wherever it is mounted.
+    assert first.document_id == derive_document_id(
+        source_system=default_source_name(tmp_path), source_id="a.md"
+    )
+    moved = DirectorySource(tmp_path, source_system="kb").list()[0]
+    assert moved.document_id == derive_document_id(source_system="kb", source_id="a.md")
 
 
 def test_directory_source_custom_patterns(tmp_path):
@@ -63,3 +68,25 @@ def test_paths_source_skips_missing_files_and_uses_root(tmp_path):
     assert source.covers("missing.md", None) and not source.covers("a.md", None)
     with pytest.raises(ValueError, match="not under the source root"):
         PathsSource(["/etc/hosts"], root=tmp_path).list()
+
+
+def test_two_roots_with_the_same_relative_paths_never_share_document_ids(tmp_path):
+    docs, bulk = tmp_path / "docs", tmp_path / "bulk"
+    _tree(docs, {"intro.md": "docs intro"})
+    _tree(bulk, {"intro.md": "bulk intro"})
+    (a,), (b,) = DirectorySource(docs).list(), DirectorySource(bulk).list()
+    assert a.source_id == b.source_id == "intro.md" and a.document_id != b.document_id
+    assert DirectorySource(docs).list()[0].document_id == a.document_id  # the same root keeps its IDs
+    # One file named under its root gets the ID a scan of that root gives it.
+    (one,) = PathsSource([docs / "intro.md"], root=docs).list()
+    assert one.document_id == a.document_id
+
+
+@pytest.mark.parametrize("folder", ["docs", "my docs (2024)", ".hidden", "ünïcode-名前", "---"])
+def test_default_source_names_are_readable_and_valid_webhook_source_names(tmp_path, folder):
+    root = tmp_path / folder
+    root.mkdir()
+    name = default_source_name(root)
+    assert re.fullmatch(SOURCE_NAME_PATTERN, name), name
+    assert name == default_source_name(root / "sub" / "..")  # the absolute, resolved root decides
+    assert name != default_source_name(tmp_path)

@@ -118,9 +118,27 @@ def test_hostile_files_fail_alone_with_clear_errors_and_the_rest_ingests(fault_e
         assert all(document.text[c.start_char : c.end_char] == c.content for c in stored)
     assert len(assert_converged(fault_env)) == len(store.expected_chunk_ids())
 
-    # A second run retries the failures (still failing the same way) and touches nothing else.
-    again = ingest(params, return_state=True).result(raise_on_failure=False)
-    assert (again.processed, again.skipped, len(again.failed)) == (0, len(HANDLED), len(FAILS))
+    # A second run does not read the unchanged bad files again: it reports them as known unreadable, not
+    # as new failures, so it ends Completed; it touches nothing else, and their rows stay as they were.
+    rows_before = {r.source_id: r.as_dict() for r in live_status(fault_env).rows()}
+    state = ingest(params, return_state=True)
+    again = state.result(raise_on_failure=False)
+    assert state.is_completed(), state.message
+    assert (again.processed, again.skipped, len(again.failed)) == (0, len(HANDLED), 0)
+    assert {u.source_id: u.error for u in again.unreadable} == {n: rows[n].error for n in FAILS}
+    assert f"{len(FAILS)} known unreadable" in again.line()
+    assert {r.source_id: r.as_dict() for r in live_status(fault_env).rows()} == rows_before
+    assert len(assert_converged(fault_env)) == len(store.expected_chunk_ids())
+
+    # A changed file is tried again: fixed, it is processed; still bad, it is a new failure of that run.
+    (root / "latin1.txt").write_text("Café in Lisbon, now in UTF-8.\n", encoding="utf-8")
+    (root / "empty.txt").write_bytes(b"\n\n")
+    state = ingest(params, return_state=True)
+    third = state.result(raise_on_failure=False)
+    assert state.is_failed() and "1 document(s) failed" in state.message
+    assert third.processed == 1 and [f.source_id for f in third.failed] == ["empty.txt"]
+    assert len(third.unreadable) == len(FAILS) - 2
+    assert live_status(fault_env).get(rows["latin1.txt"].document_id).state == "processed"
 
 
 _CHUNK_50MB = textwrap.dedent(

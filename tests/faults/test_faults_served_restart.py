@@ -9,14 +9,10 @@ exactly the status store's chunk IDs (nothing twice), and not redo what the firs
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +20,12 @@ import httpx
 import pytest
 import servers
 from fault_checks import duplicates, make_corpus
+from served import FINAL, serve_process
+from served import run_state as _state
+from served import start_run as _run
+from served import stop_process as _stop
+from served import tail as _tail
+from served import wait as _wait
 
 from index.alignment import verify_alignment
 from index.generations import live_status, reading_settings
@@ -33,66 +35,6 @@ from sinks.pool import close_all_sinks
 
 DOCS = 36
 BATCH = 4
-FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
-
-
-def _wait(what: str, probe: Callable[[], Any], timeout: float, log: Path) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := probe():
-            return result
-        time.sleep(0.2)
-    raise AssertionError(
-        f"timed out after {timeout:.0f} s waiting for {what}\n--- serve log ---\n{_tail(log)}"
-    )
-
-
-def _tail(log: Path) -> str:
-    return log.read_text(errors="replace")[-4000:] if log.exists() else ""
-
-
-def _serve(env: dict[str, str], log: Path, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "deployments.serve", "ingest"],
-        cwd=cwd,
-        env=env,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its flow-run subprocesses share the group, so one killpg stops all
-    )
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=30)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)  # any flow-run subprocess left behind
-    process.wait()
-
-
-def _run(api: str, deployment_id: str, parameters: dict[str, Any]) -> str:
-    """Create a flow run; a busy SQLite server may answer 503, so retry with one idempotency key."""
-    body = {"parameters": parameters, "idempotency_key": uuid.uuid4().hex}
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            response = httpx.post(f"{api}/deployments/{deployment_id}/create_flow_run", json=body, timeout=15)
-            if response.status_code < 500 or time.monotonic() > deadline:
-                response.raise_for_status()
-                return response.json()["id"]
-        except httpx.TransportError:
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(1)
-
-
-def _state(api: str, run_id: str) -> str | None:
-    try:
-        return httpx.get(f"{api}/flow_runs/{run_id}", timeout=10).json()["state"]["type"]
-    except (httpx.HTTPError, KeyError, TypeError):
-        return None
 
 
 @pytest.mark.slow
@@ -128,7 +70,7 @@ def test_prefect_server_restarted_during_a_served_run_then_the_next_run_finishes
     parameters = {"params": {"source": {"kind": "directory", "root": str(corpus)}, "batch_size": BATCH}}
     log = tmp_path / "serve.log"
     status = live_status(data_dir)
-    serve = _serve(env, log, tmp_path)
+    serve = serve_process([sys.executable, "-m", "deployments.serve", "ingest"], env, log, tmp_path)
     outcome: dict[str, Any] = {}
     try:
 
@@ -161,7 +103,7 @@ def test_prefect_server_restarted_during_a_served_run_then_the_next_run_finishes
 
         if serve.poll() is not None:  # the serving process did not survive the outage: serve again
             outcome["serve_restarted"] = serve.returncode
-            serve = _serve(env, log, tmp_path)
+            serve = serve_process([sys.executable, "-m", "deployments.serve", "ingest"], env, log, tmp_path)
             _wait("deployment ingest/ingest re-registered", deployment, 120, log)
         second = _run(api, deployment_id, parameters)
         final = _wait("the second run to finish", lambda: (s := _state(api, second)) in FINAL and s, 240, log)

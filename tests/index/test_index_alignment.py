@@ -1,15 +1,26 @@
-"""The three real sinks, fed the same chunks, agree on chunk IDs; the alignment check catches a gap."""
+"""The three real sinks, fed the same chunks, agree on chunk IDs and content; the alignment check catches a
+gap, and content one store altered, and the repair restores it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
 from chunking import ChunkingService, ChunkStrategy, Document
-from index.alignment import verify_alignment
+from chunking.ids import sha256_hex
+from chunking.models import Chunk
+from index.alignment import record_alignment, repair, verify_alignment
+from index.run import RunConfig
+from index.status import processed_fields
+from sinks.base import Sink
 from sinks.config import SinkSettings
 from sinks.factory import SINK_NAMES, open_sinks
+from sinks.graph.sink import KnowledgeGraphSink
+from sinks.keywords.bm25 import BM25Sink
+from sinks.pool import close_all_sinks
+from sinks.vectors.qdrant import QdrantSink, point_id
 
 TEXTS = {
     "a.md": "# Alpha\n\nAda Lovelace worked with Charles Babbage in London.\n\n## Notes\n\nShe wrote notes.\n",
@@ -51,8 +62,6 @@ def test_same_chunks_reach_every_sink_and_a_removed_point_is_reported(sinks) -> 
     # remove one point straight from Qdrant, behind the sink's back
     victim = sorted(expected)[0]
     vectors = sinks["vectors"]
-    from sinks.vectors.qdrant import point_id
-
     vectors.client.delete(vectors.collection, points_selector=[point_id(victim)], wait=True)
     report = verify_alignment(sinks, expected)
     assert not report.ok
@@ -74,3 +83,79 @@ def test_delete_reaches_every_sink(sinks) -> None:  # type: ignore[no-untyped-de
         assert sink.chunk_ids(gone) == set(), name
         assert sink.chunk_ids() == {c.chunk_id for c in batch[1][1]}, name
     assert verify_alignment(sinks).ok
+
+
+NUL_TEXT = "Ada Lovelace kept a NUL \x00 in her notes.\n\nCharles Babbage kept \\0, a backslash and a zero.\n"
+
+
+def _corrupt(sinks: dict[str, Sink], name: str, chunk: Chunk) -> None:
+    """Alter one chunk's stored content behind the sink's back, as a store that mangles text would."""
+    mangled = chunk.content.replace("\x00", "") + " (mangled)"
+    sink = sinks[name]
+    if isinstance(sink, BM25Sink):
+        with sink._lock:
+            sink._conn.execute("UPDATE chunks SET content = ? WHERE chunk_id = ?", (mangled, chunk.chunk_id))
+    elif isinstance(sink, KnowledgeGraphSink):  # the old bug: NUL dropped, no marker
+        sink.backend.run(
+            "MATCH (c:Chunk {chunk_id: $id}) SET c.content = $text REMOVE c.content_encoding",
+            {"id": chunk.chunk_id, "text": mangled},
+        )
+    else:
+        assert isinstance(sink, QdrantSink)
+        sink.client.set_payload(
+            sink.collection, {"content": mangled}, points=[point_id(chunk.chunk_id)], wait=True
+        )
+
+
+@pytest.mark.parametrize("name", SINK_NAMES)
+def test_altered_content_in_one_store_is_reported_there_and_repaired(
+    tmp_path: Path, falkordb_url: str, name: str
+) -> None:
+    settings = SinkSettings(
+        data_dir=tmp_path, falkordb_url=falkordb_url, graph_name=f"altered_{tmp_path.name}"
+    )
+    run = RunConfig(ChunkStrategy(name="auto"), settings)
+    sinks = run.open_sinks()
+    try:
+        nul_doc = Document(text=NUL_TEXT, source_system="test", source_id="nul.txt", path="nul.txt")
+        batch = [*_documents(), (nul_doc, ChunkingService().chunk(nul_doc, ChunkStrategy(name="auto")))]
+        for sink in sinks.values():
+            sink.write(sink.prepare(batch))
+        status = run.status_store()
+        for document, chunks in batch:  # what the pipeline records after a successful write
+            run.chunk_cache().put(document, run.chunk_fingerprint, chunks)
+            fields = processed_fields(
+                [c.chunk_id for c in chunks],
+                content_hash=document.content_hash,
+                fingerprint=run.fingerprint,
+                chunk_fingerprint=run.chunk_fingerprint,
+                strategy=run.strategy.model_dump_json(),
+            )
+            status.upsert_many([(document.document_id, fields)])
+        expected = status.expected_chunk_ids()
+        report = verify_alignment(sinks, expected)
+        assert report.ok, report.as_dict()
+        assert report.altered == {n: set() for n in SINK_NAMES}
+
+        victim = next(c for c in batch[-1][1] if "\x00" in c.content)
+        _corrupt(sinks, name, victim)
+        report = verify_alignment(sinks, expected)
+        assert not report.ok and report.mismatch_count() == 1
+        assert report.altered == {n: {victim.chunk_id} if n == name else set() for n in SINK_NAMES}
+        assert not any(report.missing.values()) and not any(report.extra.values())
+        summary = report.as_dict()["sinks"][name]
+        assert summary["altered"] == 1 and summary["altered_examples"] == [victim.chunk_id]
+        record_alignment(report)
+        gauge = {"sink": name, "kind": "altered"}
+        assert REGISTRY.get_sample_value("unichunk_alignment_mismatches", gauge) == 1
+
+        result = repair(run, report)
+        assert result.rewritten == {name: [nul_doc.document_id]} and not result.errors
+        report = verify_alignment(sinks, expected)
+        assert report.ok, report.as_dict()
+        assert sinks[name].content_hashes(nul_doc.document_id)[victim.chunk_id] == sha256_hex(victim.content)
+        record_alignment(report)
+        assert REGISTRY.get_sample_value("unichunk_alignment_mismatches", gauge) == 0
+    finally:
+        sinks["graph"].drop()
+        close_all_sinks()

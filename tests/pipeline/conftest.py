@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from chunking.ids import derive_document_id
+from chunking.sources import default_source_name
 
 CORPUS = {
     "guide.md": "# Guide\n\nQdrant stores vectors for semantic search.\n\n## Setup\n\nInstall Prefect and run the flow.\n",
@@ -22,6 +26,13 @@ def corpus(tmp_path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return root
+
+
+@pytest.fixture
+def doc_id(corpus) -> Callable[[str], str]:
+    """The document ID of a file of `corpus` (source: the corpus folder's default name, path: `rel`)."""
+    source = default_source_name(corpus)
+    return lambda rel: derive_document_id(source_system=source, source_id=rel)
 
 
 @pytest.fixture

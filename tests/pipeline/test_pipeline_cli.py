@@ -6,7 +6,6 @@ import pytest
 from qdrant_client import models as qm
 from typer.testing import CliRunner
 
-from chunking.ids import derive_document_id
 from deployments.cli import app
 from index.generations import live_status, reading_settings
 from sinks.base import SINK_NAMES
@@ -28,7 +27,7 @@ def ingested(pipeline_env, corpus):
     return corpus
 
 
-def test_status_verify_and_search(ingested, pipeline_env):
+def test_status_verify_and_search(ingested, pipeline_env, doc_id):
     result = _cli("status")
     assert result.exit_code == 0, result.output
     assert "processed: 3" in result.output and "failed: 0" in result.output
@@ -39,7 +38,7 @@ def test_status_verify_and_search(ingested, pipeline_env):
 
     result = _cli("search", "keyword overlap BM25 ranks", "-k", "2")
     assert result.exit_code == 0, result.output
-    plain = derive_document_id(source_system="fs", source_id="notes/plain.txt")
+    plain = doc_id("notes/plain.txt")
     first_hit = next(line for line in result.output.splitlines() if line.startswith("1. "))
     assert plain in first_hit and "keywords#1" in first_hit
     assert "notes/plain.txt [0:" in result.output
@@ -57,21 +56,21 @@ def test_verify_exits_1_on_a_missing_point(ingested, pipeline_env):
     assert f"vectors: missing {victim}" in result.output and "1 mismatch" in result.output
 
 
-def test_failed_documents_show_in_status_and_fail_ingest(pipeline_env, corpus):
+def test_failed_documents_show_in_status_and_fail_ingest(pipeline_env, corpus, doc_id):
     (corpus / "broken.txt").write_bytes(b"\xc3\x28 not utf-8 \xff")
     result = _cli("ingest", str(corpus))
     assert result.exit_code == 1
     assert "1 failed" in result.output and "broken.txt" in result.output
     result = _cli("status", "--failed")
     assert result.exit_code == 0 and "failed: 1" in result.output
-    assert derive_document_id(source_system="fs", source_id="broken.txt")[:10] in result.output
+    assert doc_id("broken.txt")[:10] in result.output
 
 
-def test_dry_run_and_delete(ingested, pipeline_env):
+def test_dry_run_and_delete(ingested, pipeline_env, doc_id):
     (ingested / "guide.md").unlink()
     result = _cli("ingest", str(ingested), "--dry-run")
     assert result.exit_code == 0 and "would delete   guide.md" in result.output
-    guide = derive_document_id(source_system="fs", source_id="guide.md")
+    guide = doc_id("guide.md")
     result = _cli("delete", guide)
     assert result.exit_code == 0, result.output
     assert live_status(pipeline_env).get(guide) is None

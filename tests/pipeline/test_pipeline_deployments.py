@@ -20,6 +20,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from chunking.ids import derive_document_id
+from chunking.sources import default_source_name
 from deployments.serve import DEPLOYMENT_NAMES, build_deployments
 from deployments.settings import SAMPLE_CORPUS, ServiceSettings
 from deployments.webhook import PrefectEventSink, create_app
@@ -41,7 +42,11 @@ def test_deployments_carry_schedule_triggers_and_templated_parameters(tmp_path: 
     assert by_name["ingest"].schedules in (None, [])
     assert by_name["rebuild"].schedules in (None, []) and not by_name["rebuild"].triggers  # deliberate only
     assert by_name["rebuild"].parameters["params"]["source"]["root"] == str(tmp_path.resolve())
-    assert by_name["reindex"].parameters["params"]["source"]["root"] == str(tmp_path.resolve())
+    assert by_name["reindex"].parameters["params"]["source"] == {
+        "kind": "directory",
+        "root": str(tmp_path.resolve()),
+        "source_system": default_source_name(tmp_path),  # webhook documents and scans get the same IDs
+    }
 
     (updated,) = by_name["ingest-document"].triggers
     assert updated.expect == {"document.updated"}
@@ -58,12 +63,19 @@ def test_deployments_carry_schedule_triggers_and_templated_parameters(tmp_path: 
         assert getattr(importlib.import_module(module), attr).name == deployment.flow_name
 
 
-def test_default_scan_root_is_the_bundled_sample_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_source_root_the_served_runs_scan_only_sources_ingested_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`serve` with no UNICHUNK_SOURCE_ROOT must not scan some folder into the user's index (it once scanned
+    the bundled sample corpus): `ingest` and `reindex` take no source, i.e. every recorded one."""
     monkeypatch.delenv("UNICHUNK_SOURCE_ROOT", raising=False)
     monkeypatch.delenv("UNICHUNK_REINDEX_CRON", raising=False)
     settings = ServiceSettings()
-    assert settings.reindex_cron == "0 2 * * *"
-    assert settings.scan_root() == str(SAMPLE_CORPUS)
+    assert settings.reindex_cron == "0 2 * * *" and settings.source() is None
+    by_name = {d.name: d for d in build_deployments(settings)}
+    for name in ("ingest", "reindex", "rebuild"):
+        assert by_name[name].parameters == {"params": {}}, name
+    assert "root" not in by_name["ingest-document"].triggers[0].parameters
     with pytest.raises(ValueError, match="unknown deployment"):
         build_deployments(settings, ["nope"])
 
@@ -217,16 +229,16 @@ def test_signed_webhook_triggers_served_ingest_then_delete(
         "# Webhook end to end\n\nThe receiver verified this change and Prefect ran ingest-document.\n\n"
         "## Second section\n\nQdrant, BM25 and the knowledge graph now hold the same chunk IDs.\n"
     )
-    document_id = derive_document_id(source_system="fs", source_id=source_id)
+    document_id = derive_document_id(source_system=default_source_name(source_root), source_id=source_id)
     settings = ServiceSettings(webhook_secret=SECRET, source_root=source_root)
     log = tmp_path / "serve.log"
 
-    with TestClient(
-        create_app(settings, PrefectEventSink(prefect_api_url), data_dir=tmp_path / "receiver")
-    ) as client:
+    # The receiver shares the served flows' data dir, as in `unichunk serve`: a `deleted` event is checked
+    # against the documents the live index holds.
+    with TestClient(create_app(settings, PrefectEventSink(prefect_api_url), data_dir=data_dir)) as client:
         accepted = _send(
             client,
-            {"event": "updated", "source_system": "fs", "source_id": source_id, "path": source_id},
+            {"event": "updated", "source_id": source_id, "path": source_id},
             "e2e-up",
         )
         assert accepted["document_id"] == document_id
@@ -239,7 +251,7 @@ def test_signed_webhook_triggers_served_ingest_then_delete(
         assert status is not None and status.state == "processed", status
         assert status.chunk_count >= 1 and len(status.chunk_ids) == status.chunk_count
 
-        _send(client, {"event": "deleted", "source_system": "fs", "source_id": source_id}, "e2e-del")
+        _send(client, {"event": "deleted", "source_id": source_id}, "e2e-del")
         run = _finished_run(prefect_api_url, deployment_ids["delete-document"], log)
         assert run["state"]["type"] == "COMPLETED", f"{run['state']}\n{log.read_text()[-3000:]}"
         assert run["parameters"] == {"document_id": document_id}

@@ -12,7 +12,6 @@ import pytest
 from qdrant_client import models as qm
 
 from chunking.config import ChunkStrategy
-from chunking.ids import derive_document_id
 from chunking.models import Document
 from chunking.service import ChunkingService
 from flows.documents import delete_document, ingest_document
@@ -26,10 +25,6 @@ from sinks.base import SINK_NAMES
 from sinks.config import SinkSettings
 from sinks.pool import get_sinks
 from sinks.vectors.qdrant import point_id
-
-
-def _doc_id(source_id: str) -> str:
-    return derive_document_id(source_system="fs", source_id=source_id)
 
 
 def _run(flow_fn, *args, **kwargs):
@@ -75,7 +70,7 @@ def test_ingest_writes_one_set_of_chunk_ids_to_every_sink_chunking_each_document
     assert summary.chunks_written == dict.fromkeys(SINK_NAMES, len(expected))
 
 
-def test_rerun_touch_edit_and_delete_are_incremental(pipeline_env, corpus, chunk_calls):
+def test_rerun_touch_edit_and_delete_are_incremental(pipeline_env, corpus, chunk_calls, doc_id):
     _run(ingest, _params(corpus))
     before = _held()["vectors"]
     chunk_calls.clear()
@@ -89,10 +84,10 @@ def test_rerun_touch_edit_and_delete_are_incremental(pipeline_env, corpus, chunk
     os.utime(plain, ns=(plain.stat().st_atime_ns, plain.stat().st_mtime_ns + 5_000_000_000))
     state, summary = _run(ingest, _params(corpus))
     assert (summary.processed, summary.skipped) == (0, 3) and not chunk_calls
-    row = live_status(pipeline_env).get(_doc_id("notes/plain.txt"))
+    row = live_status(pipeline_env).get(doc_id("notes/plain.txt"))
     assert row.mtime_ns == plain.stat().st_mtime_ns
 
-    guide = _doc_id("guide.md")
+    guide = doc_id("guide.md")
     old_guide_ids = set(live_status(pipeline_env).get(guide).chunk_ids)
     (corpus / "guide.md").write_text("# Guide\n\nQdrant stores vectors. Edited: now with hybrid search.\n")
     state, summary = _run(ingest, _params(corpus))
@@ -105,7 +100,7 @@ def test_rerun_touch_edit_and_delete_are_incremental(pipeline_env, corpus, chunk
     (corpus / "notes/page.html").unlink()
     state, summary = _run(ingest, _params(corpus))
     assert state.is_completed() and summary.deleted == 1
-    page = _doc_id("notes/page.html")
+    page = doc_id("notes/page.html")
     assert live_status(pipeline_env).get(page) is None
     assert not any(cid.startswith(page) for ids in _held().values() for cid in ids)
     _assert_aligned(pipeline_env)
@@ -113,10 +108,10 @@ def test_rerun_touch_edit_and_delete_are_incremental(pipeline_env, corpus, chunk
     # delete_missing=False keeps the status (and chunks) of vanished documents.
     (corpus / "notes/plain.txt").unlink()
     state, summary = _run(ingest, _params(corpus, delete_missing=False))
-    assert summary.deleted == 0 and live_status(pipeline_env).get(_doc_id("notes/plain.txt"))
+    assert summary.deleted == 0 and live_status(pipeline_env).get(doc_id("notes/plain.txt"))
 
 
-def test_bad_files_fail_alone_and_the_run_ends_failed_after_the_rest(pipeline_env, corpus):
+def test_bad_files_fail_alone_and_the_run_ends_failed_after_the_rest(pipeline_env, corpus, doc_id):
     (corpus / "latin1.txt").write_bytes(b"caf\xe9 au lait \xc3\x28 is not UTF-8\n")
     (corpus / "binary.md").write_bytes(b"\x00\x01\x02PNG\x00" * 40)
     state, summary = _run(ingest, _params(corpus))
@@ -128,15 +123,15 @@ def test_bad_files_fail_alone_and_the_run_ends_failed_after_the_rest(pipeline_en
     assert all(error.startswith("load failed:") for error in failed.values())
     status = live_status(pipeline_env)
     assert {r.source_id for r in status.rows(state="failed")} == {"latin1.txt", "binary.md"}
-    assert status.get(_doc_id("latin1.txt")).error == failed["latin1.txt"]
+    assert status.get(doc_id("latin1.txt")).error == failed["latin1.txt"]
     expected = _assert_aligned(pipeline_env)
-    assert not any(cid.startswith(_doc_id("latin1.txt")) for cid in expected)
+    assert not any(cid.startswith(doc_id("latin1.txt")) for cid in expected)
 
 
-def test_a_document_one_sink_cannot_prepare_is_written_to_none(pipeline_env, corpus, monkeypatch):
+def test_a_document_one_sink_cannot_prepare_is_written_to_none(pipeline_env, corpus, monkeypatch, doc_id):
     graph = _sinks()["graph"]
     real_prepare = graph.prepare
-    poisoned = _doc_id("notes/plain.txt")
+    poisoned = doc_id("notes/plain.txt")
 
     def prepare(batch):
         if any(document.document_id == poisoned for document, _ in batch):
@@ -190,11 +185,11 @@ def test_dry_run_reports_and_writes_nothing(pipeline_env, corpus, chunk_calls):
     assert _held() == held_before
 
 
-def test_reindex_repairs_a_deleted_point_and_a_stray_document(pipeline_env, corpus, chunk_calls):
+def test_reindex_repairs_a_deleted_point_and_a_stray_document(pipeline_env, corpus, chunk_calls, doc_id):
     _run(ingest, _params(corpus))
     sinks = _sinks()
     status = live_status(pipeline_env)
-    victim = status.get(_doc_id("guide.md")).chunk_ids[0]
+    victim = status.get(doc_id("guide.md")).chunk_ids[0]
     vectors = sinks["vectors"]
     vectors.client.delete(vectors.collection, points_selector=qm.PointIdsList(points=[point_id(victim)]))
     stray = Document(text="A stray document nobody ingested.", source_system="fs", source_id="stray.txt")
@@ -207,17 +202,17 @@ def test_reindex_repairs_a_deleted_point_and_a_stray_document(pipeline_env, corp
 
     state, summary = _run(reindex, _params(corpus))
     assert state.is_completed(), state.message
-    assert summary.repaired["rewritten"] == {"vectors": [_doc_id("guide.md")]}
+    assert summary.repaired["rewritten"] == {"vectors": [doc_id("guide.md")]}
     assert summary.repaired["deleted"] == {"keywords": [stray.document_id]}
     assert summary.alignment["ok"] and summary.skipped == 3
     assert not chunk_calls  # repaired from the chunk store, not by re-chunking
     _assert_aligned(pipeline_env)
 
 
-def test_single_document_flows(pipeline_env, corpus):
+def test_single_document_flows(pipeline_env, corpus, doc_id):
     state, summary = _run(ingest_document, str(corpus / "guide.md"), root=str(corpus))
     assert state.is_completed() and summary.processed == 1
-    guide = _doc_id("guide.md")
+    guide = doc_id("guide.md")
     expected = _assert_aligned(pipeline_env)
     assert expected and all(cid.startswith(guide) for cid in expected)
 
@@ -225,7 +220,7 @@ def test_single_document_flows(pipeline_env, corpus):
     state, summary = _run(
         ingest_document, str(corpus / "notes/plain.txt"), source_id="kb/plain", root=str(corpus)
     )
-    assert state.is_completed() and live_status(pipeline_env).get(_doc_id("kb/plain"))
+    assert state.is_completed() and live_status(pipeline_env).get(doc_id("kb/plain"))
 
     state, removed = _run(delete_document, guide)
     assert state.is_completed() and removed == dict.fromkeys(SINK_NAMES, len(expected))
@@ -234,7 +229,7 @@ def test_single_document_flows(pipeline_env, corpus):
 
     # A path relative to the root (as a webhook may send) is resolved against it.
     state, summary = _run(ingest_document, "notes/page.html", root=str(corpus))
-    assert state.is_completed() and live_status(pipeline_env).get(_doc_id("notes/page.html"))
+    assert state.is_completed() and live_status(pipeline_env).get(doc_id("notes/page.html"))
 
     state, _ = _run(ingest_document, str(corpus / "missing.md"))
     assert state.is_failed() and "no such file" in state.message

@@ -22,6 +22,7 @@ from chunking.config import ChunkStrategy
 from chunking.ids import derive_document_id
 from chunking.models import Document
 from chunking.service import ChunkingService
+from chunking.sources import default_source_name
 from deployments.cli import app
 from flows.ingest import ingest
 from flows.params import IngestParams, RebuildParams, SourceParams
@@ -63,8 +64,8 @@ def _expected_ids(root: Path, strategy: ChunkStrategy) -> set[str]:
     for path in sorted(root.glob("*.txt")):
         document = Document(
             text=path.read_text(encoding="utf-8"),
-            document_id=derive_document_id(source_system="fs", source_id=path.name),
-            source_system="fs",
+            document_id=derive_document_id(source_system=default_source_name(root), source_id=path.name),
+            source_system=default_source_name(root),
             source_id=path.name,
             path=str(path),
         )
@@ -185,7 +186,7 @@ def test_rebuild_serves_the_old_generation_until_a_verified_cutover_then_rolls_b
     chunk_store = ChunkCache.in_data_dir(pipeline_env)
     note = corpus / "note_0.txt"
     key = ChunkKey(
-        derive_document_id(source_system="fs", source_id=note.name),
+        derive_document_id(source_system=default_source_name(corpus), source_id=note.name),
         Document(text=note.read_text(encoding="utf-8")).content_hash,
         "",
     )

@@ -4,6 +4,7 @@ accepts arrives exactly once, with the event id derived from the delivery id."""
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -46,6 +47,9 @@ def wait_for_events(api_url: str, timeout: float = 60, **flt: Any) -> list[dict]
     raise AssertionError(f"no event matching {flt} reached Prefect within {timeout:.0f} s")
 
 
+SOURCE = "notes"  # the configured source's name (UNICHUNK_SOURCE_NAME): its documents' IDs use it
+
+
 @pytest.fixture()
 def source_root(tmp_path: Path) -> Path:
     root = tmp_path / "src"
@@ -57,7 +61,9 @@ def source_root(tmp_path: Path) -> Path:
 @pytest.fixture()
 def settings(tmp_path: Path, source_root: Path, monkeypatch: pytest.MonkeyPatch) -> ServiceSettings:
     monkeypatch.setenv("UNICHUNK_DATA_DIR", str(tmp_path / "data"))  # the replay cache lives there
-    return ServiceSettings(webhook_secret=SECRET, webhook_max_body=MAX_BODY, source_root=source_root)
+    return ServiceSettings(
+        webhook_secret=SECRET, webhook_max_body=MAX_BODY, source_root=source_root, source_name=SOURCE
+    )
 
 
 @pytest.fixture()
@@ -67,7 +73,7 @@ def client(settings: ServiceSettings, prefect_api_url: str) -> Iterator[TestClie
 
 
 def payload(source_id: str, **extra: Any) -> dict[str, Any]:
-    return {"event": "updated", "source_system": "fs", "source_id": source_id, **extra}
+    return {"event": "updated", "source_id": source_id, **extra}
 
 
 def signed_headers(
@@ -104,7 +110,7 @@ def test_valid_update_emits_one_event_with_the_delivery_derived_id(
     events = wait_for_events(prefect_api_url, ids=[expected_id])
     assert len(events) == 1
     event = events[0]
-    document_id = derive_document_id(source_system="fs", source_id=source_id)
+    document_id = derive_document_id(source_system=SOURCE, source_id=source_id)
     assert event["event"] == "document.updated"
     assert event["resource"]["prefect.resource.id"] == f"unichunk.document.{document_id}"
     assert event["payload"]["document_id"] == document_id
@@ -139,7 +145,7 @@ def test_prefect_drops_a_second_event_with_the_same_id(
             post(second, body, signed_headers(body, delivery=delivery, ts=int(time.time()) + 1)).status_code
             == 202
         )
-    resource = f"unichunk.document.{derive_document_id(source_system='fs', source_id=source_id)}"
+    resource = f"unichunk.document.{derive_document_id(source_system=SOURCE, source_id=source_id)}"
     wait_for_events(prefect_api_url, resource_ids=[resource])
     time.sleep(3)  # give a duplicate every chance to be persisted
     events = find_events(prefect_api_url, resource_ids=[resource])
@@ -180,11 +186,11 @@ def test_rejections_emit_no_event(client: TestClient, prefect_api_url: str, sour
     replay_headers = signed_headers(replayed, delivery=f"dlv-{run}-replay")
     assert post(client, replayed, replay_headers).status_code == 202
     replay_resource = (
-        f"unichunk.document.{derive_document_id(source_system='fs', source_id=f'{run}-replayed')}"
+        f"unichunk.document.{derive_document_id(source_system=SOURCE, source_id=f'{run}-replayed')}"
     )
 
     def traversal(name: str, **fields: Any) -> tuple[bytes, dict]:
-        data = {"event": "updated", "source_system": "fs", "source_id": f"{run}-{name}", **fields}
+        data = {"event": "updated", "source_id": f"{run}-{name}", **fields}
         source_ids.append(data["source_id"])
         raw = json.dumps(data).encode()
         return raw, signed_headers(raw)
@@ -258,7 +264,7 @@ def test_rejections_emit_no_event(client: TestClient, prefect_api_url: str, sour
     time.sleep(1)
 
     rejected = [
-        f"unichunk.document.{derive_document_id(source_system='fs', source_id=s)}"
+        f"unichunk.document.{derive_document_id(source_system=SOURCE, source_id=s)}"
         for s in source_ids
         if not s.endswith(("-sentinel", "-replayed"))
     ]
@@ -317,3 +323,45 @@ def test_signature_window_edges_and_formats() -> None:
         with pytest.raises(WebhookRejected) as info:
             verify_signature(SECRET, sig, stamp, body, tolerance=300, now=ts)
         assert info.value.reason == reason, (sig, stamp)
+
+
+def test_signed_events_that_name_nothing_ingestable_are_refused_before_any_event(
+    client: TestClient, prefect_api_url: str, source_root: Path, settings: ServiceSettings
+) -> None:
+    """A correctly signed `updated` whose path is no regular file inside the root, a `deleted` of a document
+    the index does not hold, or another source's name: 422 with a reason, and nothing reaches Prefect."""
+    run = uuid.uuid4().hex[:8]
+    (source_root / "folder").mkdir()
+    os.mkfifo(source_root / "pipe.md")
+    cases = {
+        "root itself": ({"path": "."}, "not_a_file"),
+        "a directory": ({"path": "folder"}, "not_a_file"),
+        "a missing file": ({"path": "absent.md"}, "not_a_file"),
+        "a FIFO": ({"path": "pipe.md"}, "not_a_file"),
+        "a Windows path": ({"path": "C:\\Windows\\win.ini"}, "not_a_file"),
+        "a file URL": ({"path": "file:///etc/passwd"}, "not_a_file"),
+        "no path, no such file": ({}, "not_a_file"),
+        "another source": ({"path": "a.md", "source_system": "someone-else"}, "unknown_source"),
+        "an unknown document": ({"event": "deleted"}, "unknown_document"),
+    }
+    source_ids = []
+    for n, (name, (fields, reason)) in enumerate(cases.items()):
+        data = {"event": "updated", "source_id": f"{run}-{n}.md", **fields}
+        source_ids.append(data["source_id"])
+        body = json.dumps(data).encode()
+        response = post(client, body, signed_headers(body))
+        assert response.status_code == 422, (name, response.text)
+        assert response.json()["error"] == reason, (name, response.json())
+    named = json.dumps(payload(f"{run}-named.md", path="a.md", source_system=SOURCE)).encode()
+    accepted = post(client, named, signed_headers(named))  # naming the configured source is fine
+    assert accepted.status_code == 202, accepted.text
+    assert accepted.json()["document_id"] == derive_document_id(
+        source_system=SOURCE, source_id=f"{run}-named.md"
+    )
+    wait_for_events(prefect_api_url, ids=[accepted.json()["event_id"]])
+    time.sleep(1)
+    refused = [
+        f"unichunk.document.{derive_document_id(source_system=SOURCE, source_id=s)}" for s in source_ids
+    ]
+    assert find_events(prefect_api_url, resource_ids=refused) == []
+    assert settings.source_system() == SOURCE

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chunking.ids import make_chunk_id, sha256_hex
 from chunking.models import Chunk
@@ -216,3 +218,26 @@ def test_llm_http_failure_raises_extraction_error() -> None:
         assert len(server.requests) == 2  # one retry of a 5xx
     finally:
         server.close()
+
+
+@given(st.text(max_size=40))
+@settings(max_examples=400, deadline=None)
+def test_entity_keys_never_start_or_end_with_a_space(name: str) -> None:
+    """FalkorDB 4.16 crashes on a unique-constraint MERGE whose value starts or ends with a space; NFKC turns
+    some characters (U+00B4, U+02D8..U+02DD, U+203E) into a space and a combining mark."""
+    key = entity_key(name)
+    assert key == key.strip() and "  " not in key
+
+
+@pytest.mark.parametrize("mark", ["\u00a8", "\u00af", "\u00b4", "\u00b8", "\u02d8", "\u02dd", "\u203e"])
+def test_a_spacing_mark_after_a_name_keeps_one_key(mark: str) -> None:
+    assert entity_key(f"Reilly{mark}") == entity_key(f"Reilly {mark}") == entity_key(f"Reilly{mark}").strip()
+
+
+def test_a_key_ending_in_a_spacing_mark_merges_on_the_real_graph(graph_backend) -> None:  # type: ignore[no-untyped-def]
+    """The name that took down the test server: stored once, read back, no crash."""
+    graph_backend.setup_schema()
+    key = entity_key("Reilly\u00b4")
+    graph_backend.run("MERGE (e:Entity {name: $name})", {"name": key})
+    graph_backend.run("MERGE (e:Entity {name: $name})", {"name": key})
+    assert graph_backend.run("MATCH (e:Entity) RETURN count(e) AS n", write=False) == [{"n": 1}]

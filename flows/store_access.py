@@ -1,0 +1,66 @@
+"""One run at a time on an embedded store: overlapping runs wait in line for it, none fails.
+
+Qdrant's local mode lets one process open its directory. Webhook-triggered runs, runs started from the
+Prefect UI and the nightly reindex overlap in real use; without a gate every run but one failed on the lock,
+and an update the sender had been told was accepted was lost. So a flow that opens the stores of a
+generation whose vectors live in local mode first takes an exclusive lock on that generation's store
+(`<store dir>/run.lock`), waiting for it as long as it takes, and says so in its log (the Prefect UI shows
+which run waits). Each generation has its own lock, so a rebuild writing the next generation never holds up
+the runs that keep the live one current.
+
+Why an OS file lock and not a Prefect global concurrency limit: Prefect 3.8 keeps a slot's lease in the
+server's memory and the slot count in its database, so a server restart while a run held the slot left the
+slot taken for ever and every later run waiting (reproduced by tests/faults/test_faults_interrupted_runs.py).
+The kernel releases a file lock the moment its holder exits, however it exits, and the lock covers every
+process on the machine whichever Prefect server started it (a CLI run beside a served one). The served
+process's own queue (`UNICHUNK_SERVE_RUN_LIMIT`) is Prefect's.
+
+With a Qdrant server (`UNICHUNK_QDRANT_URL`) the stores take concurrent writers and runs are not queued.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from prefect import get_run_logger
+from prefect.runtime import flow_run
+
+from sinks.config import SinkSettings
+
+
+def store_lock_path(settings: SinkSettings) -> Path | None:
+    """The lock guarding these settings' embedded vector store, or None when it is a server."""
+    if settings.qdrant_url:
+        return None
+    return settings.qdrant_path.parent / "run.lock"
+
+
+@contextmanager
+def exclusive_store_access(settings: SinkSettings) -> Iterator[Path | None]:
+    """Hold the store's lock for the block, waiting for it as long as it takes; yields the lock's path."""
+    path = store_lock_path(settings)
+    if path is None:
+        yield None
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another run"
+            get_run_logger().info("waiting for the embedded store %s: %s holds it", path.parent, holder)
+            fcntl.flock(handle, fcntl.LOCK_EX)  # blocks; released when the holder ends, however it ends
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"flow run {flow_run.name or '?'} (pid {os.getpid()})")
+        handle.flush()
+        try:
+            yield path
+        finally:
+            handle.truncate(0)
+            fcntl.flock(handle, fcntl.LOCK_UN)

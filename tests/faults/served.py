@@ -1,0 +1,77 @@
+"""Serving in a subprocess for the fault tests: start it, wait on it, start flow runs, read their states."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+
+
+def wait(what: str, probe: Callable[[], Any], timeout: float, log: Path) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := probe():
+            return result
+        time.sleep(0.2)
+    raise AssertionError(
+        f"timed out after {timeout:.0f} s waiting for {what}\n--- serve log ---\n{tail(log)}"
+    )
+
+
+def tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-4000:] if log.exists() else ""
+
+
+def serve_process(cmd: list[str], env: dict[str, str], log: Path, cwd: Path) -> subprocess.Popen:
+    """`cmd` in its own process group, so one killpg stops it and its flow-run subprocesses."""
+    return subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its flow-run subprocesses share the group, so one killpg stops all
+    )
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)  # any flow-run subprocess left behind
+    process.wait()
+
+
+def start_run(api: str, deployment_id: str, parameters: dict[str, Any]) -> str:
+    """Create a flow run; a busy SQLite server may answer 503, so retry with one idempotency key."""
+    body = {"parameters": parameters, "idempotency_key": uuid.uuid4().hex}
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            response = httpx.post(f"{api}/deployments/{deployment_id}/create_flow_run", json=body, timeout=15)
+            if response.status_code < 500 or time.monotonic() > deadline:
+                response.raise_for_status()
+                return response.json()["id"]
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(1)
+
+
+def run_state(api: str, run_id: str) -> str | None:
+    try:
+        return httpx.get(f"{api}/flow_runs/{run_id}", timeout=10).json()["state"]["type"]
+    except (httpx.HTTPError, KeyError, TypeError):
+        return None

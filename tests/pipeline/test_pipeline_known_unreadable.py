@@ -1,0 +1,56 @@
+"""`flows.pipeline.known_unreadable`: which failed documents a run skips and reports instead of reading.
+
+Only a load failure of a file unchanged since (same path, size and mtime) is skipped: anything else may
+succeed on a retry (a store failure, a chunking bug fixed since, a changed file, a raised size limit).
+The end-to-end behaviour is in tests/faults/test_faults_bad_files.py and test_faults_hostile_input.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from chunking.sources import SourceItem
+from flows.pipeline import known_unreadable
+from index.status import DocumentStatus
+
+ITEM = SourceItem("fs", "bad.txt", "/corpus/bad.txt", 120, 1_700_000_000_000_000_000)
+ROW = DocumentStatus(
+    document_id=ITEM.document_id,
+    state="failed",
+    error="load failed: bad.txt: not valid utf-8 text: invalid start byte at byte offset 4",
+    path=ITEM.path,
+    size=ITEM.size,
+    mtime_ns=ITEM.mtime_ns,
+)
+
+
+def test_an_unchanged_file_that_failed_to_load_is_known_unreadable() -> None:
+    assert known_unreadable(ITEM, ROW)
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        None,  # never seen
+        replace(ROW, state="processed", error=None),
+        replace(ROW, error="write[vectors] failed after retries: ConnectionError: down"),  # not the file's
+        replace(ROW, error="chunking failed: RuntimeError: strategy bug"),
+        replace(ROW, mtime_ns=ITEM.mtime_ns - 1),  # touched or rewritten since
+        replace(ROW, size=ITEM.size + 1),
+        replace(ROW, path="/elsewhere/bad.txt"),
+    ],
+)
+def test_anything_else_is_read_again(row: DocumentStatus | None) -> None:
+    assert not known_unreadable(ITEM, row)
+
+
+def test_a_file_refused_for_its_size_is_retried_once_the_limit_allows_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    row = replace(ROW, error="load failed: /corpus/bad.txt: file is 120 bytes, over the 100-byte limit")
+    monkeypatch.setenv("UNICHUNK_MAX_DOCUMENT_BYTES", "100")
+    assert known_unreadable(ITEM, row)  # still over the limit: reading it again would fail the same way
+    monkeypatch.setenv("UNICHUNK_MAX_DOCUMENT_BYTES", "1000")
+    assert not known_unreadable(ITEM, row)
