@@ -33,7 +33,8 @@ HEADER = """# Configuration
 
 Every setting is an environment variable with an embedded default. Generated from the settings models by
 `python -m deployments.configuration`; do not edit by hand. Prefect's own variables (`PREFECT_API_URL`:
-unset, each CLI run starts an ephemeral server) are Prefect's, documented by Prefect.
+unset, the CLI starts or reuses the data dir's local Prefect server, see docs/operations.md) are
+Prefect's, documented by Prefect.
 """
 
 

@@ -10,8 +10,9 @@
   "document.updated" / "document.deleted" that the webhook receiver emits; their parameters are Jinja
   templates over the event payload, rendered by the Prefect server when the trigger fires.
 
-`serve_all()` serves them in this one process (`prefect.serve`: each flow run is a subprocess of it)
-and exposes /metrics on UNICHUNK_METRICS_PORT (default 9464) for Prometheus.
+`serve_all()` serves them in this one process (Prefect's `Runner`: each flow run is a subprocess of it)
+and exposes /metrics on UNICHUNK_METRICS_PORT (default 9464) for Prometheus. It stops within
+`STOP_DEADLINE_SECONDS` of SIGTERM or SIGINT (see `ServeRunner`).
 
 Scaling out. One served process suits one machine. To spread runs over machines, use the prefect.yaml at
 the repo root instead, which declares the same deployments for a process work pool::
@@ -32,12 +33,19 @@ BM25 and the status store), since embedded stores are per machine.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import os
+import signal
 import sys
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
-from prefect import serve
 from prefect.events import DeploymentEventTrigger
+from prefect.runner import Runner
 from prefect.types.entrypoint import EntrypointType
 from prometheus_client import start_http_server
 
@@ -59,6 +67,13 @@ DEPLOYMENT_NAMES = (
     "rebuild",
     "switch-generation",
 )
+
+# After SIGTERM or SIGINT: Prefect cancels the in-flight runs (each run process gets SIGTERM, its run ends
+# Cancelled); a run process still alive after STOP_KILL_AFTER_SECONDS is killed (its run still ends
+# Cancelled); at STOP_DEADLINE_SECONDS the process exits whatever is left. All under the 10 s that container
+# runtimes and systemd commonly allow before they SIGKILL (docker's default).
+STOP_KILL_AFTER_SECONDS = 3.0
+STOP_DEADLINE_SECONDS = 8.5
 
 log = logging.getLogger(__name__)
 
@@ -151,19 +166,171 @@ def start_metrics_server(port: int, addr: str = "0.0.0.0") -> int | None:
     return server.server_port
 
 
+def child_pids(pid: int | None = None) -> list[int]:
+    """The live child processes of `pid` (default: this process) in its process group, from /proc ([] where
+    there is none).
+
+    For `unichunk serve` these are exactly the flow-run processes: the webhook receiver and /metrics are
+    threads, and a server it started for others (the local Prefect server) runs in its own session."""
+    parent = os.getpid() if pid is None else pid
+    try:
+        group = os.getpgid(parent)
+    except ProcessLookupError:
+        return []
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # fields after the command name (which may hold spaces and parentheses): state ppid pgrp ...
+            state, ppid, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+            if int(ppid) == parent and int(pgrp) == group and state != "Z":
+                children.append(int(stat.parent.name))
+    return children
+
+
+class ServeRunner(Runner):
+    """Prefect's Runner, stopping within `STOP_DEADLINE_SECONDS` of SIGTERM or SIGINT.
+
+    Why not `prefect.serve` as it is (Prefect 3.8.8): its SIGTERM handler calls `Runner.stop()` from inside
+    the running event loop, where that returns a coroutine nobody awaits, then raises SystemExit through the
+    loop, so in-flight runs are never marked ended (they stay Running in the UI); and on SIGINT it waits for
+    every in-flight run to finish, however long that takes.
+
+    Here both signals set one stop event, and then:
+    - the runner's own `astop()` cancels the in-flight runs: each run process gets SIGTERM and its run ends
+      Cancelled. A document the run was writing stays `processing` and the documents it had not reached
+      stay as they were, so the next run of the source redoes exactly those
+      (`tests/faults/test_faults_lifecycle.py` checks it);
+    - a run process that has not exited after `STOP_KILL_AFTER_SECONDS` is killed: a run finishing its
+      current task (an embedding batch, a graph write) cannot be interrupted sooner, and Prefect would wait
+      30 s for it. The stores are built to survive a killed writer (`tests/faults/`);
+    - a watchdog thread exits the process at `STOP_DEADLINE_SECONDS` whatever is still pending, so nothing
+      (an unreachable Prefect API during the cancellation, say) holds the process past it.
+
+    A SIGINT its parent set to be ignored (a shell's background job) stays ignored, as Unix programs do.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stop_event: asyncio.Event | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None
+        self._stop_reason: str | None = None
+
+    def handle_sigterm(self, *args: Any, **kwargs: Any) -> None:
+        """Installed by `Runner.start()` for SIGTERM; replaces Prefect's (see the class docstring)."""
+        self.request_stop("SIGTERM")
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the runner to stop (from a signal handler or any thread); later requests change nothing."""
+        if self._stop_reason is not None or self._event_loop is None or self._stop_event is None:
+            return
+        self._stop_reason = reason
+        _say(f"{reason} received, stopping: in-flight runs are cancelled")
+        threading.Thread(target=self._deadline, name="serve-stop-deadline", daemon=True).start()
+        self._event_loop.call_soon_threadsafe(self._stop_event.set)
+
+    def _deadline(self) -> None:
+        time.sleep(STOP_DEADLINE_SECONDS)
+        killed = _kill_children()
+        _say(
+            f"not stopped after {STOP_DEADLINE_SECONDS:.1f} s: exiting now ({killed} run process(es) killed)"
+        )
+        os._exit(0)
+
+    async def serve_until_stopped(self) -> None:
+        """`start()` until it ends by itself or a stop is requested, then stop as the class docstring says."""
+        self._event_loop = asyncio.get_running_loop()
+        self._stop_event = asyncio.Event()
+        stop_signals = _stop_signals()
+        if signal.SIGTERM in stop_signals:  # `start()` installs `handle_sigterm`, to the same effect
+            signal.signal(signal.SIGTERM, self.handle_sigterm)
+        if signal.SIGINT in stop_signals:
+            self._event_loop.add_signal_handler(signal.SIGINT, self.request_stop, "SIGINT")
+        serving = asyncio.create_task(self.start())
+        stopping = asyncio.create_task(self._stop_event.wait())
+        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if serving.done():
+            stopping.cancel()
+            serving.result()  # the runner ended by itself: raise what ended it
+            return
+        begun = time.monotonic()
+        if self.started:
+            cancelling = asyncio.create_task(self.astop())
+            await asyncio.wait({cancelling}, timeout=STOP_KILL_AFTER_SECONDS)
+            if not cancelling.done() and (killed := _kill_children()):
+                _say(f"killed {killed} run process(es) still running after {STOP_KILL_AFTER_SECONDS:.0f} s")
+            await asyncio.wait({cancelling}, timeout=_left(begun))
+        else:  # stopped while registering with the API: nothing runs yet
+            serving.cancel()
+        await asyncio.wait({serving}, timeout=_left(begun))
+        _say(f"stopped ({self._stop_reason}, {time.monotonic() - begun:.1f} s)")
+
+
+def _left(begun: float) -> float:
+    """Seconds left before the watchdog, less a margin for the interpreter to exit."""
+    return max(0.1, STOP_DEADLINE_SECONDS - 1.0 - (time.monotonic() - begun))
+
+
+def _kill_children() -> int:
+    killed = 0
+    for pid in child_pids():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+    return killed
+
+
+def _say(message: str) -> None:
+    """A lifecycle line on stderr (not the log: an operator reads it in the terminal or `docker logs`)."""
+    print(f"unichunk serve: {message}", file=sys.stderr, flush=True)
+
+
+class StopBeforeServing(BaseException):
+    """SIGTERM or SIGINT while the deployments are still being registered. A BaseException, as
+    KeyboardInterrupt is, so no `except Exception` on the way (a client's retry loop) swallows it."""
+
+
+def _stop_before_serving(signum: int, _frame: Any) -> None:
+    raise StopBeforeServing(signal.Signals(signum).name)
+
+
+def _stop_signals() -> list[signal.Signals]:
+    """SIGTERM, and SIGINT unless the parent set it to be ignored (see `ServeRunner`); none off the main
+    thread, where Python allows no signal handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    ignored = signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, None)
+    return [signal.SIGTERM] + ([] if ignored else [signal.SIGINT])
+
+
 def serve_all(
-    names: tuple[str, ...] | list[str] = DEPLOYMENT_NAMES, settings: ServiceSettings | None = None
+    names: tuple[str, ...] | list[str] = DEPLOYMENT_NAMES,
+    settings: ServiceSettings | None = None,
 ) -> None:
-    """Register and serve the deployments against PREFECT_API_URL until interrupted (blocking).
+    """Register and serve the deployments against PREFECT_API_URL until SIGTERM or SIGINT (blocking).
 
     At most `serve_run_limit` flow runs execute at once; the rest stay scheduled until a slot frees, so a
-    burst of webhooks queues instead of starting twenty processes that load the models together."""
+    burst of webhooks queues instead of starting twenty processes that load the models together. A stop
+    signal during registration ends it at once (exit 0, nothing runs yet); once serving, `ServeRunner`."""
     settings = settings or ServiceSettings()
-    deployments = build_deployments(settings, names)
-    port = start_metrics_server(settings.metrics_port)
-    if port:
-        log.info("metrics on http://0.0.0.0:%s/metrics", port)
-    serve(*deployments, limit=settings.serve_run_limit)
+    previous = {signum: signal.signal(signum, _stop_before_serving) for signum in _stop_signals()}
+    try:
+        deployments = build_deployments(settings, names)
+        port = start_metrics_server(settings.metrics_port)
+        if port:
+            log.info("metrics on http://0.0.0.0:%s/metrics", port)
+        runner = ServeRunner(limit=settings.serve_run_limit, pause_on_shutdown=True)
+        for deployment in deployments:
+            runner.add_deployment(deployment)
+        _say(
+            f"serving {len(deployments)} deployment(s): {', '.join(d.name for d in deployments)} "
+            "(SIGTERM or Ctrl-C stops)"
+        )
+        asyncio.run(runner.serve_until_stopped())
+    except StopBeforeServing as stop:
+        _say(f"{stop} received while registering the deployments: stopped")
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 if __name__ == "__main__":  # python -m deployments.serve [name ...]

@@ -48,7 +48,11 @@ class ServiceSettings(BaseSettings):
     webhook_tolerance: int = Field(
         300, ge=1, description="Max age (and future skew) of a webhook timestamp, in seconds."
     )
-    debug: bool = Field(False, description="CLI errors show their traceback instead of one line.")
+    debug: bool = Field(
+        False,
+        description="CLI errors show their traceback instead of one line, and Prefect's console logging of "
+        "flow and task runs reaches the terminal again.",
+    )
 
     def source_system(self) -> str | None:
         """The configured source's name (`source_system` of its documents), or None without a source root."""

@@ -1,29 +1,67 @@
-"""The local stack without containers: a Prefect server and the embedded FalkorDB, started in the background.
+"""The local stack without containers: one Prefect server per data dir and the embedded FalkorDB.
 
-`up()` is idempotent: a Prefect server already answering on the port is reused, and FalkorDB is reused by
-`sinks.graph.falkordb_server.ensure_server`. Everything it starts lives under `<data_dir>/stack` (logs, pid
-file, the Prefect database via PREFECT_HOME), so `down()` stops exactly what `up()` started and nothing
-else. Qdrant and BM25 need no server: they run embedded in the flow processes.
+One **local Prefect server** per data dir, recorded in `<data_dir>/stack/prefect-server.json` (its pid, which
+leads its own process group, and its API URL), with its database and log under `<data_dir>/stack`:
+
+- `unichunk up` starts it on port 4200 (the UI's usual port), or reuses the recorded one;
+- every CLI command that talks to Prefect with PREFECT_API_URL unset starts it on a free port (never 4200,
+  which `up` and users' own servers use), or reuses the recorded one (`ensure_prefect_server`).
+  Why not Prefect's ephemeral server, the default without PREFECT_API_URL: it is a child of the command,
+  so a command killed with SIGKILL leaves it running, unrecorded, one more per killed command, and every
+  command pays its start-up (measured: 10-15 s here). A recorded server outlives a killed command on
+  purpose: the next command reuses it (and says so) and `unichunk down` stops it;
+- `down()` stops the recorded server and the embedded FalkorDB (`sinks.graph.falkordb_server`), which is
+  recorded the same way, and nothing else: a server that answered on port 4200 without being ours was
+  used, never recorded, so never stopped.
+
+Start and stop hold a file lock (`stack/.lock`), so two commands starting at once start one server.
+Qdrant and BM25 need no server: they run embedded in the flow processes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from sinks.config import SinkSettings
-from sinks.graph.falkordb_server import ensure_server, stop_server
+from sinks.graph.falkordb_server import ensure_server, running_url, stop_server
 
 STATE_FILE = "prefect-server.json"
+UP_PORT = 4200
+# How long a recorded server that stops answering /health may take to answer again (a busy SQLite
+# database) before it is taken for hung and replaced.
+UNRESPONSIVE_SECONDS = 15.0
+
+
+@dataclass(frozen=True)
+class LocalPrefect:
+    """The data dir's Prefect server: where it answers, its process (group), whether this call started it."""
+
+    api_url: str
+    pid: int
+    started: bool
+
+    @property
+    def ui_url(self) -> str:
+        return self.api_url.removesuffix("/api")
+
+    def announce(self) -> str:
+        """The one line a command prints about the server it uses."""
+        if self.started:
+            return f"Prefect: local server {self.ui_url} (started by unichunk; `unichunk down` stops it)"
+        return f"Prefect: reusing local server {self.ui_url} (`unichunk down` stops it)"
 
 
 @dataclass
@@ -56,15 +94,67 @@ def _prefect_executable() -> str:
     return str(candidate) if candidate.exists() else "prefect"
 
 
-def start_prefect_server(
-    data_dir: Path, host: str = "127.0.0.1", port: int = 4200, timeout: float = 180.0
-) -> tuple[str, bool]:
-    """Start `prefect server start` detached (or reuse one answering there); returns (api url, started)."""
-    api_url = f"http://{host}:{port}/api"
-    if _healthy(api_url):
-        return api_url, False
-    directory = stack_dir(data_dir)
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """Serialise start/stop across processes. The lock file's descriptor is not inherited by the server
+    (subprocess closes descriptors), so the lock frees when the command holding it exits, however it exits."""
     directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _read_state(directory: Path) -> tuple[int, str] | None:
+    try:
+        state = json.loads((directory / STATE_FILE).read_text())
+        return int(state["pid"]), str(state["api_url"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _group_alive(pid: int) -> bool:
+    """True while `pid` leads a live process group: the server we started (a recycled pid does not lead
+    a group). Reaps it first if this process started it and it exited."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
+
+
+def _recorded(directory: Path, patience: float = UNRESPONSIVE_SECONDS) -> LocalPrefect | None:
+    """The recorded server if it is alive and answers (waiting up to `patience` s for a busy one); a dead
+    record is removed, and a server that stays silent is stopped, so the caller starts a new one."""
+    state = _read_state(directory)
+    if state is None:
+        return None
+    pid, api_url = state
+    deadline = time.monotonic() + patience
+    while _group_alive(pid):
+        if _healthy(api_url):
+            return LocalPrefect(api_url, pid, started=False)
+        if time.monotonic() > deadline:
+            _terminate_group(pid)
+            break
+        time.sleep(0.5)
+    (directory / STATE_FILE).unlink(missing_ok=True)
+    return None
+
+
+def _free_port() -> int:
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port != UP_PORT:
+            return port
+
+
+def _spawn(directory: Path, host: str, port: int) -> subprocess.Popen:
     env = dict(os.environ)
     env.update(
         PREFECT_HOME=str(directory / "prefect-home"),
@@ -72,26 +162,77 @@ def start_prefect_server(
         DO_NOT_TRACK="1",
     )
     env.pop("PREFECT_API_URL", None)  # the server must not try to talk to another one
-    log = directory / "prefect-server.log"
-    with log.open("ab") as handle:
-        process = subprocess.Popen(
+    with (directory / "prefect-server.log").open("ab") as handle:
+        return subprocess.Popen(
             [_prefect_executable(), "server", "start", "--host", host, "--port", str(port)],
             stdout=handle,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
-            start_new_session=True,  # survives the CLI that started it; down() signals the whole group
+            start_new_session=True,  # outlives the command that started it; stopped as a group
         )
-    (directory / STATE_FILE).write_text(json.dumps({"pid": process.pid, "api_url": api_url}))
+
+
+def _wait_healthy(process: subprocess.Popen, api_url: str, timeout: float) -> bool:
+    """True once the server answers; False if it exited (or did not answer within `timeout`)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"prefect server exited with {process.returncode}; see {log}")
+    while time.monotonic() < deadline and process.poll() is None:
         if _healthy(api_url):
-            return api_url, True
+            return True
         time.sleep(0.5)
-    _terminate_group(process.pid)
-    raise RuntimeError(f"prefect server not healthy after {timeout:.0f} s; see {log}")
+    return False
+
+
+def _start(directory: Path, host: str, port: int | None, timeout: float) -> LocalPrefect:
+    """Start and record a server on `port`, or on a free port (a second one if another process took the
+    first between our choosing it and the server binding it)."""
+    log = directory / "prefect-server.log"
+    for _attempt in range(1 if port else 2):
+        chosen = port or _free_port()
+        api_url = f"http://{host}:{chosen}/api"
+        process = _spawn(directory, host, chosen)
+        (directory / STATE_FILE).write_text(json.dumps({"pid": process.pid, "api_url": api_url}))
+        if _wait_healthy(process, api_url, timeout):
+            return LocalPrefect(api_url, process.pid, started=True)
+        (directory / STATE_FILE).unlink(missing_ok=True)
+        if process.poll() is None:
+            _terminate_group(process.pid)
+            raise RuntimeError(f"prefect server not healthy after {timeout:.0f} s; see {log}")
+    raise RuntimeError(f"prefect server exited with {process.returncode}; see {log}")
+
+
+def ensure_prefect_server(
+    data_dir: Path, *, host: str = "127.0.0.1", port: int | None = None, timeout: float = 180.0
+) -> LocalPrefect:
+    """The data dir's recorded Prefect server if it answers, else a new one (on `port`, default a free
+    port other than 4200), started detached and recorded."""
+    directory = stack_dir(data_dir)
+    with _locked(directory):
+        return _recorded(directory) or _start(directory, host, port, timeout)
+
+
+def recorded_prefect(data_dir: Path) -> LocalPrefect | None:
+    """The data dir's recorded Prefect server if it is running (without starting one)."""
+    directory = stack_dir(data_dir)
+    if not (directory / STATE_FILE).exists():
+        return None
+    with _locked(directory):
+        return _recorded(directory, patience=2.0)
+
+
+def start_prefect_server(
+    data_dir: Path, host: str = "127.0.0.1", port: int = UP_PORT, timeout: float = 180.0
+) -> tuple[str, bool]:
+    """For `up`: the recorded server, else one answering on `port` (used, not ours to stop), else a new
+    one on `port`; returns (api url, started)."""
+    directory = stack_dir(data_dir)
+    with _locked(directory):
+        if recorded := _recorded(directory):
+            return recorded.api_url, False
+        api_url = f"http://{host}:{port}/api"
+        if _healthy(api_url):
+            return api_url, False
+        return _start(directory, host, port, timeout).api_url, True
 
 
 def _terminate_group(pid: int, timeout: float = 20.0) -> None:
@@ -114,26 +255,31 @@ def _terminate_group(pid: int, timeout: float = 20.0) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def stop_prefect_server(data_dir: Path) -> bool:
-    """Stop the server `up()` started (found by its pid file); True if one was stopped."""
-    state_file = stack_dir(data_dir) / STATE_FILE
-    if not state_file.exists():
-        return False
-    state = json.loads(state_file.read_text())
-    state_file.unlink()
-    pid = int(state["pid"])
-    # Only a process group we created has this pid as its group id: a recycled pid is left alone.
-    try:
-        if os.getpgid(pid) != pid:
-            return False
-    except ProcessLookupError:
-        return False
-    _terminate_group(pid)
-    return True
+def stop_prefect_server(data_dir: Path) -> LocalPrefect | None:
+    """Stop the recorded server (`up`'s or a command's) and its process group; returns what was stopped."""
+    directory = stack_dir(data_dir)
+    with _locked(directory):
+        state = _read_state(directory)
+        (directory / STATE_FILE).unlink(missing_ok=True)
+        if state is None or not _group_alive(state[0]):  # a recycled pid is not a group leader: left alone
+            return None
+        _terminate_group(state[0])
+        return LocalPrefect(state[1], state[0], started=False)
+
+
+def running(data_dir: Path | None = None) -> list[str]:
+    """One line per server the stack left running for this data dir (what `down` would stop)."""
+    data_dir = Path(data_dir or SinkSettings().data_dir)
+    lines = []
+    if falkordb := running_url(data_dir):
+        lines.append(f"FalkorDB {falkordb} (embedded, data in {Path(data_dir).resolve() / 'falkordb'})")
+    if prefect := recorded_prefect(data_dir):
+        lines.append(f"Prefect server {prefect.ui_url} (pid {prefect.pid})")
+    return lines
 
 
 def up(
-    data_dir: Path | None = None, host: str = "127.0.0.1", port: int = 4200, echo: bool = True
+    data_dir: Path | None = None, host: str = "127.0.0.1", port: int = UP_PORT, echo: bool = True
 ) -> StackUrls:
     """Start (or reuse) the Prefect server and the embedded FalkorDB; print and return their URLs."""
     data_dir = Path(data_dir or SinkSettings().data_dir)
@@ -150,10 +296,19 @@ def up(
 
 
 def down(data_dir: Path | None = None, echo: bool = True) -> dict[str, bool]:
-    """Stop what `up()` started: the Prefect server it launched and the embedded FalkorDB."""
+    """Stop what `up()`, `demo` and other commands started for this data dir: the recorded Prefect server
+    and the embedded FalkorDB. Prints (with `echo`) one line for each."""
     data_dir = Path(data_dir or SinkSettings().data_dir)
-    stopped = {"prefect": stop_prefect_server(data_dir), "falkordb": stop_server(data_dir)}
+    falkordb = running_url(data_dir)
+    prefect = stop_prefect_server(data_dir)
+    stopped = {"prefect": prefect is not None, "falkordb": stop_server(data_dir)}
     if echo:
-        for name, was in stopped.items():
-            print(f"{name:<10}{'stopped' if was else 'was not running'}")
+        print(
+            "Prefect server  "
+            + (f"{prefect.ui_url} (pid {prefect.pid}) stopped" if prefect else "not running")
+        )
+        print(
+            "FalkorDB        "
+            + (f"{falkordb or 'embedded'} stopped" if stopped["falkordb"] else "not running")
+        )
     return stopped

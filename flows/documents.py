@@ -11,12 +11,11 @@ from prefect.states import State
 from chunking.config import ChunkStrategy
 from chunking.sources import PathsSource
 from flows.params import IngestSummary
-from flows.pipeline import finish, process_items, sinks_context, timed_summary
+from flows.pipeline import delete_leased, finish, process_items, sinks_context, timed_summary
 from index.generations import target_for_ingest, writable_runs
 from index.run import RunConfig
 from sinks.base import SINK_NAMES, SinkName
 from sinks.config import SinkSettings
-from tasks.delete import delete_documents_task
 
 
 @flow(name="ingest-document")
@@ -55,6 +54,8 @@ def delete_document(document_id: str, sinks: list[SinkName] | None = None) -> di
     """Remove one document from every sink, the chunk store and the status table; chunks removed per sink.
 
     It reaches every generation that is live or being built, so a rebuild cannot bring the document back.
+    A run writing the document at that moment finishes first (the document's lease, `flows.leases`): the
+    deletion never interleaves with its write.
     """
     base = RunConfig(ChunkStrategy(), SinkSettings(), tuple(sinks or SINK_NAMES))
     summary = IngestSummary(flow="delete-document")
@@ -62,7 +63,7 @@ def delete_document(document_id: str, sinks: list[SinkName] | None = None) -> di
     with timed_summary(summary, "delete-document"):
         for run in writable_runs(base):
             with sinks_context(run, dry_run=False):
-                for name, count in delete_documents_task(run, [document_id]).items():
+                for name, count in delete_leased(run, [document_id]).items():
                     removed[name] = removed.get(name, 0) + count
     get_run_logger().info(
         "deleted %s: %s chunk(s) removed per sink %s", document_id, sum(removed.values()), removed

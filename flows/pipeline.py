@@ -8,10 +8,11 @@ disagreeing about it.
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from prefect import get_run_logger
 from prefect.futures import PrefectFuture
@@ -21,6 +22,7 @@ from prefect.utilities.annotations import quote
 from chunking.loaders import max_document_bytes
 from chunking.sources import Source, SourceItem
 from flows import progress
+from flows.leases import RunLeases, when_leased
 from flows.params import FailedDocument, IngestSummary, names
 from flows.store_access import exclusive_store_access
 from index import metrics
@@ -30,7 +32,7 @@ from index.generations import ensure_live_alias, expired_generations
 from index.run import RunConfig
 from index.sink_writes import PrepareOutcome, record_outcome
 from index.status import DocumentStatus
-from sinks.base import Sink
+from sinks.base import SINK_NAMES, Sink
 from sinks.config import SinkSettings
 from sinks.pool import flow_sinks
 from tasks.alignment import restore_previous_task
@@ -88,14 +90,14 @@ def batched(items: Sequence[SourceItem], size: int) -> Iterator[list[SourceItem]
 def sinks_context(run: RunConfig, dry_run: bool) -> Iterator[dict[str, Sink]]:
     """Open the run's sinks for the flow (closing them after); a dry run opens none.
 
-    An embedded store takes one run at a time: the flow first waits for its slot (`flows.store_access`),
-    so overlapping runs queue instead of failing on Qdrant's lock. Opening the sinks also keeps the
-    Qdrant alias on the live collection: the first ingest of a data dir (a CLI run or a webhook's)
-    creates the live generation, and with it the alias outside readers use."""
+    An embedded vector store takes one run at a time: a flow that opens it first waits for its slot
+    (`flows.store_access`), so overlapping runs queue instead of failing on Qdrant's lock. Opening the
+    sinks also keeps the Qdrant alias on the live collection: the first ingest of a data dir (a CLI run or
+    a webhook's) creates the live generation, and with it the alias outside readers use."""
     if dry_run:
         yield {}
         return
-    with exclusive_store_access(run.settings) as lock:
+    with exclusive_store_access(run.settings, run.sinks) as lock:
         if lock is not None:
             get_run_logger().info("holding %s (one run at a time on an embedded store)", lock)
         with flow_sinks(run.sinks, run.settings) as sinks:
@@ -114,6 +116,20 @@ class _Writing:
     futures: dict[str, PrefectFuture[int]]
 
 
+@dataclass
+class _Progress:
+    """Documents accounted for so far, of `total`, and batches submitted (their labels run on across the
+    rounds that retry deferred documents)."""
+
+    done: int
+    total: int
+    batches: int = 0
+
+    def advance(self, count: int) -> None:
+        self.done += count
+        progress.report("documents", self.done, self.total)
+
+
 def process_items(
     items: Sequence[SourceItem], run: RunConfig, summary: IngestSummary, *, batch_size: int, dry_run: bool
 ) -> None:
@@ -124,11 +140,49 @@ def process_items(
     chunking or store writes. Writes stay in batch order: batch N's are settled (and, on failure,
     undone) before batch N+1's start.
 
+    One document is never written by two runs at once (with server stores runs proceed in parallel):
+    each batch's documents are leased (`flows.leases`) just before it is chunked, in one transaction, and
+    released once its outcome is recorded. A document another run holds is deferred: not loaded, not
+    written. When this run's batches are done, and it holds no lease (so two runs can never wait for each
+    other), it waits for the deferred documents and processes them as more batches, reading each file then:
+    the run that writes a document last has read it last, so the later update wins. A dry run writes
+    nothing and leases nothing.
+
     Task arguments are wrapped in `quote`: Prefect otherwise walks every argument, element by element,
     looking for futures to resolve (none are passed here); 56 task runs each given 2,000 small dicts
     spent 13 s of CPU on that, against 1.5 s quoted.
     """
     rows = run.status_store(readonly=dry_run).get_many(item.document_id for item in items)
+    todo = _triage(items, rows, run, summary)
+    tally = _Progress(done=len(items) - len(todo), total=len(items))
+    tally.advance(0)
+    if dry_run:
+        _run_batches(todo, run, summary, batch_size=batch_size, dry_run=True, leases=None, tally=tally)
+        return
+    if not todo:  # nothing changed: no lease to take (the nightly reindex's usual case)
+        return
+    with RunLeases(run) as leases:
+        while todo:
+            deferred = _run_batches(
+                todo, run, summary, batch_size=batch_size, dry_run=False, leases=leases, tally=tally
+            )
+            if not deferred:
+                break
+            source_ids = {item.document_id: item.source_id for item in deferred}
+            leases.wait_for_any(list(source_ids), describe=source_ids.__getitem__)
+            # Looked at afresh: the run that held them may have stored this very version (then skipped
+            # here by size and mtime, as any unchanged file), or the file may have changed again since.
+            deferred = [_restat(item) for item in deferred]
+            rows = run.status_store().get_many(item.document_id for item in deferred)
+            todo = _triage(deferred, rows, run, summary)
+            tally.advance(len(deferred) - len(todo))
+
+
+def _triage(
+    items: Sequence[SourceItem], rows: dict[str, DocumentStatus], run: RunConfig, summary: IngestSummary
+) -> list[SourceItem]:
+    """The items to load: all but those unchanged by size and mtime and the known unreadable ones (both
+    counted into `summary` here)."""
     unreadable = [item for item in items if known_unreadable(item, rows.get(item.document_id))]
     _record_unreadable(summary, unreadable, rows)
     unreadable_ids = {item.document_id for item in unreadable}
@@ -140,16 +194,55 @@ def process_items(
     ]
     summary.skipped += len(items) - len(todo) - len(unreadable)
     metrics.DOCUMENTS.labels(outcome="skipped").inc(len(items) - len(todo))  # unreadable ones too
-    done = len(items) - len(todo)
-    progress.report("documents", done, len(items))
-    batches = list(batched(todo, batch_size))
-    upcoming = _chunk_next(batches, 0, run, dry_run)
+    return todo
+
+
+def _restat(item: SourceItem) -> SourceItem:
+    """`item` with the size and mtime its file has now (as it was when it cannot be read: loading it will
+    say why)."""
+    try:
+        st = os.stat(item.path)
+    except OSError:
+        return item
+    return replace(item, size=st.st_size, mtime_ns=st.st_mtime_ns)
+
+
+def _leased_batches(
+    items: Sequence[SourceItem], batch_size: int, leases: RunLeases | None, deferred: list[SourceItem]
+) -> Iterator[list[SourceItem]]:
+    """`items` in batches, each leased as it is asked for (so just before it is chunked); the documents
+    another run holds go to `deferred` instead."""
+    for batch in batched(items, batch_size):
+        if leases is None:
+            yield batch
+            continue
+        taken, refused = leases.take(batch)
+        deferred.extend(refused)
+        if taken:
+            yield taken
+
+
+def _run_batches(
+    items: Sequence[SourceItem],
+    run: RunConfig,
+    summary: IngestSummary,
+    *,
+    batch_size: int,
+    dry_run: bool,
+    leases: RunLeases | None,
+    tally: _Progress,
+) -> list[SourceItem]:
+    """Chunk, prepare and write `items` in overlapping batches; returns the documents deferred because
+    another run held them. Every lease this takes is released by the time it returns or raises."""
+    deferred: list[SourceItem] = []
+    batches = _leased_batches(items, batch_size, leases, deferred)
+    upcoming = _chunk_next(batches, tally, run, dry_run)
     writing: _Writing | None = None
     try:
-        for index, batch in enumerate(batches):
-            assert upcoming is not None
-            result = upcoming.result()
-            upcoming = _chunk_next(batches, index + 1, run, dry_run)
+        while upcoming is not None:
+            batch, future = upcoming
+            result = future.result()
+            upcoming = _chunk_next(batches, tally, run, dry_run)
             by_id = {item.document_id: item for item in batch}
             summary.skipped += len(result.skipped)
             metrics.DOCUMENTS.labels(outcome="skipped").inc(len(result.skipped))
@@ -162,7 +255,7 @@ def process_items(
                 good, outcomes = prepare_batch(result.keys, run, failed) if result.keys else ([], {})
                 if writing is not None:
                     previous, writing = writing, None
-                    _settle(previous, run, summary)
+                    _settle(previous, run, summary, leases)
                 futures = (
                     {
                         name: write_sink.submit(name, quote(outcomes[name].prepared), quote(run))
@@ -172,25 +265,34 @@ def process_items(
                     else {}
                 )
                 writing = _Writing(by_id, result, good, failed, futures)
-            done += len(batch)
-            progress.report("documents", done, len(items))
+            tally.advance(len(batch))
     finally:
         # Also when a later batch raised: the writes already running are waited for and recorded (or
         # undone), so the status table never misses a write that happened.
-        if writing is not None:
-            _settle(writing, run, summary)
+        try:
+            if writing is not None:
+                _settle(writing, run, summary, leases)
+        finally:
+            if leases is not None:
+                if upcoming is not None:  # its chunk task writes status rows: let it end before letting go
+                    upcoming[1].wait()
+                leases.release(leases.held)
+    return deferred
 
 
 def _chunk_next(
-    batches: list[list[SourceItem]], index: int, run: RunConfig, dry_run: bool
-) -> PrefectFuture[ChunkBatchResult] | None:
-    if index >= len(batches):
+    batches: Iterator[list[SourceItem]], tally: _Progress, run: RunConfig, dry_run: bool
+) -> tuple[list[SourceItem], PrefectFuture[ChunkBatchResult]] | None:
+    batch = next(batches, None)
+    if batch is None:
         return None
-    return chunk_batch.submit(quote(batches[index]), quote(run), batch_label=f"{index + 1}", dry_run=dry_run)
+    tally.batches += 1
+    label = f"{tally.batches}"
+    return batch, chunk_batch.submit(quote(batch), quote(run), batch_label=label, dry_run=dry_run)
 
 
-def _settle(writing: _Writing, run: RunConfig, summary: IngestSummary) -> None:
-    """Wait for a batch's writes and record its outcome.
+def _settle(writing: _Writing, run: RunConfig, summary: IngestSummary, leases: RunLeases | None) -> None:
+    """Wait for a batch's writes and record its outcome, then release its documents' leases.
 
     Guarantee when a write fails: the batch's documents are marked failed and every sink whose write
     succeeded is put back to the previous version (a new document is removed), so those sinks never keep
@@ -218,6 +320,8 @@ def _settle(writing: _Writing, run: RunConfig, summary: IngestSummary) -> None:
     record_outcome(
         run, writing.by_id, processed, {d: e for d, e in failed.items() if d not in writing.result.failed}
     )
+    if leases is not None:  # recorded: another run may take these documents now
+        leases.release(writing.by_id)
     summary.processed += len(processed)
     metrics.DOCUMENTS.labels(outcome="processed").inc(len(processed))
     _record_failures(summary, writing.by_id, failed, dry_run=False)
@@ -316,8 +420,24 @@ def delete_missing(
     if dry_run:
         summary.would_delete.extend(row.source_id or row.document_id for row in missing)
     elif missing:
-        delete_documents_task(run, [row.document_id for row in missing])
+        source_ids = {row.document_id: row.source_id or row.document_id for row in missing}
+        delete_leased(run, list(source_ids), describe=source_ids.__getitem__)
         summary.deleted += len(missing)
+
+
+def delete_leased(
+    run: RunConfig, document_ids: Sequence[str], *, describe: Callable[[str], str] = str
+) -> dict[str, int]:
+    """Delete documents from every sink and the run's records, each under its lease (`flows.leases`), so a
+    deletion never interleaves with another run's write of the same document; chunks removed per sink."""
+    removed: dict[str, int] = {}
+
+    def delete(ids: list[str]) -> None:
+        for name, count in delete_documents_task(run, ids).items():
+            removed[name] = removed.get(name, 0) + count
+
+    when_leased(run, document_ids, delete, describe=describe)
+    return removed
 
 
 @contextmanager
@@ -364,6 +484,7 @@ def drop_expired(settings: SinkSettings) -> list[str]:
     """Drop every retired generation whose retention ran out (one task run each); returns their IDs."""
     expired = expired_generations(settings)
     for generation_id in expired:
-        with exclusive_store_access(settings.for_generation(generation_id)):
+        # every sink of the generation is dropped, the vector store included: always its lock
+        with exclusive_store_access(settings.for_generation(generation_id), SINK_NAMES):
             drop_generation(settings, generation_id)
     return expired

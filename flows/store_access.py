@@ -15,34 +15,46 @@ The kernel releases a file lock the moment its holder exits, however it exits, a
 process on the machine whichever Prefect server started it (a CLI run beside a served one). The served
 process's own queue (`UNICHUNK_SERVE_RUN_LIMIT`) is Prefect's.
 
+Only a run that opens the vector store needs the lock: a run writing only the keyword index and the graph
+(`--sink keywords --sink graph`) opens no Qdrant directory (the BM25 file and the graph server take
+concurrent writers), so it is not queued. Dropping a generation removes all its stores, the vectors
+included, and keeps the lock.
+
 With a Qdrant server (`UNICHUNK_QDRANT_URL`) the stores take concurrent writers and runs are not queued.
+Runs that proceed in parallel never write one document at once: each holds the leases of the documents it
+is writing (`flows.leases`).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from prefect import get_run_logger
 from prefect.runtime import flow_run
 
+from sinks.base import SINK_NAMES
 from sinks.config import SinkSettings
 
 
-def store_lock_path(settings: SinkSettings) -> Path | None:
-    """The lock guarding these settings' embedded vector store, or None when it is a server."""
-    if settings.qdrant_url:
+def store_lock_path(settings: SinkSettings, sinks: Iterable[str] = SINK_NAMES) -> Path | None:
+    """The lock guarding these settings' embedded vector store; None when it is a server, or when `sinks`
+    (the sinks a run opens) leave the vector store out."""
+    if settings.qdrant_url or "vectors" not in sinks:
         return None
     return settings.qdrant_path.parent / "run.lock"
 
 
 @contextmanager
-def exclusive_store_access(settings: SinkSettings) -> Iterator[Path | None]:
-    """Hold the store's lock for the block, waiting for it as long as it takes; yields the lock's path."""
-    path = store_lock_path(settings)
+def exclusive_store_access(
+    settings: SinkSettings, sinks: Iterable[str] = SINK_NAMES
+) -> Iterator[Path | None]:
+    """Hold the store's lock for the block, waiting for it as long as it takes; yields the lock's path
+    (None: no lock needed). `sinks` are those the run opens, every sink by default (a generation drop)."""
+    path = store_lock_path(settings, sinks)
     if path is None:
         yield None
         return

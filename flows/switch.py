@@ -17,6 +17,7 @@ from flows.pipeline import sinks_context
 from flows.store_access import exclusive_store_access
 from index.generations import DEFAULT_RETENTION_HOURS, rollback_target, switchable
 from index.run import RunConfig
+from sinks.base import SINK_NAMES
 from sinks.config import SinkSettings
 from tasks.alignment import verify_alignment_task
 from tasks.generations import drop_generation, switch_live
@@ -49,6 +50,7 @@ def drop_generation_now(generation_id: str) -> str:
     """Delete a generation that is not live (its stores, files and cached chunks) without waiting for its
     retention; the CLI's `generations drop`."""
     settings = SinkSettings()
-    with exclusive_store_access(settings.for_generation(generation_id)):
+    # every sink of the generation is dropped, the vector store included: always its lock
+    with exclusive_store_access(settings.for_generation(generation_id), SINK_NAMES):
         drop_generation(settings, generation_id)
     return generation_id

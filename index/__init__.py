@@ -6,7 +6,9 @@
 - `status.py`: per-document status of one generation; `chunk_cache.py`: chunks keyed by what made them;
 - `chunk_batch.py`: load, skip unchanged, chunk once; `sink_writes.py`: prepare, write, record, undo,
   delete; `alignment.py`: the check that the stores agree, and its repair; `metrics.py`: the pipeline's
-  Prometheus metrics.
+  Prometheus metrics;
+- `document_leases.py`: which run may write a document now (runs in parallel never write one at once);
+  `source_registry.py`: the sources a data dir has ingested.
 """
 
 from index.generations import live_status, reading_settings, target_for_ingest

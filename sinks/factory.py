@@ -13,7 +13,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable
 
-from sinks.base import SINK_NAMES, InvalidRequest, Sink
+from chunking.errors import UnichunkError
+from sinks.base import SINK_NAMES, InvalidRequest, Sink, SinkError
 from sinks.config import SinkSettings
 
 # name -> (module, class); each class has `from_settings(settings)`.
@@ -25,11 +26,21 @@ _STORES: dict[str, tuple[str, str]] = {
 
 
 def open_sink(name: str, settings: SinkSettings) -> Sink:
-    """One sink of the generation `settings` names."""
+    """One sink of the generation `settings` names.
+
+    A store that cannot be opened raises SinkError naming it (`[graph] cannot open the store: ...`): a
+    client library's own error (redis' ConnectionError, say) names a host and port, not which of our
+    stores is down."""
     if name not in _STORES:
         raise InvalidRequest(name, f"unknown sink {name!r}; choose from {list(SINK_NAMES)}")
     module, cls = _STORES[name]
-    return getattr(importlib.import_module(module), cls).from_settings(settings)
+    store = getattr(importlib.import_module(module), cls)
+    try:
+        return store.from_settings(settings)
+    except UnichunkError:
+        raise  # ours already says what failed
+    except Exception as exc:
+        raise SinkError(name, f"cannot open the store: {type(exc).__name__}: {exc}") from exc
 
 
 def open_sinks(settings: SinkSettings, names: Iterable[str] = SINK_NAMES) -> dict[str, Sink]:

@@ -54,6 +54,16 @@ def ensure_server(data_dir: Path, port: int | None = None, *, timeout: float = 3
         return _url(port)
 
 
+def running_url(data_dir: Path) -> str | None:
+    """The URL of the recorded server on `data_dir/falkordb` if it answers (without starting one)."""
+    directory = server_dir(data_dir).resolve()
+    if not (directory / STATE_FILE).exists():
+        return None
+    with _locked(directory):
+        state = _read_state(directory)
+        return _url(state["port"]) if state and _answers(state["port"], directory) else None
+
+
 def stop_server(data_dir: Path, *, timeout: float = 30.0) -> bool:
     """Shut down the recorded server (its append-only file is already synced); True if one was running."""
     directory = server_dir(data_dir).resolve()

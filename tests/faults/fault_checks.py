@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from index.generations import live_status, reading_settings
@@ -26,33 +27,44 @@ def make_corpus(root: Path, count: int, start: int = 0) -> list[Path]:
     return paths
 
 
-def held() -> dict[str, set[str]]:
-    return {name: sink.chunk_ids() for name, sink in get_sinks(SINK_NAMES, reading_settings()).items()}
+def held(names: Sequence[str] = SINK_NAMES) -> dict[str, set[str]]:
+    return {name: sink.chunk_ids() for name, sink in get_sinks(names, reading_settings()).items()}
 
 
-def duplicates() -> dict[str, dict[str, int]]:
+def duplicates(names: Sequence[str] = SINK_NAMES) -> dict[str, dict[str, int]]:
     """Anything stored more than once: Qdrant points, BM25 index entries, graph nodes by their key."""
-    sinks = get_sinks(SINK_NAMES, reading_settings())
+    sinks = get_sinks(names, reading_settings())
     found: dict[str, dict[str, int]] = {}
-    vectors = sinks["vectors"]
-    ids = [str(p.payload["chunk_id"]) for p in _scroll_all(vectors)]
-    found["vectors"] = {k: v for k, v in Counter(ids).items() if v > 1}
-    if len(ids) != vectors.count():
-        found["vectors"]["<count mismatch>"] = vectors.count()
-    keywords = sinks["keywords"]
+    if "vectors" in sinks:
+        vectors = sinks["vectors"]
+        ids = [str(p.payload["chunk_id"]) for p in _scroll_all(vectors)]
+        found["vectors"] = {k: v for k, v in Counter(ids).items() if v > 1}
+        if len(ids) != vectors.count():
+            found["vectors"]["<count mismatch>"] = vectors.count()
+    if "keywords" in sinks:
+        found["keywords"] = _keyword_duplicates(sinks["keywords"])
+    if "graph" in sinks:
+        found["graph"] = _graph_duplicates(sinks["graph"])
+    return {name: dups for name, dups in found.items() if dups}
+
+
+def _keyword_duplicates(keywords) -> dict[str, int]:  # type: ignore[no-untyped-def]
     with keywords._lock:
         rows = {r[0] for r in keywords._conn.execute("SELECT chunk_id FROM chunks")}
     snapshot = keywords._current()  # the in-memory BM25 index searches run on
     indexed = list(snapshot.chunk_ids) if snapshot is not None else []
-    found["keywords"] = {k: v for k, v in Counter(indexed).items() if v > 1}
+    found = {k: v for k, v in Counter(indexed).items() if v > 1}
     if set(indexed) != rows:
-        found["keywords"]["<index differs from the table>"] = len(indexed)
-    backend = sinks["graph"].backend
-    found["graph"] = {}
+        found["<index differs from the table>"] = len(indexed)
+    return found
+
+
+def _graph_duplicates(graph) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    found: dict[str, int] = {}
     for label, key in (("Chunk", "chunk_id"), ("Document", "document_id"), ("Entity", "name")):
         query = f"MATCH (n:{label}) WITH n.{key} AS k, count(*) AS c WHERE c > 1 RETURN k, c"
-        found["graph"].update({f"{label}:{r['k']}": r["c"] for r in backend.run(query, write=False)})
-    return {name: dups for name, dups in found.items() if dups}
+        found.update({f"{label}:{r['k']}": r["c"] for r in graph.backend.run(query, write=False)})
+    return found
 
 
 def _scroll_all(vectors):  # type: ignore[no-untyped-def]
@@ -64,9 +76,9 @@ def _scroll_all(vectors):  # type: ignore[no-untyped-def]
             return points
 
 
-def assert_converged(data_dir: Path) -> set[str]:
-    """verify's check: every sink holds exactly the expected IDs, and nothing twice."""
+def assert_converged(data_dir: Path, names: Sequence[str] = SINK_NAMES) -> set[str]:
+    """verify's check: every sink (of `names`) holds exactly the expected IDs, and nothing twice."""
     expected = live_status(data_dir).expected_chunk_ids()
-    assert held() == dict.fromkeys(SINK_NAMES, expected)
-    assert duplicates() == {}
+    assert held(names) == dict.fromkeys(names, expected)
+    assert duplicates(names) == {}
     return expected

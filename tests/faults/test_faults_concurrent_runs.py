@@ -8,6 +8,7 @@ IDs the chunking service derives for each document, nothing more), with nothing 
 
 from __future__ import annotations
 
+import contextvars
 import threading
 
 from fault_checks import assert_converged, make_corpus
@@ -36,7 +37,12 @@ def test_two_overlapping_runs_at_once_equal_one_run(fault_env, tmp_path):
         except BaseException as exc:  # kept, so a failure names its cause instead of a missing entry
             states[name] = exc
 
-    threads = [threading.Thread(target=run, args=item) for item in (("a", first), ("b", second))]
+    # Each thread in a copy of this context: Prefect's settings (the session's server) are a context
+    # variable, and a thread without them starts a temporary server of its own and leaves it running.
+    threads = [
+        threading.Thread(target=contextvars.copy_context().run, args=(run, *item))
+        for item in (("a", first), ("b", second))
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
