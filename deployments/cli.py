@@ -72,7 +72,7 @@ from chunking.errors import UnichunkError
 from chunking.sources import DEFAULT_PATTERNS
 from deployments import stack
 from deployments.settings import SAMPLE_CORPUS, ServiceSettings
-from index.alignment import record_alignment, verify_alignment
+from index.alignment import verify_live
 from index.generations import (
     DEFAULT_RETENTION_HOURS,
     generation_counts,
@@ -85,7 +85,7 @@ from index.status import StatusStore
 from retrieval import Readers, SearchOptions
 from retrieval import search as run_search
 from retrieval.ranking import RetrievalError
-from sinks.base import SINK_NAMES, InvalidRequest
+from sinks.base import InvalidRequest
 from sinks.config import SinkSettings
 from sinks.pool import flow_sinks
 
@@ -494,10 +494,7 @@ def _print_generations(settings: SinkSettings) -> None:
 
 
 def _verify() -> bool:
-    settings = reading_settings()
-    with flow_sinks(SINK_NAMES, settings) as sinks:
-        report = verify_alignment(sinks, expected=_live_status(settings).expected_chunk_ids())
-    record_alignment(report)
+    report = verify_live()
     table = Table("sink", "chunks", "missing", "extra", "altered")
     kinds = {"missing": report.missing, "extra": report.extra, "altered": report.altered}
     for name in report.counts:
@@ -658,6 +655,23 @@ def serve(
             threading.Thread(target=run_receiver, args=(host, port), name="webhook", daemon=True).start()
             err_console.print(f"webhook receiver on http://{host}:{port}")
         serve_all()
+
+
+@app.command()
+@friendly_errors
+def mcp(
+    http: Annotated[bool, typer.Option("--http", help="Serve streamable HTTP instead of stdio.")] = False,
+    host: Annotated[str, typer.Option(help="HTTP host (with --http).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="HTTP port (with --http).")] = 8765,
+) -> None:
+    """Serve search, chunks, context, status and ingest to agents over MCP (stdio, or HTTP at /mcp).
+
+    `ingest` reads only inside UNICHUNK_MCP_ROOTS (else UNICHUNK_SOURCE_ROOT). stdout carries the protocol
+    alone; everything else goes to stderr (see docs/operations.md, "MCP server for agents")."""
+    with _prefect():  # the ingest tool runs the ingest flow in this process
+        from deployments.mcp_server import run_server
+
+        run_server(http=http, host=host, port=port)
 
 
 @app.command()

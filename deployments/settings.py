@@ -48,6 +48,12 @@ class ServiceSettings(BaseSettings):
     webhook_tolerance: int = Field(
         300, ge=1, description="Max age (and future skew) of a webhook timestamp, in seconds."
     )
+    mcp_roots: list[Path] = Field(
+        default_factory=list,
+        description='Folders the MCP server\'s `ingest` tool may read, a JSON list (`["/srv/docs"]`); a path '
+        "must resolve (symlinks followed) inside one of them. Empty: UNICHUNK_SOURCE_ROOT if set, else the "
+        "tool refuses every path.",
+    )
     debug: bool = Field(
         False,
         description="CLI errors show their traceback instead of one line, and Prefect's console logging of "
@@ -59,6 +65,12 @@ class ServiceSettings(BaseSettings):
         if self.source_root is None:
             return None
         return self.source_name or default_source_name(self.source_root)
+
+    def mcp_ingest_roots(self) -> list[Path]:
+        """The folders the MCP `ingest` tool may read, absolute and resolved: UNICHUNK_MCP_ROOTS, else the
+        source root, else none (ingest refused: an agent must never be able to read the whole disk)."""
+        roots = self.mcp_roots or ([self.source_root] if self.source_root is not None else [])
+        return [root.expanduser().resolve() for root in roots]
 
     def source(self) -> dict[str, str] | None:
         """The configured source as flow parameters (`SourceParams` JSON), or None without a source root."""

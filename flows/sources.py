@@ -9,6 +9,7 @@ that succeeds may delete what vanished from it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from prefect import get_run_logger
 
@@ -16,7 +17,7 @@ from chunking.sources import Source, SourceItem
 from flows.params import IngestSummary, SourceParams
 from flows.pipeline import delete_missing, process_items
 from index.run import RunConfig
-from index.source_registry import SourceRegistry
+from index.source_registry import SourceRecord, SourceRegistry
 from sinks.config import SinkSettings
 
 
@@ -33,9 +34,18 @@ def list_sources(named: SourceParams | None, settings: SinkSettings, *, record: 
     """List `named`, or every recorded source; `record` remembers a named source for later re-indexing."""
     registry = SourceRegistry.in_data_dir(settings.data_dir)
     if named is not None:
+        enclosing = enclosing_source(named, registry.all())
+        if enclosing is not None:
+            get_run_logger().info(
+                "%s lies in the source %s (%s): ingested as part of it, with its document IDs",
+                named.root if named.kind == "directory" else ", ".join(named.paths),
+                enclosing.source_system,
+                enclosing.root,
+            )
+            named = enclosing
         source = named.build()
         listed = [Listed(named, source, source.list())]  # a named source that cannot be listed is an error
-        if record:
+        if record and enclosing is None:  # the enclosing folder's record already covers it, and stays whole
             registry.record(named.record(source))
         return listed
     found = []
@@ -49,6 +59,39 @@ def list_sources(named: SourceParams | None, settings: SinkSettings, *, record: 
     if not found:
         get_run_logger().info("no source recorded in %s yet: nothing to scan", settings.data_dir)
     return found
+
+
+def enclosing_source(named: SourceParams, recorded: list[SourceRecord]) -> SourceParams | None:
+    """A part of a folder ingested before, named without a source name: that folder's source, narrowed to
+    the part; None if `named` is a source of its own.
+
+    Why: a document's ID is (source name, path within the source root). Ingesting `docs/` and later
+    `docs/guide/a.md` on its own (a CLI run on one file, an agent's ingest of a subfolder) would give the
+    file a second ID, derived from `docs/guide/`, and the stores two copies. So a file, a list of files or
+    a subfolder inside a recorded folder keeps the folder's name and root (a subfolder's patterns are
+    anchored to it, so only its documents can be deleted as vanished). An explicit name is never changed.
+    """
+    if named.source_system is not None or named.root is None:
+        return None
+    parts = (
+        [Path(named.root).expanduser().resolve()]
+        if named.kind == "directory"
+        else [Path(p).expanduser().resolve() for p in named.paths]
+    )
+    for record in recorded:
+        if record.kind != "directory" or record.root is None:
+            continue
+        root = Path(record.root)
+        if any(not part.is_relative_to(root) for part in parts) or parts == [root]:
+            continue
+        if named.kind == "paths":
+            return named.model_copy(update={"root": record.root, "source_system": record.name})
+        sub = parts[0].relative_to(root).as_posix()
+        patterns = [f"{sub}/{pattern.lstrip('/')}" for pattern in named.patterns]
+        return named.model_copy(
+            update={"root": record.root, "source_system": record.name, "patterns": patterns}
+        )
+    return None
 
 
 def sync_listed(

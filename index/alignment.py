@@ -26,9 +26,12 @@ from chunking.service import shared_service
 from chunking.sources import SourceItem, load_item
 from index import metrics
 from index.chunk_cache import ChunkKey
+from index.generations import reading_settings
 from index.run import RunConfig
-from index.status import DocumentStatus
-from sinks.base import Sink
+from index.status import DocumentStatus, StatusStore
+from sinks.base import SINK_NAMES, Sink
+from sinks.config import SinkSettings
+from sinks.pool import flow_sinks
 
 
 @dataclass
@@ -191,3 +194,13 @@ def previous_version(row: DocumentStatus, run: RunConfig) -> tuple[Document, lis
         raise ValueError(f"{Path(row.path).name} changed since it was processed; the next ingest updates it")
     cache.put(document, row.chunk_fingerprint, chunks)
     return document, chunks
+
+
+def verify_live(settings: SinkSettings | None = None) -> AlignmentReport:
+    """The live generation's stores against its status table (`unichunk verify`, `Pipeline.verify`);
+    publishes the gauges. The stores are opened for the check and closed after, unless already open."""
+    pinned = reading_settings(settings)
+    with flow_sinks(SINK_NAMES, pinned) as sinks:
+        report = verify_alignment(sinks, expected=StatusStore.of(pinned, readonly=True).expected_chunk_ids())
+    record_alignment(report)
+    return report

@@ -148,7 +148,17 @@ class StatusStore:
             conn.close()
 
     def _exists(self) -> bool:
-        return not self.readonly or self.path.exists()
+        """Whether there is a table to read. A read-only reader may look while the first run of a
+        generation is creating it: the file can exist a moment before its table does (seen as `no such
+        table` from a status poll during a first ingest), so the table itself is looked for; once created
+        it is never dropped, so the check cannot go stale."""
+        if not self.readonly:
+            return True
+        if not self.path.exists():
+            return False
+        with self._connect() as conn:
+            found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'documents'")
+            return found.fetchone() is not None
 
     # --- reads ---------------------------------------------------------------------------------------
 

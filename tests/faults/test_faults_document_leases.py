@@ -99,7 +99,13 @@ def test_two_parallel_runs_with_edits_under_them_store_each_files_latest_version
         "b": SourceParams(kind="paths", root=str(corpus), paths=[str(p) for p in shared + only_b]),
     }
     # Count the documents a run found leased by the other: without any, the test proved nothing.
+    # The runs are made to meet, whatever the machine's load: the first run to lease a batch keeps it
+    # until the other run has asked for leases too (both start with the shared documents, in one order),
+    # so the second finds the first batch held. Without this, on a loaded machine one run could finish
+    # the shared documents before the other had started, and the test would prove nothing.
     refused: list[str] = []
+    holders: set[str] = set()
+    both_asked = threading.Event()
     acquire = DocumentLeases.acquire
 
     def counting_acquire(
@@ -108,6 +114,10 @@ def test_two_parallel_runs_with_edits_under_them_store_each_files_latest_version
         ids = list(ids)
         got = acquire(self, holder, generation, ids, *a, **k)
         refused.extend(d for d in ids if d not in got)
+        holders.add(holder)
+        if len(holders) >= 2:
+            both_asked.set()
+        both_asked.wait(timeout=300)
         return got
 
     monkeypatch.setattr(DocumentLeases, "acquire", counting_acquire)

@@ -139,7 +139,11 @@ def test_exit_codes_tell_usage_from_infrastructure_each_in_one_line(
     runs = httpx.post(
         f"{prefect_api_url}/flow_runs/filter", json={"sort": "START_TIME_DESC", "limit": 50}, timeout=30
     ).json()
-    (run,) = [r for r in runs if (r["parameters"]["params"].get("source") or {}).get("root") == str(corpus)]
+    (run,) = [
+        r
+        for r in runs
+        if ((r["parameters"].get("params") or {}).get("source") or {}).get("root") == str(corpus)
+    ]
     logs = httpx.post(
         f"{prefect_api_url}/logs/filter",
         json={"logs": {"flow_run_id": {"any_": [run["id"]]}, "level": {"ge_": 20}}},

@@ -120,3 +120,42 @@ def test_an_index_whose_ids_were_made_the_old_way_is_refused_not_mixed(fault_env
     assert state.is_failed()
     assert "document_ids: None -> 'source name + path'" in str(result) and "rebuild" in str(result)
     assert live_status(fault_env).rows() == []  # nothing written into the old index
+
+
+def test_a_file_or_subfolder_of_an_ingested_folder_keeps_its_ids_and_the_folder_its_record(
+    fault_env, tmp_path
+):
+    """Ingesting one file (or a subfolder) of a folder ingested before updates the folder's documents in
+    place: no second copy under IDs derived from the file's own folder, and the folder's record, which the
+    nightly re-index lists, stays whole."""
+    docs = _folder(tmp_path / "docs", "The harbour crane lifts containers.")
+    (docs / "guide").mkdir()
+    (docs / "guide" / "a.md").write_text("# A\n\nThe lighthouse keeper trims the wick.\n")
+    (docs / "guide" / "b.md").write_text("# B\n\nThe ferry leaves at noon.\n")
+    state, summary = _run(ingest, IngestParams(source=SourceParams(root=str(docs))))
+    assert state.is_completed() and summary.processed == 3, summary
+    name = default_source_name(docs)
+    a_id = derive_document_id(source_system=name, source_id="guide/a.md")
+    before = {r.document_id for r in live_status(fault_env).rows()}
+
+    (docs / "guide" / "a.md").write_text("# A\n\nThe lighthouse keeper polishes the lens.\n")
+    one_file = SourceParams(kind="paths", root=str(docs / "guide"), paths=[str(docs / "guide" / "a.md")])
+    state, summary = _run(ingest, IngestParams(source=one_file))
+    assert state.is_completed() and (summary.processed, summary.deleted) == (1, 0), summary
+    (docs / "guide" / "b.md").unlink()  # the subfolder's run deletes what vanished from the subfolder only
+    state, summary = _run(ingest, IngestParams(source=SourceParams(root=str(docs / "guide"))))
+    assert state.is_completed() and (summary.listed, summary.deleted) == (1, 1), summary
+
+    rows = {r.document_id: r for r in live_status(fault_env).rows()}
+    assert set(rows) == before - {derive_document_id(source_system=name, source_id="guide/b.md")}
+    assert rows[a_id].state == "processed"
+    assert "polishes the lens" in _hits("lighthouse keeper lens")[0]
+    records = SourceRegistry.in_data_dir(fault_env).all()
+    assert [(r.name, r.kind, r.root) for r in records] == [(name, "directory", str(docs.resolve()))]
+
+    (docs / "new.md").write_text(
+        "# New\n\nA new page about tugboats.\n"
+    )  # the re-index still lists the folder
+    state, summary = _run(reindex, IngestParams())
+    assert state.is_completed() and summary.processed == 1, summary
+    assert_converged(fault_env)
