@@ -226,7 +226,7 @@ def llama_sentence_splitter(size: int, overlap: int) -> Callable[[Document], lis
 LOST = [0]
 
 
-def ours(name: str, size: int, overlap: int) -> Callable[[Document], list[Chunk]]:
+def ours(name: str, size: int | None, overlap: int | None) -> Callable[[Document], list[Chunk]]:
     service, strategy = ChunkingService(), ChunkStrategy(name=name, chunk_size=size, chunk_overlap=overlap)
     return lambda document: service.chunk(document, strategy)
 
@@ -235,9 +235,16 @@ Config = tuple[str, bool, Callable[[Document], list[Chunk]]]
 
 
 def ours_config(name: str, size: int, overlap: int) -> Config:
-    """One of our strategies at `size`/`overlap` (fixed_chars: characters, labelled with a "c")."""
+    """One of our strategies at `size`/`overlap` (fixed_chars: characters, labelled with a "c"; `auto`:
+    Markdown's strategy at these sizes, fitted to MiniLM's 256 word pieces)."""
     unit = "c" if name == "fixed_chars" else ""
     return f"{name} {size}{unit}/{overlap}", False, ours(name, size, overlap)
+
+
+def auto_config() -> Config:
+    """`auto` as shipped, for Markdown (the eval corpora): its default sizes under MiniLM's budget."""
+    name, size, overlap = ChunkStrategy().effective()["markdown"]  # type: ignore[misc]
+    return f"auto ({name} {size}/{overlap}, fitted)", False, ours("auto", None, None)
 
 
 def sweep(quick: bool) -> list[Config]:
@@ -254,16 +261,20 @@ def sweep(quick: bool) -> list[Config]:
 
 
 def parse_configs(spec: str) -> list[Config]:
-    """`sweep`, `quick` or `strategy:size/overlap` items, comma-separated (e.g. `sentence:390/58`)."""
+    """`sweep`, `quick`, `auto` or `strategy:size/overlap` items, comma-separated (e.g. `sentence:390/58`;
+    `auto:220/33` is auto with those sizes, still fitted to the embedder)."""
     configs: list[Config] = []
     for item in (part.strip() for part in spec.split(",")):
         if item in {"sweep", "quick"}:
             configs += sweep(item == "quick")
             continue
+        if item == "auto":
+            configs.append(auto_config())
+            continue
         match = re.fullmatch(r"(\w+):(\d+)/(\d+)", item)
-        if match is None or match[1] not in STRATEGIES:
+        if match is None or match[1] not in (*STRATEGIES, "auto"):
             raise SystemExit(
-                f"bad --configs item {item!r}: want sweep, quick or one of {STRATEGIES}:SIZE/OVERLAP"
+                f"bad --configs item {item!r}: want sweep, quick, auto or one of {STRATEGIES}:SIZE/OVERLAP"
             )
         configs.append(ours_config(match[1], int(match[2]), int(match[3])))
     return list({label: (label, b, c) for label, b, c in configs}.values())
@@ -569,8 +580,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--configs",
         default=None,
-        help="only these of ours, comma-separated: sweep, quick or STRATEGY:SIZE/OVERLAP "
-        "(e.g. sentence:390/58,markdown:400/60); the baselines always run",
+        help="only these of ours, comma-separated: sweep, quick, auto or STRATEGY:SIZE/OVERLAP "
+        "(e.g. sentence:390/58,markdown:400/60,auto:220/33); the baselines always run",
     )
     parser.add_argument(
         "--budgets", default=",".join(map(str, BUDGETS)), help="token budgets of the budget-matched view"

@@ -4,7 +4,8 @@ It is a pydantic-settings model, so the same object is read from `UNICHUNK_CHUNK
 (`ChunkStrategy()`), passed as a Prefect flow parameter (the UI renders it as a form), or built in code.
 Sizes left unset take the defaults of the chosen strategy (`sizes_for()`), so one model serves all
 strategies without each having its own config class. `auto`, the shipped default, picks the strategy by
-document type and, for unset sizes, the sizes the retrieval benchmark backs (`AUTO_DEFAULTS`).
+document type and, for unset sizes, the sizes the retrieval benchmark backs (`AUTO_DEFAULTS`), lowered to fit
+the embedder the chunks are for (`EmbeddingBudget`; the pipeline fills it in from the sink settings).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from chunking.ids import sha256_hex
@@ -32,15 +33,52 @@ STRATEGY_DEFAULTS: dict[str, tuple[int, int]] = {
 DocumentKind = Literal["markdown", "html", "text"]
 
 # What `auto` runs per document kind: (strategy, chunk_size, chunk_overlap), the sizes used only where the
-# user left chunk_size / chunk_overlap unset. "text" is plain text, PDF, email and anything unrecognised.
-# sentence 360/54: hybrid recall@5 at least both baselines' at fewer retrieved tokens, and ahead of them at
-# every matched token budget, on the eval set (README "Retrieval quality"); markdown gets the same sizes (it
-# splits like sentence inside sections); html keeps its own word packing.
+# user left chunk_size / chunk_overlap unset, and lowered to fit the embedder (`EmbeddingBudget.auto_sizes`).
+# "text" is plain text, PDF, email and anything unrecognised. sentence 360/54: hybrid recall@5 at least both
+# baselines' at fewer retrieved tokens, on the eval set (README "Retrieval quality"), with chunks that
+# all-MiniLM-L6-v2 read only the start of; it stays the size for embedders with a larger input (OpenAI's
+# 8191). markdown gets the same sizes (it splits like sentence inside sections); html keeps its own word
+# packing under the token ceiling.
 AUTO_DEFAULTS: dict[str, tuple[str, int, int]] = {
     "text": ("sentence", 360, 54),
     "markdown": ("markdown", 360, 54),
     "html": ("html", *STRATEGY_DEFAULTS["html"]),
 }
+
+# all-MiniLM-L6-v2 (the default embedder) reads at most 256 word pieces, [CLS] and [SEP] included.
+MINILM_MAX_TOKENS = 256
+MINILM_TOKENIZER = "minilm"
+# `auto`'s default size is at most this share of the embedder's limit, in cl100k tokens: room for the
+# heading chain embedded with each chunk and for a tokenizer counting more than cl100k (word pieces split
+# punctuation and code finer). all-MiniLM-L6-v2: 256 -> 220/33, which the final pass (`chunking.embedding_fit`)
+# still cuts for 1 chunk in 250 of the eval corpora (240 tokens: 1 in 110; 250: 1 in 16), and which matches
+# or beats 240 and 250 in retrieval at equal retrieved tokens (benchmarks/README.md, "Retrieval quality").
+AUTO_BUDGET_SHARE = 0.86
+AUTO_OVERLAP_SHARE = 0.15
+
+
+class EmbeddingBudget(BaseModel):
+    """The input limit of the embedder the chunks are embedded by: under `auto` no chunk's embedded text
+    (`Chunk.embed_text`: heading chain + content) is longer than `max_tokens` counted by `tokenizer`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_tokens: int = Field(MINILM_MAX_TOKENS, ge=32, le=1_000_000, description="The embedder's input limit.")
+    tokenizer: str = Field(
+        MINILM_TOKENIZER,
+        description="How the limit is counted: `minilm` (all-MiniLM-L6-v2's word pieces, [CLS]/[SEP] "
+        "included) or a tiktoken encoding name (e.g. `cl100k_base`).",
+    )
+
+    def __str__(self) -> str:  # as UNICHUNK_CHUNK_EMBEDDING takes it (and docs/configuration.md shows it)
+        return self.model_dump_json()
+
+    def auto_sizes(self, size: int, overlap: int) -> tuple[int, int]:
+        """`auto`'s (size, overlap) under this budget: at most AUTO_BUDGET_SHARE of the limit."""
+        fitted = min(size, int(self.max_tokens * AUTO_BUDGET_SHARE))
+        if fitted == size:
+            return size, overlap
+        return fitted, min(overlap, round(fitted * AUTO_OVERLAP_SHARE))
 
 
 class LoaderSettings(BaseSettings):
@@ -85,6 +123,12 @@ class ChunkStrategy(BaseSettings):
     overlap_sentences: int = Field(
         2, ge=0, le=10, description="html: sentences repeated at the start of the next chunk."
     )
+    embedding: EmbeddingBudget = Field(
+        default_factory=EmbeddingBudget,
+        description="auto: the embedder's input limit no chunk (heading chain included) exceeds; auto's "
+        "default sizes shrink to fit it. The pipeline sets it from UNICHUNK_EMBEDDER and "
+        "UNICHUNK_EMBEDDING_MAX_TOKENS; the default is all-MiniLM-L6-v2's.",
+    )
 
     @model_validator(mode="after")
     def _check_sizes(self) -> ChunkStrategy:
@@ -113,11 +157,12 @@ class ChunkStrategy(BaseSettings):
 
     def for_kind(self, kind: DocumentKind) -> ChunkStrategy:
         """The concrete settings for a document of `kind`: itself unless `auto`, else AUTO_DEFAULTS[kind]
-        with its sizes filling only what was left unset (an explicit size or overlap always wins)."""
+        with its sizes (fitted to `embedding`) filling only what was left unset (an explicit size or overlap
+        always wins)."""
         if self.name != "auto":
             return self
         name, default_size, default_overlap = AUTO_DEFAULTS[kind]
-        size, overlap = self._fill(default_size, default_overlap)
+        size, overlap = self._fill(*self.embedding.auto_sizes(default_size, default_overlap))
         return self.model_copy(update={"name": name, "chunk_size": size, "chunk_overlap": overlap})
 
     def effective(self) -> dict[str, object]:
@@ -127,12 +172,17 @@ class ChunkStrategy(BaseSettings):
                     for s in [self.for_kind(kind)]}  # fmt: skip
         return {self.name: list(self.sizes_for(self.name))}
 
+    def settings_payload(self) -> dict[str, object]:
+        """Every setting, as JSON-ready data; the embedding budget only for `auto`, the one strategy it
+        changes (so an explicit strategy's fingerprint does not move with the embedder)."""
+        return self.model_dump(mode="json", exclude=None if self.name == "auto" else {"embedding"})
+
     def fingerprint(self) -> str:
         """Stable hash of every setting and of the sizes they resolve to: chunks made under equal
         fingerprints are interchangeable. The resolved sizes are hashed because an unset size follows
         STRATEGY_DEFAULTS / AUTO_DEFAULTS, and a changed default must invalidate chunks made under the old one;
         with both sizes set explicitly the defaults cannot matter and the hash is the settings' alone."""
-        payload: dict[str, object] = self.model_dump(mode="json")
+        payload: dict[str, object] = self.settings_payload()
         if self.name == "auto" or self.chunk_size is None or self.chunk_overlap is None:
             payload = {"settings": payload, "effective": self.effective()}
         return sha256_hex(json.dumps(payload, sort_keys=True))[:16]

@@ -3,7 +3,8 @@
 Chunks must be exact slices of `Document.text`, so markup is converted once, here, into plain text whose
 block offsets are known by construction (texts joined with a blank line). The tree is walked with an
 explicit stack, never by recursion, so pathological nesting (thousands of levels) or malformed markup
-cannot exhaust Python's recursion limit.
+cannot exhaust Python's recursion limit. Each block also records whether it lies in page chrome (navigation,
+a sidebar, the page's footer, a dialog), for `extract_html(..., main_content=True)` (`chunking.html_main`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 from bs4 import BeautifulSoup, CData, NavigableString, Tag
 
+from chunking.html_main import main_blocks
 from chunking.models import Block, BlockKind
 
 SEPARATOR = "\n\n"
@@ -52,6 +54,11 @@ _BREAKING = frozenset(
     }
     | _LISTS
 )
+# Page chrome (`_is_chrome`): landmarks that are never a page's main content, and the sections in which a
+# <footer> is an article's own (its tags, its author) rather than the page's.
+_CHROME_TAGS = frozenset({"nav", "aside", "dialog"})
+_CHROME_ROLES = frozenset({"navigation", "complementary", "contentinfo", "search", "dialog", "alertdialog"})
+_SECTIONS = frozenset({"article", "main", "section"})
 _TEXT_TYPES = (NavigableString, CData)  # exact types: Comment, Doctype, Script... are subclasses
 # Tags whose text never runs into its neighbours' ("<p>a</p><p>b</p>" reads "a b", not "ab").
 _SEPARATED = _BREAKING | _LIST_ITEMS | set(_HEADINGS) | {"blockquote", "pre", "table", "tr", "td", "th"}
@@ -130,10 +137,15 @@ def _pre_text(node: Tag) -> str:
 
 
 class _Collector:
-    """Accumulates (kind, level, text) blocks; loose inline text gathers into the open run."""
+    """Accumulates (kind, level, text) blocks; loose inline text gathers into the open run.
+
+    `chrome` is how many page-chrome landmarks (`_is_chrome`) enclose the walk; `in_chrome` records, for
+    each block, whether it was inside one."""
 
     def __init__(self) -> None:
         self.blocks: list[tuple[BlockKind, int, str]] = []
+        self.in_chrome: list[bool] = []
+        self.chrome = 0
         self.run: list[str] = []
         self.run_kind: BlockKind = "paragraph"
         self.run_level = 0
@@ -141,6 +153,7 @@ class _Collector:
     def add(self, kind: BlockKind, level: int, text: str) -> None:
         if text and not text.isspace():
             self.blocks.append((kind, level, text))
+            self.in_chrome.append(self.chrome > 0)
 
     def flush(self, kind: BlockKind = "paragraph", level: int = 0) -> None:
         """Close the open run as a block, and open a new one of the given kind."""
@@ -155,24 +168,48 @@ def _parse(markup: str) -> BeautifulSoup:
         return BeautifulSoup(markup, "html.parser")
 
 
-def extract_html(markup: str) -> ExtractedHtml:
-    """Extract the visible text of `markup` as blocks in document order (see module docstring)."""
-    soup = _parse(markup)
+def extract_html(markup: str, *, main_content: bool = False) -> ExtractedHtml:
+    """Extract the visible text of `markup` as blocks in document order (see module docstring).
+
+    With `main_content`, only the blocks of the page's main content are kept (`chunking.html_main`):
+    navigation, site headers, footers, sidebars and cookie banners are left out before the text is
+    assembled, so offsets stay exact by construction. The title is still read from the whole page."""
+    out, title = _walk(_parse(markup))
+    parts = main_blocks(markup, out.blocks, out.in_chrome) if main_content else out.blocks
+    return _assemble(parts, title)
+
+
+def _is_chrome(tag: Tag, in_section: bool) -> bool:
+    """Whether a block-level element is a page-chrome landmark: navigation, a sidebar, a dialog (cookie
+    banners), the page's footer (a <footer> outside any article, main or section), or an element whose
+    ARIA role says so. A page-level <header> is not: it often holds the page's <h1>."""
+    if tag.name in _CHROME_TAGS or (tag.name == "footer" and not in_section):
+        return True
+    role = tag.get("role")
+    words = role.split() if isinstance(role, str) else []  # the first role is the one in force
+    return bool(words) and words[0].lower() in _CHROME_ROLES
+
+
+def _walk(soup: BeautifulSoup) -> tuple[_Collector, str | None]:
+    """Every block of the parsed page in document order (with whether it is page chrome), and its title."""
     title_tag = soup.find("title")
     title = _collapse(title_tag.get_text()) if title_tag else ""
     # The whole tree, not just soup.body: parsers put content after a stray </html> outside the body.
     out = _Collector()
-    # Stack entries: a node to enter, or ("exit", is_list) to close the container on top of `context`.
+    # Stack entries: a node to enter, or ("exit", is_list, is_chrome, is_section) to close the container
+    # on top of `context`.
     stack: list[object] = list(reversed(soup.contents))
-    list_depth = 0
+    list_depth = sections = 0
     context: list[tuple[BlockKind, int]] = [("paragraph", 0)]
     while stack:
         item = stack.pop()
         if isinstance(item, tuple):
-            _, was_list = item
+            _, was_list, was_chrome, was_section = item
             list_depth -= was_list
             context.pop()
             out.flush(*context[-1])
+            out.chrome -= was_chrome
+            sections -= was_section
             continue
         if not isinstance(item, Tag):
             if type(item) in _TEXT_TYPES:
@@ -222,12 +259,16 @@ def extract_html(markup: str) -> ExtractedHtml:
             continue
         out.flush(kind, level)
         is_list = int(name in _LISTS)
+        is_chrome = int(_is_chrome(item, sections > 0))
+        is_section = int(name in _SECTIONS)
         list_depth += is_list
+        out.chrome += is_chrome
+        sections += is_section
         context.append((kind, level))
-        stack.append(("exit", is_list))
+        stack.append(("exit", is_list, is_chrome, is_section))
         stack.extend(reversed(item.contents))
     out.flush()
-    return _assemble(out.blocks, title or None)
+    return out, title or None
 
 
 def _assemble(parts: list[tuple[BlockKind, int, str]], title: str | None) -> ExtractedHtml:

@@ -2,7 +2,8 @@
 
 Text is kept exactly as decoded (no newline normalisation; only a leading BOM is dropped), because chunk
 offsets refer to `Document.text`. Parsers for PDF and HTML are imported only when such a file is loaded,
-keeping `import chunking` light (measured: bs4 + lxml 0.4 s, pypdf 0.15 s, for a 0.5 s `import chunking`).
+keeping `import chunking` light (measured: bs4 + lxml 0.4 s, trafilatura 0.13 s more, pypdf 0.15 s, for a
+0.5 s `import chunking`).
 
 Failure isolation: whatever goes wrong while reading one document (a parser bug, an input a library never
 expected, an e-mail naming a charset Python does not know) leaves here as a `DocumentLoadError` naming the
@@ -160,7 +161,7 @@ def _load_bytes(
         text, encoding = decode_text(data, name)
         extra = {"encoding": encoding}
         if suffix in _HTML:
-            text, blocks, title = _extract_html(text, name)
+            text, blocks, title = _extract_html(text, name, main_content=True)
             mime = "text/html"
         else:
             blocks = ()
@@ -214,11 +215,16 @@ def _markdown_title(text: str) -> str | None:
     return min(matches, key=lambda m: m.start()).group(1).strip() if matches else None
 
 
-def _extract_html(markup: str, name: str) -> tuple[str, tuple[Block, ...], str | None]:
-    from chunking.html_extract import extract_html  # bs4/lxml only when an HTML file is loaded
+def _extract_html(
+    markup: str, name: str, *, main_content: bool = False
+) -> tuple[str, tuple[Block, ...], str | None]:
+    """Text, blocks and title of HTML. A web page (`main_content`) keeps its main content only (see
+    `chunking.html_main`: navigation, site header, footer, sidebars and cookie banners are no chunks);
+    an e-mail's HTML body is kept whole, as it has no page chrome and little text to spare."""
+    from chunking.html_extract import extract_html  # bs4/lxml/trafilatura only when HTML is loaded
 
     try:
-        extracted = extract_html(markup)
+        extracted = extract_html(markup, main_content=main_content)
     except Exception as exc:
         raise DocumentLoadError(name, f"cannot extract text from HTML: {exc}") from exc
     return extracted.text, tuple(extracted.blocks), extracted.title

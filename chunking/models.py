@@ -87,6 +87,13 @@ class Document(BaseModel):
         return {k: v for k, v in fields.items() if v is not None} | dict(self.metadata)
 
 
+def embed_text(heading_chain: tuple[str, ...], content: str) -> str:
+    """What is embedded for a chunk: `content`, after its heading chain joined by " > " and ": " when it has one."""
+    if not heading_chain:
+        return content
+    return " > ".join(heading_chain) + ": " + content
+
+
 class Chunk(BaseModel):
     """One piece of a document: `document.text[start_char:end_char] == content`, always."""
 
@@ -118,9 +125,7 @@ class Chunk(BaseModel):
 
         Only the vector is computed from it; every store keeps `content` itself.
         """
-        if not self.heading_chain:
-            return self.content
-        return " > ".join(self.heading_chain) + ": " + self.content
+        return embed_text(self.heading_chain, self.content)
 
     @property
     def is_whole_document(self) -> bool:

@@ -1,6 +1,7 @@
 """`ChunkingService`: the one entry point the pipeline calls to chunk a document.
 
-It resolves "auto" to a concrete strategy and sizes (`AUTO_DEFAULTS` per document kind), reuses chunker
+It resolves "auto" to a concrete strategy and sizes (`AUTO_DEFAULTS` per document kind, fitted to the
+embedder), fits `auto`'s chunks to the embedder's input limit (`chunking.embedding_fit`), reuses chunker
 instances (token tables and compiled settings are built once), and records metrics. Strategies are
 imported lazily from a name -> "module:Class" registry, so a strategy's heavy dependencies load only when
 it is used.
@@ -14,8 +15,9 @@ import time
 from pathlib import PurePosixPath
 
 from chunking import metrics
-from chunking.base import BaseChunker
+from chunking.base import BaseChunker, chunks_from_spans
 from chunking.config import ChunkStrategy, DocumentKind
+from chunking.embedding_fit import fit_spans
 from chunking.models import Chunk, Document
 
 REGISTRY: dict[str, str] = {
@@ -84,10 +86,18 @@ class ChunkingService:
         return chunker
 
     def chunk(self, document: Document, strategy: ChunkStrategy | None = None) -> list[Chunk]:
-        """Chunks of `document`; `strategy` None reads `ChunkStrategy()` from UNICHUNK_CHUNK_* variables."""
+        """Chunks of `document`; `strategy` None reads `ChunkStrategy()` from UNICHUNK_CHUNK_* variables.
+
+        Under `auto` no chunk's embedded text exceeds `strategy.embedding` (`fit_spans`); a strategy named
+        explicitly is cut as configured (the vector sink warns about a chunk its embedder truncates)."""
+        strategy = strategy or ChunkStrategy()
         chunker = self.chunker_for(document, strategy)
         started = time.perf_counter()
-        chunks = chunker.chunk(document)
+        if strategy.name == "auto":
+            spans = fit_spans(document.text, chunker.spans(document.text, document), strategy.embedding)
+            chunks = chunks_from_spans(document, spans, strategy=chunker.name, counter=chunker.counter)
+        else:
+            chunks = chunker.chunk(document)
         metrics.record(chunker.name, time.perf_counter() - started, [c.token_count for c in chunks])
         return chunks
 

@@ -30,9 +30,26 @@ Exit codes (also in `--help` and docs/operations.md):
 - 130: interrupted with Ctrl-C (128 + SIGINT, as shells report it; Click's own handling would exit 1, as if
   a document had failed). The next run redoes what the interrupted one left.
 
+Output for scripts: `--json` on every command that prints data (`ingest`, `rebuild`, `search`, `status`,
+`verify`, `delete`, `generations list/switch/drop`, `up`) prints one JSON document on stdout and nothing
+else there; progress bars, announcements, warnings and the `error:` line go to stderr, and the exit codes
+are the same. `unichunk --version` prints `unichunk.__version__`.
+
+Logs. While a command runs flows in this process, what reaches the root logger (libraries' and our sinks'
+warnings) is printed through the progress bar's console, one `warning: ...` line each, so it never tears
+the bar; the vector sink's per-document warnings of chunks over the embedder's input limit are counted and
+printed once, after the run (`_TerminalLog`).
+
+Settings are checked before anything starts (`_startup_checks`): a pydantic error names the option
+(`--strategy`) or the variable (`UNICHUNK_EMBEDDER`) it came from, an OpenAI embedder with neither key nor
+base URL and an LLM extractor without a base URL fail in one line, an unknown document or generation is
+refused before any flow or Prefect server starts, and a PREFECT_API_URL that does not answer fails at once
+(exit 3) instead of after Prefect's retries.
+
 Imports of the flows (and so of Prefect) happen inside the commands that run a flow: measured on the
 reference machine, `import flows.ingest` takes 3.1 s (Prefect alone 1.7 s), which `status`, `search`,
-`verify` and `--help` would otherwise pay for nothing.
+`verify` and `--help` would otherwise pay for nothing; `--version` imports `unichunk` (a few ms once the
+CLI is loaded) only when asked.
 """
 
 from __future__ import annotations
@@ -52,18 +69,30 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import contextlib
+import dataclasses
 import functools
+import json
 import logging
+import re
 import sys
 import threading
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import httpx
 import typer
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -76,15 +105,19 @@ from index.alignment import verify_live
 from index.generations import (
     DEFAULT_RETENTION_HOURS,
     generation_counts,
+    live_generation,
     reading_settings,
     registry_of,
+    rollback_target,
+    switchable,
 )
-from index.registry import GenerationError
+from index.registry import Generation, GenerationError
 from index.run import DEFAULT_BATCH_SIZE
 from index.status import StatusStore
 from retrieval import Readers, SearchOptions
 from retrieval import search as run_search
 from retrieval.ranking import RetrievalError
+from retrieval.results import SearchResult
 from sinks.base import InvalidRequest
 from sinks.config import SinkSettings
 from sinks.pool import flow_sinks
@@ -133,10 +166,20 @@ StrategyOption = Annotated[
         "--strategy", "-s", help="auto, token_window, sentence, markdown, ... (default: UNICHUNK_CHUNK_NAME)"
     ),
 ]
+JsonOption = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Print one JSON document on stdout (progress, warnings and errors go to stderr)."
+    ),
+]
 
 
 class UserError(UnichunkError):
     """A mistake the user can fix from the message alone."""
+
+
+class Unreachable(UnichunkError):
+    """A service named by the settings does not answer (exit 3)."""
 
 
 # Errors that mean "the command cannot run as given" (exit 2); anything else that ends a command is an
@@ -159,14 +202,86 @@ def exit_code_for(exc: BaseException) -> int:
 def _one_line(exc: BaseException) -> str:
     """The cause in one line: ours and OS errors say it themselves, anything else is named by its type."""
     if isinstance(exc, ValidationError):
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "input"
-        return f"invalid {where}: {first['msg']}"
+        return validation_line(exc)
     lines = str(exc).strip().splitlines()
     text = lines[0] if lines else ""
     if isinstance(exc, UnichunkError | OSError):
         return text or type(exc).__name__
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# The settings models read from the environment, by the name pydantic gives their errors: an error in a
+# field nobody passed as an option came from the variable `<prefix><FIELD>`.
+SETTINGS_MODELS: dict[str, tuple[type[Any], str]] = {
+    "ChunkStrategy": (ChunkStrategy, "UNICHUNK_CHUNK_"),
+    "SinkSettings": (SinkSettings, "UNICHUNK_"),
+    "ServiceSettings": (ServiceSettings, "UNICHUNK_"),
+}
+_SECRET_FIELD = re.compile(r"key|password|secret|token", re.IGNORECASE)
+
+
+def validation_line(exc: ValidationError, options: Mapping[str, str] | None = None) -> str:
+    """A pydantic error in one line that names where the bad value came from: the CLI option for a field in
+    `options` (field -> `--option`), else the environment variable of a settings model, e.g.
+    `--strategy: 'foo' is not one of auto, token_window, ...` or `UNICHUNK_EMBEDDER: 'x' is not one of ...`."""
+    options = options or {}
+    model, prefix = SETTINGS_MODELS.get(exc.title, (None, None))
+    errors = exc.errors()
+    first = errors[0]
+    path = [str(part) for part in first["loc"] if not isinstance(part, int)]  # list indices say nothing
+
+    def name_of(field: str) -> str | None:
+        if field in options:
+            return options[field]
+        if prefix and model is not None and field in model.model_fields:
+            return f"{prefix}{field.upper()}"
+        return None
+
+    where = (name_of(path[0]) or ".".join(path)) if path else None
+    what = _explain(first, secret=bool(path and _SECRET_FIELD.search(path[-1])))
+    if not path and model is not None:  # a model-level check names fields in its text: name them as set
+        fields = "|".join(sorted(model.model_fields, key=len, reverse=True))
+        what = re.sub(rf"\b({fields})\b", lambda m: name_of(m[1]) or m[1], what)
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {what}{more}" if where else f"{what}{more}"
+
+
+def _explain(error: Mapping[str, Any], *, secret: bool = False) -> str:
+    """What is wrong with the value, in words: the choices of a literal, a validator's own message, or
+    pydantic's message with the value given (never the value of a key, password or secret)."""
+    kind, value, message = error["type"], error.get("input"), str(error["msg"])
+    shown = repr(value) if isinstance(value, str | int | float | bool) and not secret else None
+    if kind in ("literal_error", "enum"):
+        choices = re.findall(r"'([^']*)'", str((error.get("ctx") or {}).get("expected", "")))
+        if choices and shown:
+            return f"{shown} is not one of {', '.join(choices)}"
+    if kind in ("value_error", "assertion_error"):
+        return (
+            message.split(", ", 1)[1]
+            if message.startswith(("Value error, ", "Assertion failed, "))
+            else message
+        )
+    text = message[:1].lower() + message[1:]
+    return f"{text} (got {shown})" if shown and kind != "missing" else text
+
+
+@contextlib.contextmanager
+def _options(**fields: str | None) -> Iterator[None]:
+    """Around building settings or flow parameters from options: a ValidationError inside becomes a usage
+    error naming the option of each field given (`name="--strategy"`; None: not given, so the variable)."""
+    try:
+        yield
+    except ValidationError as exc:
+        given = {field: option for field, option in fields.items() if option is not None}
+        raise UserError(validation_line(exc, given)) from None
+
+
+def _debug() -> bool:
+    """UNICHUNK_DEBUG=1; an invalid ServiceSettings must not turn a one-line error into a traceback."""
+    try:
+        return ServiceSettings().debug
+    except ValidationError:
+        return os.environ.get("UNICHUNK_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _fail(*parts: str | tuple[str, str]) -> None:
@@ -184,12 +299,12 @@ def friendly_errors(fn: F) -> F:
         except (typer.Exit, typer.Abort):
             raise
         except KeyboardInterrupt:  # Click would say "Aborted!" and exit 1, as if a document had failed
-            if ServiceSettings().debug:
+            if _debug():
                 raise
             _fail(("interrupted", "red"))
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except Exception as exc:
-            if ServiceSettings().debug:
+            if _debug():
                 raise
             _fail(("error:", "red"), " ", _one_line(exc))
             raise typer.Exit(exit_code_for(exc)) from None
@@ -244,11 +359,94 @@ def _quiet_run_loggers() -> Iterator[None]:
             logger.removeHandler(_FLOW_WARNINGS)
 
 
+# The vector sink's warning for a document whose chunks were longer than the embedder's input
+# (`sinks.vectors.qdrant`, one per document): counted during a command and reported once, with the count.
+TRUNCATION_LOGGER = "sinks.vectors.qdrant"
+_TRUNCATION = re.compile(r"(\d+) chunk\(s\) over (.+?)'s limit of (\d+) tokens")
+
+
+class _TerminalLog(logging.Handler):
+    """While a command runs flows: what reaches the root logger (libraries' and our sinks' warnings),
+    printed through the CLI's stderr console, one `warning: ...` line each (the first line of the message:
+    tracebacks stay for UNICHUNK_DEBUG=1). A progress bar draws on that console, so these lines print above
+    it instead of through it. The vector sink's truncation warnings are only counted; `summary()` is the
+    one line about them, printed when the command's flows are done."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.truncated: dict[tuple[str, str], list[int]] = {}  # (embedder, limit) -> [documents, chunks]
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed log call must not end the command
+            message = str(record.msg)
+        if record.name == TRUNCATION_LOGGER and (found := _TRUNCATION.search(message)):
+            counts = self.truncated.setdefault((found[2], found[3]), [0, 0])
+            counts[0] += 1
+            counts[1] += int(found[1])
+            return
+        first = message.strip().splitlines()[0] if message.strip() else record.levelname.lower()
+        err_console.print(Text.assemble(("warning:", "yellow"), " ", first))
+
+    def summary(self) -> list[str]:
+        return [
+            f"{documents} document(s) had chunks over {embedder}'s limit of {limit} tokens ({chunks} "
+            "chunk(s) in all): only the start of each is embedded; smaller chunks suit this embedder "
+            "better (`unichunk rebuild --chunk-size ...`)"
+            for (embedder, limit), (documents, chunks) in self.truncated.items()
+        ]
+
+
 @contextlib.contextmanager
-def _prefect() -> Iterator[None]:
+def _terminal_logging() -> Iterator[None]:
+    """Prefect's console handler on the root logger (its `| WARNING |` lines, written straight to stderr
+    through any progress bar) replaced by `_TerminalLog` while the command runs flows, and Python warnings
+    (`warnings.warn`, also written straight to stderr) logged there too; then the truncation summary.
+    Restored afterwards, for in-process callers (tests)."""
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    root = logging.getLogger()
+    replaced = [h for h in root.handlers if isinstance(h, PrefectConsoleHandler)]
+    terminal = _TerminalLog()
+    for handler in replaced:
+        root.removeHandler(handler)
+    root.addHandler(terminal)
+    capture = warnings.showwarning is not logging._showwarning  # type: ignore[attr-defined]
+    if capture:
+        logging.captureWarnings(True)
+    try:
+        yield
+    finally:
+        if capture:
+            logging.captureWarnings(False)
+        root.removeHandler(terminal)
+        for handler in replaced:
+            root.addHandler(handler)
+        for line in terminal.summary():
+            err_console.print(Text.assemble(("warning:", "yellow"), " ", line))
+
+
+def _check_prefect_api(api_url: str) -> None:
+    """Fail at once, in one line, when PREFECT_API_URL does not answer, instead of after Prefect's client
+    retries. Only a transport failure counts: any HTTP answer (an auth-protected or Cloud API answering 401
+    or 404 on /health) means something is there, and Prefect's client reports the rest."""
+    try:
+        httpx.get(f"{api_url.rstrip('/')}/health", timeout=httpx.Timeout(10.0, connect=5.0))
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+        raise UserError(f"PREFECT_API_URL={api_url}: not an http(s) URL ({exc})") from None
+    except httpx.TransportError as exc:
+        cause = f"{type(exc).__name__}: {str(exc).strip()}".rstrip(": ")
+        raise Unreachable(f"cannot reach the Prefect API at {api_url} (PREFECT_API_URL): {cause}") from None
+
+
+@contextlib.contextmanager
+def _prefect(*, route_logs: bool = True) -> Iterator[None]:
     """Around every command that talks to Prefect (enter it before importing any flow):
-    PREFECT_API_URL, or else the data dir's local Prefect server (started or reused, one line saying
-    which), and a terminal free of Prefect's run logging (`_quiet_run_loggers`; not with UNICHUNK_DEBUG=1)."""
+    PREFECT_API_URL (checked to answer), or else the data dir's local Prefect server (started or reused,
+    one line saying which), and a terminal free of Prefect's run logging (`_quiet_run_loggers`) with the
+    rest of the logging routed through the CLI's console (`_terminal_logging`; not for the long-running
+    servers, `serve` and `mcp`, whose logs stay Prefect's). Neither with UNICHUNK_DEBUG=1."""
     started_here = False
     if not os.environ.get("PREFECT_API_URL"):
         server = stack.ensure_prefect_server(SinkSettings().data_dir)
@@ -256,6 +454,8 @@ def _prefect() -> Iterator[None]:
         # Before Prefect is first imported, so its global settings and every thread's see it.
         os.environ["PREFECT_API_URL"] = server.api_url
         started_here = True
+    else:
+        _check_prefect_api(os.environ["PREFECT_API_URL"])
     # Prefect loads only here. It configures its logging (replacing the handlers of its loggers) when its
     # flow API is first imported, which would undo `_quiet_run_loggers`: configure it first.
     from prefect.logging.configuration import ensure_logging_setup
@@ -268,8 +468,10 @@ def _prefect() -> Iterator[None]:
                 stack_.enter_context(
                     temporary_settings(updates={PREFECT_API_URL: os.environ["PREFECT_API_URL"]})
                 )
-            if not ServiceSettings().debug:
+            if not _debug():
                 stack_.enter_context(_quiet_run_loggers())
+                if route_logs:
+                    stack_.enter_context(_terminal_logging())
             yield
     finally:
         if started_here:
@@ -278,6 +480,33 @@ def _prefect() -> Iterator[None]:
 
 def _live_status(settings: SinkSettings) -> StatusStore:
     return StatusStore.of(settings, readonly=True)
+
+
+def _print_json(data: Any) -> None:
+    """`--json`: one JSON document on stdout, and nothing else there. ASCII-escaped, so any file name
+    (undecodable bytes included) prints on any terminal encoding and parses back exactly."""
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _startup_checks(settings: SinkSettings | None = None) -> SinkSettings:
+    """Before a command opens a store or starts anything: the settings parse (an error names its
+    variable), and the models they name can work at all. `UNICHUNK_EMBEDDER=openai` needs a key (for
+    api.openai.com) or a base URL (a local OpenAI-compatible server may need no key): with neither, every
+    request would fail, after the embedder's retries; the LLM extractor needs its base URL."""
+    settings = settings or SinkSettings()
+    key = settings.embedding_api_key.get_secret_value() if settings.embedding_api_key else ""
+    if settings.embedder == "openai" and not key and not settings.embedding_base_url:
+        raise UserError(
+            "UNICHUNK_EMBEDDER=openai needs UNICHUNK_EMBEDDING_API_KEY (for api.openai.com) or "
+            "UNICHUNK_EMBEDDING_BASE_URL (an OpenAI-compatible server; with no key if it needs none)"
+        )
+    if settings.extractor == "llm" and not settings.llm_base_url:
+        raise UserError(
+            "UNICHUNK_EXTRACTOR=llm needs UNICHUNK_LLM_BASE_URL (an OpenAI-compatible /v1 endpoint; "
+            "UNICHUNK_LLM_API_KEY if it needs a key)"
+        )
+    return settings
 
 
 def _with_progress(run: Callable[[], Any]) -> Any:
@@ -297,30 +526,43 @@ def _with_progress(run: Callable[[], Any]) -> Any:
             return run()
 
 
+def _check_source(path: Path | None, pattern: list[str] | None, source: str | None) -> None:
+    """PATH and the options that go with it make sense (before anything starts)."""
+    if path is None and (pattern or source):
+        raise UserError("--pattern and --source go with a PATH")
+    if path is not None and not path.expanduser().exists():
+        raise UserError(f"no such file or directory: {path.expanduser()}")
+
+
 def _source_params(path: Path | None, pattern: list[str] | None, source: str | None) -> Any:
     """PATH as flow parameters (None: every source ingested before); `--source` names it."""
     from flows.params import SourceParams
 
+    _check_source(path, pattern, source)
     if path is None:
-        if pattern or source:
-            raise UserError("--pattern and --source go with a PATH")
         return None
     path = path.expanduser()
-    if not path.exists():
-        raise UserError(f"no such file or directory: {path}")
-    if path.is_dir():
+    with _options(source_system="--source", patterns="--pattern"):
+        if path.is_dir():
+            return SourceParams(
+                kind="directory",
+                root=str(path),
+                patterns=pattern or list(DEFAULT_PATTERNS),
+                source_system=source,
+            )
+        # one file: its ID is its name relative to its directory, as a scan of that directory would give
         return SourceParams(
-            kind="directory", root=str(path), patterns=pattern or list(DEFAULT_PATTERNS), source_system=source
+            kind="paths", root=str(path.resolve().parent), paths=[str(path.resolve())], source_system=source
         )
-    # one file: its ID is its name relative to its directory, as a scan of that directory would give
-    return SourceParams(
-        kind="paths", root=str(path.resolve().parent), paths=[str(path.resolve())], source_system=source
-    )
 
 
-def _strategy(name: str | None) -> ChunkStrategy:
-    """`--strategy` if given, else UNICHUNK_CHUNK_* from the environment."""
-    return ChunkStrategy(name=name) if name else ChunkStrategy()  # type: ignore[arg-type]
+def _strategy(name: str | None, **sizes: int | None) -> ChunkStrategy:
+    """`--strategy` (and `--chunk-size`/`--chunk-overlap`) where given, else UNICHUNK_CHUNK_* from the
+    environment; an invalid value is named by its option or its variable."""
+    given = {"name": name, **sizes}
+    options = {field: "--strategy" if field == "name" else "--" + field.replace("_", "-") for field in given}
+    with _options(**{field: options[field] if value is not None else None for field, value in given.items()}):
+        return ChunkStrategy(**{field: value for field, value in given.items() if value is not None})
 
 
 def _progress() -> Progress:
@@ -329,6 +571,8 @@ def _progress() -> Progress:
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("eta", style="dim"),
+        TimeRemainingColumn(),
         console=err_console,
         transient=True,
     )
@@ -347,12 +591,15 @@ def _print_failed(name: str, error: str) -> None:
     console.print(Text.assemble("  ", ("failed", "red"), f"  {name}: {error}"))
 
 
-def _run_ingest(params: Any) -> Any:
+def _run_ingest(params: Any, *, as_json: bool = False) -> Any:
     """Run the ingest flow with a progress bar; returns the IngestSummary (the caller exits 1 if documents
-    failed): its line, then one line per failed document."""
+    failed): its line, then one line per failed document; with `as_json`, the summary as JSON instead."""
     from flows.ingest import ingest
 
     summary = _result(_with_progress(lambda: ingest(params, return_state=True)))
+    if as_json:
+        _print_json(summary.model_dump(mode="json"))
+        return summary
     console.print(summary.line())
     if summary.dry_run:
         for source_id in summary.would_process:
@@ -362,6 +609,24 @@ def _run_ingest(params: Any) -> Any:
     for failure in summary.failed:
         _print_failed(failure.source_id or failure.document_id, failure.error)
     return summary
+
+
+def _version(value: bool) -> None:
+    if value:
+        from unichunk import __version__  # only when asked: --help does not pay for it
+
+        console.print(f"unichunk {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    pass
 
 
 @app.command()
@@ -380,23 +645,28 @@ def ingest(
         bool, typer.Option("--dry-run", help="Show what would happen; write nothing.")
     ] = False,
     batch_size: BatchSizeOption = DEFAULT_BATCH_SIZE,
+    as_json: JsonOption = False,
 ) -> None:
     """Ingest PATH into every sink, re-doing only new and changed documents.
 
     A document is identified by its source and its path in it: two folders never share document IDs, and
     the same folder keeps them (`--source` names the source, to keep IDs when the folder moves)."""
+    _check_source(path, pattern, source)
+    chosen = _strategy(strategy)
+    _startup_checks()
     with _prefect():
         from flows.params import IngestParams
 
-        params = IngestParams(
-            source=_source_params(path, pattern, source),
-            strategy=_strategy(strategy),
-            delete_missing=delete_missing,
-            dry_run=dry_run,
-            batch_size=batch_size,
-            **({"sinks": sink} if sink else {}),
-        )
-        summary = _run_ingest(params)
+        with _options(sinks="--sink"):
+            params = IngestParams(
+                source=_source_params(path, pattern, source),
+                strategy=chosen,
+                delete_missing=delete_missing,
+                dry_run=dry_run,
+                batch_size=batch_size,
+                **({"sinks": sink} if sink else {}),
+            )
+        summary = _run_ingest(params, as_json=as_json)
     if summary.failed and not summary.dry_run:
         raise typer.Exit(EXIT_DOCUMENTS)
 
@@ -406,13 +676,27 @@ def ingest(
 def search(
     query: Annotated[str, typer.Argument(help="What to look for.")],
     k: Annotated[int, typer.Option("-k", "--top", min=1, max=100, help="How many hits.")] = 5,
+    as_json: JsonOption = False,
 ) -> None:
-    """Hybrid search: BM25 and vector hits fused by reciprocal rank (`retrieval.search`)."""
-    settings = reading_settings()
+    """Hybrid search: BM25 and vector hits fused by reciprocal rank (`retrieval.search`). With --json, the
+    whole result (`retrieval.results.SearchResult`, as `GET /search` serves it)."""
+    if not query.strip():
+        raise UserError("the query is empty")
+    base = _startup_checks()
+    if base.generation is None and live_generation(base) is None:  # nothing to open: say so, load nothing
+        if as_json:
+            _print_json(SearchResult(query=query, k=k, route="hybrid").model_dump(mode="json"))
+        else:
+            console.print("no results: nothing is ingested yet (`unichunk ingest PATH`, or `unichunk demo`)")
+        return
+    settings = reading_settings(base)
     with flow_sinks(("keywords", "vectors"), settings) as sinks:  # closed when the command ends
         result = run_search(Readers.of(sinks), query, k, SearchOptions(graph=False, expand=False))
+    if as_json:
+        _print_json(result.model_dump(mode="json"))
+        return
     if not result.hits:
-        console.print("no results (is anything ingested? try `unichunk demo`)")
+        console.print("no results")
         return
     rows = _live_status(settings).get_many(h.document_id for h in result.hits)
     for hit in result.hits:
@@ -428,14 +712,30 @@ def search(
 
 @app.command()
 @friendly_errors
-def status(failed: Annotated[bool, typer.Option("--failed", help="Only failed documents.")] = False) -> None:
+def status(
+    failed: Annotated[bool, typer.Option("--failed", help="Only failed documents.")] = False,
+    as_json: JsonOption = False,
+) -> None:
     """The index generations (live, being built, retained) and the live one's document states; then each
     failed document with its whole error, one line each."""
     settings = reading_settings()
-    _print_generations(settings)
     store = _live_status(settings)
     rows = store.rows(state="failed" if failed else None)
     counts = store.counts()
+    if as_json:
+        _print_json(
+            {
+                **_generations_json(settings),
+                "counts": counts,
+                # the chunk IDs and the strategy JSON are the pipeline's bookkeeping, long and not for reading
+                "documents": [
+                    {k: v for k, v in row.as_dict().items() if k not in ("chunk_ids", "strategy")}
+                    for row in rows
+                ],
+            }
+        )
+        return
+    _print_generations(settings)
     table = Table("document", "source", "state", "chunks", "updated")
     for row in rows:
         table.add_row(
@@ -465,13 +765,30 @@ def _describe(description: dict[str, Any]) -> str:
     return f"{chunking.get('name', '?')}{' ' + sizes if sizes else ''}, {embedder}, {description.get('extractor')}"
 
 
+def _sorted_generations(settings: SinkSettings) -> list[Generation]:
+    return sorted(registry_of(settings).all(), key=lambda g: (g.state != "live", g.created_at))
+
+
+def _generations_json(settings: SinkSettings) -> dict[str, Any]:
+    """The generations as `status --json` and `generations list --json` print them: each registry row
+    with its documents per state and expected chunks (`counts`)."""
+    generations = _sorted_generations(settings)
+    return {
+        "live": next((g.generation_id for g in generations if g.state == "live"), None),
+        "generations": [
+            {**dataclasses.asdict(g), "counts": generation_counts(settings, g.generation_id)}
+            for g in generations
+        ],
+    }
+
+
 def _print_generations(settings: SinkSettings) -> None:
-    generations = registry_of(settings).all()
+    generations = _sorted_generations(settings)
     if not generations:
         console.print("no index generation yet (nothing ingested)")
         return
     table = Table("generation", "state", "fingerprint", "settings", "documents", "since / until", "note")
-    for gen in sorted(generations, key=lambda g: (g.state != "live", g.created_at)):
+    for gen in generations:
         counts = generation_counts(settings, gen.generation_id)
         done = counts["processed"]
         documents = (
@@ -493,8 +810,11 @@ def _print_generations(settings: SinkSettings) -> None:
     console.print(table)
 
 
-def _verify() -> bool:
+def _verify(*, as_json: bool = False) -> bool:
     report = verify_live()
+    if as_json:
+        _print_json(report.as_dict())
+        return report.ok
     table = Table("sink", "chunks", "missing", "extra", "altered")
     kinds = {"missing": report.missing, "extra": report.extra, "altered": report.altered}
     for name in report.counts:
@@ -513,26 +833,40 @@ def _verify() -> bool:
 
 @app.command()
 @friendly_errors
-def verify() -> None:
+def verify(as_json: JsonOption = False) -> None:
     """Check every sink holds exactly the chunk IDs the status table expects, each with the content its ID
-    names (exit 1 if not)."""
-    if not _verify():
+    names (exit 1 if not). With --json, `AlignmentReport.as_dict()`: counts and example IDs per sink."""
+    _startup_checks()
+    if not _verify(as_json=as_json):
         raise typer.Exit(EXIT_DOCUMENTS)
+
+
+def _known_document(settings: SinkSettings, document_id: str) -> bool:
+    """Whether a generation a deletion reaches (live, or being built) records `document_id`."""
+    return any(
+        g.state in ("live", "building", "failed", "ready")
+        and _live_status(settings.for_generation(g.generation_id)).get(document_id) is not None
+        for g in registry_of(settings).all()
+    )
 
 
 @app.command()
 @friendly_errors
 def delete(
     document_id: Annotated[str, typer.Argument(help="A document ID, as shown by `unichunk status`.")],
+    as_json: JsonOption = False,
 ) -> None:
     """Remove one document from every sink and from the pipeline's records."""
+    settings = _startup_checks()
+    if not _known_document(settings, document_id):  # before any flow or Prefect server starts
+        raise UserError(f"no such document: {document_id} (`unichunk status` lists them)")
     with _prefect():
         from flows.documents import delete_document
 
-        known = _live_status(reading_settings()).get(document_id) is not None
         removed = delete_document(document_id)
-    if not known and not any(removed.values()):
-        raise UserError(f"no such document: {document_id}")
+    if as_json:
+        _print_json({"document_id": document_id, "removed": removed})
+        return
     console.print(f"deleted {document_id}: " + ", ".join(f"{k}={v}" for k, v in sorted(removed.items())))
 
 
@@ -560,34 +894,35 @@ def rebuild(
         float, typer.Option("--max-document-loss", min=0, max=1, help="Allowed share of fewer documents.")
     ] = 0.0,
     batch_size: BatchSizeOption = DEFAULT_BATCH_SIZE,
+    as_json: JsonOption = False,
 ) -> None:
     """Build a new index generation with new settings beside the live one, verify it, then switch to it.
 
     Queries keep answering from the live generation until the switch. Change the embedder or extractor
     with UNICHUNK_* variables; the chunking with the options here.
     """
+    _check_source(path, pattern, source)
+    chosen = _strategy(strategy, chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+    _startup_checks()
     with _prefect():
         from flows.params import RebuildParams
         from flows.rebuild import rebuild as rebuild_flow
 
-        sizes = {
-            k: v
-            for k, v in {"chunk_size": chunk_size, "chunk_overlap": chunk_overlap}.items()
-            if v is not None
-        }
-        chosen = _strategy(strategy)
         params = RebuildParams(
             source=_source_params(path, pattern, source),
-            strategy=type(chosen).model_validate({**chosen.model_dump(), **sizes}),
+            strategy=chosen,
             switch=switch,
             retention_hours=retention_hours,
             max_document_loss=max_document_loss,
             batch_size=batch_size,
         )
         summary = _result(_with_progress(lambda: rebuild_flow(params, return_state=True)))
-    console.print(summary.line())
-    for failure in summary.failed:
-        _print_failed(failure.source_id or failure.document_id, failure.error)
+    if as_json:
+        _print_json(summary.model_dump(mode="json"))
+    else:
+        console.print(summary.line())
+        for failure in summary.failed:
+            _print_failed(failure.source_id or failure.document_id, failure.error)
     if summary.outcome == "refused":
         raise typer.Exit(EXIT_DOCUMENTS)
 
@@ -600,8 +935,11 @@ app.add_typer(generations_app, name="generations")
 
 @generations_app.command("list")
 @friendly_errors
-def generations_list() -> None:
+def generations_list(as_json: JsonOption = False) -> None:
     """Every index generation: live, being built, ready, retained for rollback."""
+    if as_json:
+        _print_json(_generations_json(reading_settings()))
+        return
     _print_generations(reading_settings())
 
 
@@ -612,12 +950,19 @@ def generations_switch(
         str | None, typer.Argument(help="Generation to make live (default: the last retired one).")
     ] = None,
     retention_hours: Annotated[float, typer.Option("--retention-hours", min=0)] = DEFAULT_RETENTION_HOURS,
+    as_json: JsonOption = False,
 ) -> None:
     """Roll back (or forward): verify a retained or ready generation, then make it live."""
+    settings = _startup_checks()
+    # Before any flow or Prefect server starts: a generation that does not exist or may not go live.
+    switchable(settings, generation_id or rollback_target(settings))
     with _prefect():
         from flows.switch import switch_generation
 
         result = _result(switch_generation(generation_id, retention_hours, return_state=True))
+    if as_json:
+        _print_json(result)
+        return
     console.print(f"live generation: {result['live']} (was {result['previous'] or result['live']})")
 
 
@@ -625,13 +970,23 @@ def generations_switch(
 @friendly_errors
 def generations_drop(
     generation_id: Annotated[str, typer.Argument(help="A generation that is not live.")],
+    as_json: JsonOption = False,
 ) -> None:
     """Delete a generation's stores now, without waiting for its retention."""
+    settings = _startup_checks()
+    found = registry_of(settings).get(generation_id)  # before any flow or Prefect server starts
+    if found is None:
+        raise UserError(f"no such generation: {generation_id} (`unichunk generations list` lists them)")
+    if found.state == "live":
+        raise UserError(f"generation {generation_id} is live; switch to another one before dropping it")
     with _prefect():
         from flows.switch import drop_generation_now
 
         _result(drop_generation_now(generation_id, return_state=True))
-    console.print(f"dropped {generation_id}")
+    if as_json:
+        _print_json({"dropped": generation_id, "state": found.state})
+        return
+    console.print(f"dropped {generation_id} (was {found.state})")
 
 
 @app.command()
@@ -647,7 +1002,17 @@ def serve(
 
     Stops within 10 s of SIGTERM or Ctrl-C: in-flight runs are cancelled, and their documents are redone by
     the next run (`deployments.serve.ServeRunner`)."""
-    with _prefect():
+    _startup_checks()
+    secret = ServiceSettings().webhook_secret
+    if webhook and not (secret and secret.get_secret_value()):
+        err_console.print(
+            Text.assemble(
+                ("warning:", "yellow"),
+                " UNICHUNK_WEBHOOK_SECRET is not set: the webhook receiver refuses every delivery (401) "
+                "until it is",
+            )
+        )
+    with _prefect(route_logs=False):
         from deployments.serve import serve_all
         from deployments.webhook import run_receiver
 
@@ -668,7 +1033,8 @@ def mcp(
 
     `ingest` reads only inside UNICHUNK_MCP_ROOTS (else UNICHUNK_SOURCE_ROOT). stdout carries the protocol
     alone; everything else goes to stderr (see docs/operations.md, "MCP server for agents")."""
-    with _prefect():  # the ingest tool runs the ingest flow in this process
+    _startup_checks()
+    with _prefect(route_logs=False):  # the ingest tool runs the ingest flow in this process
         from deployments.mcp_server import run_server
 
         run_server(http=http, host=host, port=port)
@@ -676,9 +1042,20 @@ def mcp(
 
 @app.command()
 @friendly_errors
-def up() -> None:
-    """Start (or reuse) the data dir's local Prefect server (UI on :4200) and the embedded FalkorDB."""
-    stack.up()
+def up(
+    host: Annotated[
+        str, typer.Option(help="Host the Prefect server binds (0.0.0.0: every interface).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port of the Prefect server and its UI.")] = (
+        stack.UP_PORT
+    ),
+    as_json: JsonOption = False,
+) -> None:
+    """Start (or reuse) the data dir's local Prefect server (UI on --port, 4200 by default) and the embedded
+    FalkorDB; print the `export` lines that point other terminals at them."""
+    urls = stack.up(host=host, port=port, echo=not as_json)
+    if as_json:
+        _print_json(dataclasses.asdict(urls))
 
 
 @app.command()
@@ -696,6 +1073,7 @@ def demo(query: Annotated[str, typer.Option(help="The sample search.")] = DEMO_Q
     it left running."""
     if not SAMPLE_CORPUS.is_dir():
         raise UserError(f"the sample corpus is missing: {SAMPLE_CORPUS}")
+    _startup_checks()
     with _prefect():
         from flows.params import IngestParams, SourceParams
 

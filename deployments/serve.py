@@ -14,6 +14,12 @@
 and exposes /metrics on UNICHUNK_METRICS_PORT (default 9464) for Prometheus. It stops within
 `STOP_DEADLINE_SECONDS` of SIGTERM or SIGINT (see `ServeRunner`).
 
+What the UI shows of a run. Run processes inherit this process's environment, so `serve_all` sets the
+flow-run and task-run loggers to INFO there (`RUN_LOG_LEVELS`, unless set otherwise): `unichunk serve`
+keeps Prefect's own loggers at WARNING, which the run loggers would otherwise inherit, leaving a
+successful run without a log line. Each deployment has tags (`TAGS`: `unichunk`, and what starts it or
+what it does) to filter runs by, and the long ones a concurrency limit (`CONCURRENCY`).
+
 Scaling out. One served process suits one machine. To spread runs over machines, use the prefect.yaml at
 the repo root instead, which declares the same deployments for a process work pool::
 
@@ -44,6 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.events import DeploymentEventTrigger
 from prefect.runner import Runner
 from prefect.types.entrypoint import EntrypointType
@@ -67,6 +74,41 @@ DEPLOYMENT_NAMES = (
     "rebuild",
     "switch-generation",
 )
+
+# Tags of each deployment's runs, to filter them by in the UI: `unichunk`, what starts the run (`ad-hoc`,
+# `scheduled`, `webhook`) and what it does (`ingest`, `delete`, `generations`).
+TAGS: dict[str, list[str]] = {
+    "ingest": ["unichunk", "ingest", "ad-hoc"],
+    "reindex": ["unichunk", "ingest", "scheduled"],
+    "ingest-document": ["unichunk", "ingest", "webhook"],
+    "delete-document": ["unichunk", "delete", "webhook"],
+    "rebuild": ["unichunk", "generations", "ad-hoc"],
+    "switch-generation": ["unichunk", "generations", "ad-hoc"],
+}
+
+# Runs of one deployment at once, across every process serving it (a Prefect deployment concurrency
+# limit, held on the server). One `ingest`, `rebuild` or `switch-generation` at a time, the next waiting
+# (ENQUEUE: AwaitingConcurrencySlot, re-checked every 30 s) before any process starts or loads a model;
+# a `reindex` that finds the last one still running is cancelled (CANCEL_NEW), since the running one
+# covers the same ground. The webhook flows have none: their bursts are throttled by the serving process
+# (`UNICHUNK_SERVE_RUN_LIMIT`, `prefect worker start --limit`), which starts a waiting run at its next
+# poll, not 30 s later, and document leases already keep two runs off one document. Prefect 3.8.8 keeps
+# the slot's lease in the server's memory by default: a server restart ends a limited run that is in
+# flight (its lease renewal fails; the next run redoes its documents) unless the server is given
+# PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE=prefect.server.concurrency.lease_storage.filesystem.
+CONCURRENCY: dict[str, ConcurrencyLimitConfig] = {
+    "ingest": ConcurrencyLimitConfig(limit=1, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE),
+    "reindex": ConcurrencyLimitConfig(limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW),
+    "rebuild": ConcurrencyLimitConfig(limit=1, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE),
+    "switch-generation": ConcurrencyLimitConfig(limit=1, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE),
+}
+
+# The run loggers' level in the run processes (see the module docstring); Prefect reads these variables
+# when a run process configures its logging.
+RUN_LOG_LEVELS = {
+    "PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL": "INFO",
+    "PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "INFO",
+}
 
 # After SIGTERM or SIGINT: Prefect cancels the in-flight runs (each run process gets SIGTERM, its run ends
 # Cancelled); a run process still alive after STOP_KILL_AFTER_SECONDS is killed (its run still ends
@@ -98,17 +140,24 @@ def build_deployments(
     # The configured source, or none: then `ingest` and `reindex` re-scan every source ingested before.
     source = {"params": {"source": settings.source()}} if settings.source() else {"params": {}}
     # Module entrypoints: flow runs import `flows.*` wherever the package is installed, whatever the cwd.
-    common: dict[str, Any] = {"entrypoint_type": EntrypointType.MODULE_PATH, "tags": ["unichunk"]}
+    base: dict[str, Any] = {"entrypoint_type": EntrypointType.MODULE_PATH}
+
+    def options(name: str) -> dict[str, Any]:
+        return {**base, "tags": TAGS[name], "concurrency_limit": CONCURRENCY.get(name)}
+
     builders = {
         "ingest": lambda: ingest.to_deployment(
-            "ingest", parameters=source, description="Ad-hoc ingestion of a directory or files.", **common
+            "ingest",
+            parameters=source,
+            description="Ad-hoc ingestion of a directory or files.",
+            **options("ingest"),
         ),
         "reindex": lambda: reindex.to_deployment(
             "reindex",
             cron=settings.reindex_cron,
             parameters=source,
             description="Scheduled full incremental scan plus alignment check and repair.",
-            **common,
+            **options("reindex"),
         ),
         "ingest-document": lambda: ingest_document.to_deployment(
             "ingest-document",
@@ -121,7 +170,7 @@ def build_deployments(
                 )
             ],
             description="Re-ingest one document when a webhook reports it changed.",
-            **common,
+            **options("ingest-document"),
         ),
         "delete-document": lambda: delete_document.to_deployment(
             "delete-document",
@@ -134,18 +183,18 @@ def build_deployments(
                 )
             ],
             description="Remove one document from every sink when a webhook reports it deleted.",
-            **common,
+            **options("delete-document"),
         ),
         "rebuild": lambda: rebuild.to_deployment(
             "rebuild",
             parameters=source,
             description="Build a new index generation with new settings, verify it, switch readers to it.",
-            **common,
+            **options("rebuild"),
         ),
         "switch-generation": lambda: switch_generation.to_deployment(
             "switch-generation",
             description="Roll back to the last retired index generation (or switch to a given one).",
-            **common,
+            **options("switch-generation"),
         ),
     }
     unknown = set(names) - set(builders)
@@ -312,6 +361,8 @@ def serve_all(
     burst of webhooks queues instead of starting twenty processes that load the models together. A stop
     signal during registration ends it at once (exit 0, nothing runs yet); once serving, `ServeRunner`."""
     settings = settings or ServiceSettings()
+    for name, level in RUN_LOG_LEVELS.items():  # before any run process starts: they inherit it
+        os.environ.setdefault(name, level)
     previous = {signum: signal.signal(signum, _stop_before_serving) for signum in _stop_signals()}
     try:
         deployments = build_deployments(settings, names)

@@ -3,7 +3,8 @@
 One **local Prefect server** per data dir, recorded in `<data_dir>/stack/prefect-server.json` (its pid, which
 leads its own process group, and its API URL), with its database and log under `<data_dir>/stack`:
 
-- `unichunk up` starts it on port 4200 (the UI's usual port), or reuses the recorded one;
+- `unichunk up` starts it on port 4200 (the UI's usual port; `--port`, `--host` choose others), or reuses
+  the recorded one;
 - every CLI command that talks to Prefect with PREFECT_API_URL unset starts it on a free port (never 4200,
   which `up` and users' own servers use), or reuses the recorded one (`ensure_prefect_server`).
   Why not Prefect's ephemeral server, the default without PREFECT_API_URL: it is a child of the command,
@@ -16,6 +17,13 @@ leads its own process group, and its API URL), with its database and log under `
 
 Start and stop hold a file lock (`stack/.lock`), so two commands starting at once start one server.
 Qdrant and BM25 need no server: they run embedded in the flow processes.
+
+The UI a server serves calls the API at PREFECT_UI_API_URL, which Prefect otherwise derives from
+PREFECT_SERVER_API_HOST/PORT (4200), not from `prefect server start --port`: every server started here is
+given its own URL (`_spawn`), unless PREFECT_UI_API_URL is set (the address other machines' browsers use,
+for a server bound to 0.0.0.0). Why not `prefect server start --background` and `prefect server stop`: the
+background server keeps its pid in PREFECT_HOME, not ours, stays in the caller's process group (a Ctrl-C
+in that terminal reaches it) and writes its output to a pipe nobody reads once the starter exits.
 """
 
 from __future__ import annotations
@@ -145,6 +153,14 @@ def _recorded(directory: Path, patience: float = UNRESPONSIVE_SECONDS) -> LocalP
     return None
 
 
+def client_host(host: str) -> str:
+    """The address clients use for a server bound to `host`: loopback for a wildcard bind (0.0.0.0, ::),
+    an IPv6 address in brackets."""
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 def _free_port() -> int:
     while True:
         with socket.socket() as sock:
@@ -162,6 +178,9 @@ def _spawn(directory: Path, host: str, port: int) -> subprocess.Popen:
         DO_NOT_TRACK="1",
     )
     env.pop("PREFECT_API_URL", None)  # the server must not try to talk to another one
+    # Its UI must call this server, not the default port (see the module docstring).
+    if not (env.get("PREFECT_UI_API_URL") or env.get("PREFECT_SERVER_UI_API_URL")):
+        env["PREFECT_UI_API_URL"] = f"http://{client_host(host)}:{port}/api"
     with (directory / "prefect-server.log").open("ab") as handle:
         return subprocess.Popen(
             [_prefect_executable(), "server", "start", "--host", host, "--port", str(port)],
@@ -189,7 +208,7 @@ def _start(directory: Path, host: str, port: int | None, timeout: float) -> Loca
     log = directory / "prefect-server.log"
     for _attempt in range(1 if port else 2):
         chosen = port or _free_port()
-        api_url = f"http://{host}:{chosen}/api"
+        api_url = f"http://{client_host(host)}:{chosen}/api"
         process = _spawn(directory, host, chosen)
         (directory / STATE_FILE).write_text(json.dumps({"pid": process.pid, "api_url": api_url}))
         if _wait_healthy(process, api_url, timeout):
@@ -229,7 +248,7 @@ def start_prefect_server(
     with _locked(directory):
         if recorded := _recorded(directory):
             return recorded.api_url, False
-        api_url = f"http://{host}:{port}/api"
+        api_url = f"http://{client_host(host)}:{port}/api"
         if _healthy(api_url):
             return api_url, False
         return _start(directory, host, port, timeout).api_url, True
@@ -281,11 +300,18 @@ def running(data_dir: Path | None = None) -> list[str]:
 def up(
     data_dir: Path | None = None, host: str = "127.0.0.1", port: int = UP_PORT, echo: bool = True
 ) -> StackUrls:
-    """Start (or reuse) the Prefect server and the embedded FalkorDB; print and return their URLs."""
+    """Start (or reuse) the Prefect server and the embedded FalkorDB; print and return their URLs. A
+    recorded server on another port is reused, and the note says so (on stderr)."""
     data_dir = Path(data_dir or SinkSettings().data_dir)
     api_url, started = start_prefect_server(data_dir, host, port)
     falkordb_url = ensure_server(data_dir)
     urls = StackUrls(api_url, api_url.removesuffix("/api"), falkordb_url, started)
+    if not api_url.endswith(f":{port}/api"):
+        print(
+            f"note: this data dir's Prefect server already runs at {urls.prefect_ui_url}; "
+            f"`unichunk down`, then `unichunk up --port {port}`, to move it",
+            file=sys.stderr,
+        )
     if echo:
         print(f"Prefect API   {urls.prefect_api_url}{'' if started else '  (already running)'}")
         print(f"Prefect UI    {urls.prefect_ui_url}")

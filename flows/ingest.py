@@ -8,6 +8,7 @@ from prefect.states import State
 
 from flows.params import IngestParams, IngestSummary
 from flows.pipeline import finish, sinks_context, timed_summary
+from flows.run_names import ingest_run_name
 from flows.sources import list_sources, sync_listed
 from index.generations import target_for_ingest
 from index.run import RunConfig
@@ -35,7 +36,7 @@ def sync_source(flow_name: str, params: IngestParams) -> tuple[IngestSummary, Ru
     return summary, run
 
 
-@flow(name="ingest")
+@flow(name="ingest", flow_run_name=ingest_run_name)
 def ingest(params: IngestParams) -> IngestSummary | State:
     """Ingest a directory or a list of files into every sink; Failed if any document failed."""
     summary, _ = sync_source("ingest", params)

@@ -118,6 +118,9 @@ class IngestSummary(BaseModel):
     deleted: int = 0
     chunked: int = 0
     chunks_written: dict[str, int] = Field(default_factory=dict)
+    sink_seconds: dict[str, float] = Field(
+        default_factory=dict, description="Seconds each sink spent preparing and writing (task wall time)."
+    )
     duration_seconds: float = 0.0
     would_process: list[str] = Field(default_factory=list)
     would_delete: list[str] = Field(default_factory=list)

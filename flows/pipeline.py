@@ -13,10 +13,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
 
 from prefect import get_run_logger
 from prefect.futures import PrefectFuture
-from prefect.states import Failed, State
+from prefect.states import State
 from prefect.utilities.annotations import quote
 
 from chunking.loaders import max_document_bytes
@@ -24,6 +26,7 @@ from chunking.sources import Source, SourceItem
 from flows import progress
 from flows.leases import RunLeases, when_leased
 from flows.params import FailedDocument, IngestSummary, names
+from flows.reports import failed_state, failure_message, publish_ingest
 from flows.store_access import exclusive_store_access
 from index import metrics
 from index.chunk_batch import LOAD_FAILED, ChunkBatchResult
@@ -107,13 +110,17 @@ def sinks_context(run: RunConfig, dry_run: bool) -> Iterator[dict[str, Sink]]:
 
 @dataclass
 class _Writing:
-    """A batch whose sink writes are running while the next batch is chunked and prepared."""
+    """A batch whose sink writes are running while the next batch is chunked and prepared; `seconds` holds
+    each sink's prepare and (once done) write seconds, for the batch's log line."""
 
+    label: str
     by_id: dict[str, SourceItem]
     result: ChunkBatchResult
     good: list[ChunkKey]
     failed: dict[str, str]
     futures: dict[str, PrefectFuture[int]]
+    submitted: datetime
+    seconds: dict[str, dict[str, float]]
 
 
 @dataclass
@@ -240,7 +247,7 @@ def _run_batches(
     writing: _Writing | None = None
     try:
         while upcoming is not None:
-            batch, future = upcoming
+            batch, label, future = upcoming
             result = future.result()
             upcoming = _chunk_next(batches, tally, run, dry_run)
             by_id = {item.document_id: item for item in batch}
@@ -252,10 +259,14 @@ def _run_batches(
             else:
                 summary.chunked += len(result.chunked)
                 failed = dict(result.failed)
-                good, outcomes = prepare_batch(result.keys, run, failed) if result.keys else ([], {})
+                seconds: dict[str, dict[str, float]] = {"prepare": {}, "write": {}}
+                good, outcomes = (
+                    prepare_batch(result.keys, run, failed, seconds["prepare"]) if result.keys else ([], {})
+                )
                 if writing is not None:
                     previous, writing = writing, None
                     _settle(previous, run, summary, leases)
+                submitted = datetime.now(UTC)
                 futures = (
                     {
                         name: write_sink.submit(name, quote(outcomes[name].prepared), quote(run))
@@ -264,7 +275,7 @@ def _run_batches(
                     if good
                     else {}
                 )
-                writing = _Writing(by_id, result, good, failed, futures)
+                writing = _Writing(label, by_id, result, good, failed, futures, submitted, seconds)
             tally.advance(len(batch))
     finally:
         # Also when a later batch raised: the writes already running are waited for and recorded (or
@@ -275,20 +286,35 @@ def _run_batches(
         finally:
             if leases is not None:
                 if upcoming is not None:  # its chunk task writes status rows: let it end before letting go
-                    upcoming[1].wait()
+                    upcoming[2].wait()
                 leases.release(leases.held)
     return deferred
 
 
 def _chunk_next(
     batches: Iterator[list[SourceItem]], tally: _Progress, run: RunConfig, dry_run: bool
-) -> tuple[list[SourceItem], PrefectFuture[ChunkBatchResult]] | None:
+) -> tuple[list[SourceItem], str, PrefectFuture[ChunkBatchResult]] | None:
     batch = next(batches, None)
     if batch is None:
         return None
     tally.batches += 1
     label = f"{tally.batches}"
-    return batch, chunk_batch.submit(quote(batch), quote(run), batch_label=label, dry_run=dry_run)
+    return batch, label, chunk_batch.submit(quote(batch), quote(run), batch_label=label, dry_run=dry_run)
+
+
+def _add_seconds(
+    seconds: dict[str, float], name: str, future: PrefectFuture[Any], submitted: datetime
+) -> None:
+    """Add a finished task run's wall time to `seconds[name]`: from just before it was submitted to the
+    timestamp of its final state, retries included. Measured here, not in the tasks (which stay thin);
+    Prefect's default thread pool is unbounded, so no task waits for a thread and the time is its own."""
+    try:  # after `.result()` the final state is at hand (no API call)
+        state = future.state
+        if state.is_final():
+            elapsed = (state.timestamp - submitted).total_seconds()
+            seconds[name] = seconds.get(name, 0.0) + max(0.0, elapsed)
+    except Exception:  # a figure for the log: never in the way of settling a batch
+        return
 
 
 def _settle(writing: _Writing, run: RunConfig, summary: IngestSummary, leases: RunLeases | None) -> None:
@@ -306,6 +332,7 @@ def _settle(writing: _Writing, run: RunConfig, summary: IngestSummary, leases: R
             written[name] = future.result()
         except Exception as exc:
             errors.append(f"write[{name}] failed after retries: {type(exc).__name__}: {exc}")
+        _add_seconds(writing.seconds["write"], name, future, writing.submitted)
     if errors:
         # The sinks that did write hold the new version: put the previous one back there (a document that
         # never succeeded is deleted), so they agree with the status table, which keeps the last success.
@@ -316,6 +343,9 @@ def _settle(writing: _Writing, run: RunConfig, summary: IngestSummary, leases: R
         processed, written = [], {}
     for name, count in written.items():
         summary.chunks_written[name] = summary.chunks_written.get(name, 0) + count
+    for phase in writing.seconds.values():
+        for name, seconds in phase.items():
+            summary.sink_seconds[name] = round(summary.sink_seconds.get(name, 0.0) + seconds, 3)
     # Load failures were recorded by chunk_batch; the rest of the batch's outcome is recorded here.
     record_outcome(
         run, writing.by_id, processed, {d: e for d, e in failed.items() if d not in writing.result.failed}
@@ -325,6 +355,26 @@ def _settle(writing: _Writing, run: RunConfig, summary: IngestSummary, leases: R
     summary.processed += len(processed)
     metrics.DOCUMENTS.labels(outcome="processed").inc(len(processed))
     _record_failures(summary, writing.by_id, failed, dry_run=False)
+    get_run_logger().info(_batch_line(writing, len(processed), len(failed), written))
+
+
+def _batch_line(writing: _Writing, processed: int, failed: int, written: dict[str, int]) -> str:
+    """The batch's INFO line in the flow log: `batch 3: 10 documents: 8 written, 1 failed, 1 unchanged;
+    chunks written graph=124 keywords=124 vectors=124; seconds (prepare+write) graph 4.1+0.8, ...`."""
+    unchanged = len(writing.result.skipped)
+    text = (
+        f"batch {writing.label}: {len(writing.by_id)} document{'' if len(writing.by_id) == 1 else 's'}: "
+        f"{processed} written, {failed} failed, "
+        f"{unchanged} unchanged; chunks written "
+        + (" ".join(f"{name}={count}" for name, count in sorted(written.items())) or "none")
+    )
+    prepare, write = writing.seconds["prepare"], writing.seconds["write"]
+    if prepare or write:
+        text += "; seconds (prepare+write) " + ", ".join(
+            f"{name} {prepare.get(name, 0.0):.1f}+{write.get(name, 0.0):.1f}"
+            for name in sorted(set(prepare) | set(write))
+        )
+    return text
 
 
 def _record_failures(
@@ -359,15 +409,17 @@ def _record_unreadable(
 
 
 def prepare_batch(
-    keys: list[ChunkKey], run: RunConfig, failed: dict[str, str]
+    keys: list[ChunkKey], run: RunConfig, failed: dict[str, str], seconds: dict[str, float] | None = None
 ) -> tuple[list[ChunkKey], dict[str, PrepareOutcome]]:
-    """Prepare one batch in every sink; returns the keys every sink prepared, and each sink's outcome.
+    """Prepare one batch in every sink; returns the keys every sink prepared, and each sink's outcome
+    (`seconds` gets each sink's prepare seconds added).
 
     A document one sink rejects is written to none (`failed` gets why): the other sinks prepare again
     without it, so all sinks write the same documents.
     """
     logger = get_run_logger()
-    outcomes = _prepare_all(keys, run, failed)
+    seconds = {} if seconds is None else seconds
+    outcomes = _prepare_all(keys, run, failed, seconds)
     good = [key for key in keys if key.document_id not in failed]
     if not good:
         return [], outcomes
@@ -375,7 +427,7 @@ def prepare_batch(
     redo = [name for name, outcome in outcomes.items() if outcome.document_ids != good_ids]
     if redo:  # another sink rejected some documents: prepare again without them, so all sinks agree
         logger.warning("re-preparing %s without %d document(s) another sink rejected", redo, len(failed))
-        outcomes.update(_prepare_all(good, run, failed, names=redo))
+        outcomes.update(_prepare_all(good, run, failed, seconds, names=redo))
         good = [key for key in good if key.document_id not in failed]
         if not good or any(outcomes[n].document_ids != [k.document_id for k in good] for n in run.sinks):
             for key in good:
@@ -385,9 +437,14 @@ def prepare_batch(
 
 
 def _prepare_all(
-    keys: list[ChunkKey], run: RunConfig, failed: dict[str, str], names: Sequence[str] | None = None
+    keys: list[ChunkKey],
+    run: RunConfig,
+    failed: dict[str, str],
+    seconds: dict[str, float],
+    names: Sequence[str] | None = None,
 ) -> dict[str, PrepareOutcome]:
     names = list(names or run.sinks)
+    submitted = datetime.now(UTC)
     futures = {name: prepare_sink.submit(name, quote(keys), quote(run)) for name in names}
     outcomes: dict[str, PrepareOutcome] = {}
     for name, future in futures.items():
@@ -397,6 +454,7 @@ def _prepare_all(
             error = f"prepare[{name}] failed: {type(exc).__name__}: {exc}"
             outcomes[name] = PrepareOutcome(name, None, [], {key.document_id: error for key in keys})
             outcome = outcomes[name]
+        _add_seconds(seconds, name, future, submitted)
         for document_id, error in outcome.failed.items():
             failed.setdefault(document_id, error)
     return outcomes
@@ -442,17 +500,22 @@ def delete_leased(
 
 @contextmanager
 def timed_summary(summary: IngestSummary, flow_name: str) -> Iterator[None]:
-    """Fill in the duration and push metrics when the flow body ends, however it ends."""
+    """Add the block's duration to the summary's and push metrics when it ends, however it ends
+    (`reindex` times its scan and its alignment check in two blocks: the duration is both)."""
     started = time.perf_counter()
     try:
         yield
     finally:
-        summary.duration_seconds = round(time.perf_counter() - started, 3)
+        summary.duration_seconds = round(summary.duration_seconds + time.perf_counter() - started, 3)
         metrics.push_metrics(flow_name)
 
 
-def finish(summary: IngestSummary, problems: list[str] | None = None) -> IngestSummary | State:
-    """Log the summary; end the run Failed (carrying the summary) if any document failed in this run.
+def finish(
+    summary: IngestSummary, problems: list[str] | None = None, *, artifacts: bool = True
+) -> IngestSummary | State:
+    """Log the summary, publish the run's artifacts (`flows.reports`; not for `artifacts=False`); end the
+    run Failed if any document failed in this run, its message naming them (`flows.reports.failed_state`
+    says what the state carries: the summary in this process, `RunFailed` in a deployment's run).
 
     Known-unreadable files (failed to load before, unchanged since) are logged as a warning, not a
     failure: their failure was reported by the run that first met it."""
@@ -474,9 +537,12 @@ def finish(summary: IngestSummary, problems: list[str] | None = None) -> IngestS
         )
     problems = list(problems or [])
     if summary.failed and not summary.dry_run:
-        problems.insert(0, f"{len(summary.failed)} document(s) failed")
+        problems.insert(0, failure_message(summary))
+    message = "; ".join(problems)
+    if artifacts:
+        publish_ingest(summary, f"Failed: {message}" if problems else "Completed")
     if problems:
-        return Failed(message="; ".join(problems), data=summary)
+        return failed_state(message, summary)
     return summary
 
 

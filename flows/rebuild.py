@@ -18,10 +18,12 @@ from dataclasses import asdict
 from datetime import timedelta
 
 from prefect import flow, get_run_logger
-from prefect.states import Failed, State
+from prefect.states import State
 
 from flows.params import FailedDocument, IngestSummary, RebuildParams, RebuildSummary, SourceParams, names
 from flows.pipeline import drop_expired, sinks_context, timed_summary
+from flows.reports import failed_state, publish_rebuild
+from flows.run_names import rebuild_run_name
 from flows.sources import Listed, list_sources, sync_listed
 from index.chunk_batch import LOAD_FAILED
 from index.generations import generation_counts, live_generation, registry_of
@@ -102,7 +104,7 @@ def readiness_problems(summary: RebuildSummary, max_document_loss: float) -> lis
     return problems
 
 
-@flow(name="rebuild")
+@flow(name="rebuild", flow_run_name=rebuild_run_name)
 def rebuild(params: RebuildParams) -> RebuildSummary | State:
     """Build the generation of `params.strategy` + the current sink settings, verify it, switch to it."""
     logger = get_run_logger()
@@ -118,6 +120,7 @@ def rebuild(params: RebuildParams) -> RebuildSummary | State:
     if live is not None and live.generation_id == run.generation_id:
         summary.outcome = "already-live"
         logger.info(summary.line())
+        publish_rebuild(summary)
         return summary
     listed = list_sources(params.source, base.settings, record=True)
     total = sum(len(entry.items) for entry in listed)
@@ -141,17 +144,19 @@ def rebuild(params: RebuildParams) -> RebuildSummary | State:
         if summary.reasons:
             registry.mark_failed(run.generation_id, "; ".join(summary.reasons))
             logger.error(summary.line())
-            return Failed(
-                message=f"not switched, the live generation is unchanged; re-run to resume: {summary.line()}",
-                data=summary,
+            publish_rebuild(summary)
+            return failed_state(
+                f"not switched, the live generation is unchanged; re-run to resume: {summary.line()}", summary
             )
         if not params.switch:
             registry.mark_ready(run.generation_id)
             summary.outcome = "built"
             logger.info(summary.line())
+            publish_rebuild(summary)
             return summary
         switch_live(run, timedelta(hours=params.retention_hours))
     summary.outcome = "switched"
     summary.dropped = drop_expired(base.settings)
     logger.info(summary.line())
+    publish_rebuild(summary)
     return summary

@@ -10,10 +10,11 @@ from prefect.states import State
 from flows.ingest import sync_source
 from flows.params import IngestParams, IngestSummary
 from flows.pipeline import drop_expired, finish, sinks_context, timed_summary
+from flows.run_names import reindex_run_name
 from tasks.alignment import repair_alignment, verify_alignment_task
 
 
-@flow(name="reindex")
+@flow(name="reindex", flow_run_name=reindex_run_name)
 def reindex(params: IngestParams) -> IngestSummary | State:
     """Scan like `ingest`, verify every sink against the status table (chunk IDs and each chunk's content
     hash) and repair mismatches, then drop retired index generations whose retention ran out."""

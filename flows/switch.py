@@ -10,10 +10,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 from prefect import flow, get_run_logger
-from prefect.states import Failed, State
+from prefect.states import State
 
 from chunking.config import ChunkStrategy
 from flows.pipeline import sinks_context
+from flows.reports import failed_state
+from flows.run_names import drop_run_name, switch_run_name
 from flows.store_access import exclusive_store_access
 from index.generations import DEFAULT_RETENTION_HOURS, rollback_target, switchable
 from index.run import RunConfig
@@ -23,7 +25,7 @@ from tasks.alignment import verify_alignment_task
 from tasks.generations import drop_generation, switch_live
 
 
-@flow(name="switch-generation")
+@flow(name="switch-generation", flow_run_name=switch_run_name)
 def switch_generation(
     generation_id: str | None = None, retention_hours: float = DEFAULT_RETENTION_HOURS
 ) -> dict | State:
@@ -36,16 +38,16 @@ def switch_generation(
     with sinks_context(run, dry_run=False):
         report = verify_alignment_task(run)
         if not report.ok:
-            return Failed(
-                message=f"generation {target} does not hold what its status table expects; not switched",
-                data=report.as_dict(),
+            return failed_state(
+                f"generation {target} does not hold what its status table expects; not switched",
+                report.as_dict(),
             )
         previous = switch_live(run, timedelta(hours=retention_hours))
     get_run_logger().info("switched to generation %s (was %s)", target, previous)
     return {"live": target, "previous": previous, "switched": True}
 
 
-@flow(name="drop-generation")
+@flow(name="drop-generation", flow_run_name=drop_run_name)
 def drop_generation_now(generation_id: str) -> str:
     """Delete a generation that is not live (its stores, files and cached chunks) without waiting for its
     retention; the CLI's `generations drop`."""

@@ -19,6 +19,7 @@ from index.status import StatusStore
 from sinks.base import SINK_NAMES, Sink, SinkName
 from sinks.config import SinkSettings
 from sinks.pool import get_sinks
+from sinks.vectors.embedders import embedding_budget
 
 # Documents per chunk/prepare/write round. Each round is 7 Prefect task runs whose bookkeeping shares the
 # cores with the models; 64 measured 1.16-1.22x model time on 500 documents where 32 measured 1.25-1.38x
@@ -55,11 +56,18 @@ class RunConfig:
     """Everything a task needs to know about its run, small enough to pass to every task.
 
     `settings.generation` says which generation's stores the run writes; `index.generations` pins it.
+    The strategy's embedding budget is always the configured embedder's (`embedding_budget`), so `auto`
+    cuts chunks that embedder reads whole, whatever budget the given strategy carried.
     """
 
     strategy: ChunkStrategy
     settings: SinkSettings
     sinks: tuple[SinkName, ...] = SINK_NAMES
+
+    def __post_init__(self) -> None:
+        budget = embedding_budget(self.settings)
+        if self.strategy.embedding != budget:
+            object.__setattr__(self, "strategy", self.strategy.model_copy(update={"embedding": budget}))
 
     @cached_property
     def chunk_fingerprint(self) -> str:
@@ -88,7 +96,7 @@ class RunConfig:
         rebuilt, not mixed (ingesting into it is refused with the difference named)."""
         return {
             "document_ids": DOCUMENT_IDS,
-            "chunking": self.strategy.model_dump(mode="json"),
+            "chunking": self.strategy.settings_payload(),
             "chunk_fingerprint": self.chunk_fingerprint,  # also covers the strategies' built-in defaults
             **index_settings(self.settings),
         }

@@ -53,6 +53,13 @@ class SinkSettings(BaseSettings):
         None, description="Vector size for the openai embedder (probed if unset)."
     )
     embedding_batch_size: int = Field(64, ge=1, le=2048, description="Texts per embedding call.")
+    embedding_max_tokens: int = Field(
+        8191,
+        ge=32,
+        le=1_000_000,
+        description="Input limit of the openai embedder in cl100k tokens (OpenAI's: 8191); `auto` keeps "
+        "every chunk within it. MiniLM's is fixed: 256 word pieces.",
+    )
 
     # BM25 (keywords)
     bm25_stemming: bool = Field(True, description="English Snowball stemming in the BM25 analyzer.")

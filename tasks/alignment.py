@@ -1,4 +1,12 @@
-"""The alignment tasks: verify the stores against the status table, repair them, undo a failed write."""
+"""The alignment tasks: verify the stores against the status table, repair them, undo a failed write.
+
+Called directly by the flows (not submitted), so they run in the flow's thread. Retries: `verify` only
+reads, so a store's blip during the nightly check is retried rather than failing the reindex; `repair`
+and `restore_previous` re-write the expected (or previous) version by chunk ID and delete what should
+not be there, both idempotent, so running them again after a partial attempt converges. A timeout only
+on `verify`, the one safe to interrupt anywhere: an interrupted repair or undo would leave a store
+half-way, which is worse than waiting (the stores' clients bound each call, see `tasks.sink_io`).
+"""
 
 from __future__ import annotations
 
@@ -11,15 +19,23 @@ from index.alignment import AlignmentReport, RepairResult, repair, verify_run
 from index.run import RunConfig
 from index.sink_writes import restore_previous
 
+VERIFY_TIMEOUT_SECONDS = 3600  # reading every chunk ID and content hash back, for a very large index
 
-@task(name="verify_alignment", cache_policy=NO_CACHE)
+
+@task(
+    name="verify_alignment",
+    cache_policy=NO_CACHE,
+    retries=2,
+    retry_delay_seconds=[5, 30],
+    timeout_seconds=VERIFY_TIMEOUT_SECONDS,
+)
 def verify_alignment_task(run: RunConfig) -> AlignmentReport:
     """Compare each sink with the chunk IDs the status table expects, and each stored chunk's content with
     the hash in its ID; publish the mismatch gauges."""
     return verify_run(run)
 
 
-@task(name="repair_alignment", cache_policy=NO_CACHE)
+@task(name="repair_alignment", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=10)
 def repair_alignment(run: RunConfig, report: AlignmentReport) -> RepairResult:
     """Make each sink hold exactly the expected chunk IDs, with their exact content, again."""
     result = repair(run, report)
@@ -29,7 +45,7 @@ def repair_alignment(run: RunConfig, report: AlignmentReport) -> RepairResult:
     return result
 
 
-@task(name="restore_previous", cache_policy=NO_CACHE)
+@task(name="restore_previous", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[2, 10])
 def restore_previous_task(
     run: RunConfig, document_ids: Sequence[str], sink_names: Sequence[str]
 ) -> dict[str, str]:

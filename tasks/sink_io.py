@@ -3,6 +3,16 @@
 One generic task per phase, with the sink name in the task run name, so the flow fans one batch out to
 all sinks with `.submit` and the UI shows `prepare[vectors]`, `write[graph]`, ... The rules are in
 `index.sink_writes`.
+
+Retries. `prepare` touches no store, so retrying it is always safe; a document a sink cannot prepare
+fails alone inside the task, so what escapes (and is retried once) is the sink failing to open. `write`
+upserts by chunk ID (idempotent), so a retry after a half-done write converges; the flow settles a
+batch only on the task's final state, after every retry (`flows.pipeline._settle`), so the undo of the
+other sinks on a failed write still runs exactly once, when no write of that batch is in flight. No
+`timeout_seconds` on either: both run in worker threads (`.submit`), where Prefect 3.8 cannot interrupt
+a blocking call (the timeout fires only once the call returns) and warns on every run; the stores'
+clients bound their own calls instead (FalkorDB socket timeout, HTTP timeouts of the model endpoints,
+SQLite's busy timeout).
 """
 
 from __future__ import annotations
@@ -16,9 +26,16 @@ from index.sink_writes import PrepareOutcome, prepare_isolating, write_prepared
 from sinks.base import InvalidRequest, Prepared
 
 WRITE_RETRY_DELAYS = [1, 4, 10]
+PREPARE_RETRY_DELAYS = [5]
 
 
-@task(name="prepare", cache_policy=NO_CACHE, task_run_name="prepare[{sink_name}]")
+@task(
+    name="prepare",
+    cache_policy=NO_CACHE,
+    task_run_name="prepare[{sink_name}]",
+    retries=len(PREPARE_RETRY_DELAYS),
+    retry_delay_seconds=PREPARE_RETRY_DELAYS,
+)
 def prepare_sink(sink_name: str, keys: list[ChunkKey], run: RunConfig) -> PrepareOutcome:
     """Prepare the batch for one sink, isolating the documents it cannot prepare."""
     if sink_name not in run.sinks:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 from chunking.base import Span, chunks_from_spans
 from chunking.models import Chunk, Document
@@ -20,3 +21,11 @@ def make_document(
         spans.append(Span(start, start + len(piece), token_count=len(piece.split())))
         start += len(piece) + 1
     return document, chunks_from_spans(document, spans)
+
+
+def write_files(root: Path, files: Mapping[str, str]) -> Path:
+    """A folder holding `files` (relative path -> text), for tests that ingest a small corpus; returns it."""
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root

@@ -99,6 +99,12 @@ SEEDS: dict[str, list[bytes]] = {
         b"<ul><li>one</li><li>two</li></ul><table><tr><td>cell</td></tr></table>"
         b"<script>ignored()</script></body></html>",
         "<p>Fragment with ünïcödé &amp; entities &#x1F600;</p>".encode(),
+        b'<html><head><title>Chrome</title></head><body><div class="cookie-banner">We use cookies. '
+        b'<button>Accept</button></div><header><a href="/">Site</a></header><nav><ul><li><a href="/">Home'
+        b'</a></li><li><a href="/about">About</a></li></ul></nav><main><article><h1>Rivers</h1><p>Rivers '
+        b"carry water from the hills to the sea, and towns grow on their banks.</p><h2>Deltas</h2><p>A delta "
+        b"forms where a river drops its sediment at the coast.</p></article></main><aside><h3>Related</h3>"
+        b'<ul><li><a href="/l">Lakes</a></li></ul></aside><footer><p>(c) 2024 Site</p></footer></body></html>',
     ],
     ".pdf": _pdf_seeds(),
     ".eml": [EMAIL_MULTIPART, EMAIL_UNKNOWN_CHARSET, EMAIL_HTML_ONLY],

@@ -12,6 +12,8 @@ REPO = Path(__file__).resolve().parents[1]
 # Variables the docs may name that are not ours: Prefect's, the test servers', the benchmarks' data locator.
 OTHERS = {
     "PREFECT_API_URL",
+    "PREFECT_UI_API_URL",
+    "PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL",  # Prefect's own; unichunk sets it for run processes
     "PROMETHEUS_URL",
     "NEO4J_URI",
     "NEO4J_USER",

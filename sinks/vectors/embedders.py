@@ -6,6 +6,7 @@ import), so choosing the OpenAI embedder never loads torch.
 
 from __future__ import annotations
 
+from chunking.config import MINILM_MAX_TOKENS, MINILM_TOKENIZER, EmbeddingBudget
 from sinks.config import SinkSettings
 from sinks.vectors.base import Embedder
 from sinks.vectors.minilm import MiniLMEmbedder
@@ -22,5 +23,14 @@ def make_embedder(settings: SinkSettings) -> Embedder:
             api_key=key,
             dimensions=settings.embedding_dimensions,
             batch_size=settings.embedding_batch_size,
+            max_tokens=settings.embedding_max_tokens,
         )
     return MiniLMEmbedder(batch_size=settings.embedding_batch_size)
+
+
+def embedding_budget(settings: SinkSettings) -> EmbeddingBudget:
+    """The input limit of the configured embedder, counted as it counts (`OpenAICompatibleEmbedder` and
+    `MiniLMEmbedder.count_tokens`): what `auto` fits its chunks to. Known without opening the embedder."""
+    if settings.embedder == "openai":
+        return EmbeddingBudget(max_tokens=settings.embedding_max_tokens, tokenizer="cl100k_base")
+    return EmbeddingBudget(max_tokens=MINILM_MAX_TOKENS, tokenizer=MINILM_TOKENIZER)

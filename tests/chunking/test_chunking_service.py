@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from chunking import config
-from chunking.config import AUTO_DEFAULTS, STRATEGY_DEFAULTS, ChunkStrategy
+from chunking.config import AUTO_DEFAULTS, STRATEGY_DEFAULTS, ChunkStrategy, EmbeddingBudget
 from chunking.models import Block, Document
 from chunking.service import ChunkingService, document_kind, resolve_strategy, resolve_strategy_name
 
@@ -40,24 +40,32 @@ def test_auto_resolution_by_mime_extension_and_blocks(fields: dict, expected: st
 @pytest.mark.parametrize(
     ("fields", "expected"),
     [
-        ({"path": "a.txt"}, ("sentence", 360, 54)),
-        ({"mime_type": "application/pdf"}, ("sentence", 360, 54)),
-        ({"path": "a.md"}, ("markdown", 360, 54)),
-        ({"path": "a.html"}, ("html", *STRATEGY_DEFAULTS["html"])),
+        ({"path": "a.txt"}, ("sentence", 220, 33)),
+        ({"mime_type": "application/pdf"}, ("sentence", 220, 33)),
+        ({"path": "a.md"}, ("markdown", 220, 33)),
+        ({"path": "a.html"}, ("html", 220, 0)),
     ],
 )
 def test_auto_uses_the_benchmarked_sizes_per_kind(fields: dict, expected: tuple) -> None:
-    """The shipped default follows the README's retrieval benchmark; html keeps its own word packing."""
+    """The shipped default follows the README's retrieval benchmark under all-MiniLM-L6-v2's 256 word
+    pieces; html keeps its own word packing under that token ceiling."""
     settings = resolve_strategy(Document(text="text", **fields), AUTO)
     assert (settings.name, settings.chunk_size, settings.chunk_overlap) == expected
     assert settings.sizes_for(settings.name) == expected[1:]
 
 
+def test_auto_keeps_the_unfitted_sizes_for_an_embedder_reading_more() -> None:
+    openai = ChunkStrategy(embedding=EmbeddingBudget(max_tokens=8191, tokenizer="cl100k_base"))
+    for kind, (name, size, overlap) in AUTO_DEFAULTS.items():
+        settings = openai.for_kind(kind)  # type: ignore[arg-type]
+        assert (settings.name, settings.chunk_size, settings.chunk_overlap) == (name, size, overlap)
+
+
 def test_auto_sizes_fill_only_what_the_user_left_unset() -> None:
     text = Document(text="text", path="a.txt")
-    assert resolve_strategy(text, ChunkStrategy(chunk_size=300)).sizes_for("sentence") == (300, 54)
-    assert resolve_strategy(text, ChunkStrategy(chunk_overlap=0)).sizes_for("sentence") == (360, 0)
-    assert resolve_strategy(text, ChunkStrategy(chunk_size=128)).sizes_for("sentence") == (128, 54)
+    assert resolve_strategy(text, ChunkStrategy(chunk_size=300)).sizes_for("sentence") == (300, 33)
+    assert resolve_strategy(text, ChunkStrategy(chunk_overlap=0)).sizes_for("sentence") == (220, 0)
+    assert resolve_strategy(text, ChunkStrategy(chunk_size=128)).sizes_for("sentence") == (128, 33)
     only_size = resolve_strategy(text, ChunkStrategy(chunk_size=200, chunk_overlap=10))
     assert (only_size.name, only_size.chunk_size, only_size.chunk_overlap) == ("sentence", 200, 10)
     # a strategy named explicitly keeps its own defaults (issue 2), not auto's
@@ -67,14 +75,14 @@ def test_auto_sizes_fill_only_what_the_user_left_unset() -> None:
 
 
 def test_auto_chunks_plain_text_at_the_auto_size() -> None:
-    """Real chunking: the text chunks are sentence chunks no larger than auto's 360 tokens."""
+    """Real chunking: the text chunks are sentence chunks no larger than auto's 220 tokens."""
     text = " ".join(f"Sentence number {i} says something about topic {i % 7}." for i in range(600))
     chunks = ChunkingService().chunk(Document(text=text, path="notes.txt"), AUTO)
     assert len(chunks) > 3
     assert {c.metadata["strategy"] for c in chunks} == {"sentence"}
-    assert max(c.token_count for c in chunks) <= AUTO_DEFAULTS["text"][1]
-    assert max(c.token_count for c in chunks) > 300  # packed up to the size, not left as tiny pieces
-    assert all(b.start_char < a.end_char for a, b in itertools.pairwise(chunks))  # the 54-token overlap
+    assert max(c.token_count for c in chunks) <= 220
+    assert max(c.token_count for c in chunks) > 190  # packed up to the size, not left as tiny pieces
+    assert all(b.start_char < a.end_char for a, b in itertools.pairwise(chunks))  # the 33-token overlap
 
 
 def test_fingerprint_changes_when_a_default_changes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,7 +92,11 @@ def test_fingerprint_changes_when_a_default_changes(monkeypatch: pytest.MonkeyPa
     before = (auto.fingerprint(), sentence.fingerprint(), explicit.fingerprint())
     assert before == (ChunkStrategy().fingerprint(), ChunkStrategy(name="sentence").fingerprint(),
                       explicit.fingerprint())  # fmt: skip
-    monkeypatch.setitem(config.AUTO_DEFAULTS, "text", ("sentence", 380, 57))
+    monkeypatch.setattr(config, "AUTO_BUDGET_SHARE", 0.9)  # auto's sizes under the embedder's limit
+    assert auto.fingerprint() != before[0]
+    assert (sentence.fingerprint(), explicit.fingerprint()) == before[1:]
+    monkeypatch.undo()
+    monkeypatch.setitem(config.AUTO_DEFAULTS, "text", ("sentence", 200, 30))
     assert auto.fingerprint() != before[0]
     assert (sentence.fingerprint(), explicit.fingerprint()) == before[1:]
     monkeypatch.setitem(config.STRATEGY_DEFAULTS, "sentence", (500, 100))
@@ -121,7 +133,7 @@ def test_chunkers_are_cached_per_name_and_settings() -> None:
     first = service.chunker_for(text_doc, AUTO)
     assert service.chunker_for(other_doc, ChunkStrategy(name="auto")) is first
     assert first.name == "sentence"
-    assert first.strategy.sizes_for("sentence") == AUTO_DEFAULTS["text"][1:]
+    assert first.strategy.sizes_for("sentence") == (220, 33)
     assert service.chunker_for(text_doc, ChunkStrategy(name="auto", chunk_size=300)) is not first
     assert service.chunker_for(text_doc, ChunkStrategy(name="sentence")).name == "sentence"
 

@@ -84,6 +84,6 @@ def test_user_mistakes_print_one_line(pipeline_env, tmp_path):
     assert result.output.strip() == f"error: no such file or directory: {tmp_path / 'nowhere'}"
     result = _cli("ingest", str(tmp_path), "--strategy", "bogus")
     assert result.exit_code == 2 and "Traceback" not in result.output
-    assert result.output.strip().startswith("error: invalid name:")
+    assert result.output.strip().startswith("error: --strategy: 'bogus' is not one of auto, token_window")
     result = _cli("delete", "doc_0000000000000000")
     assert result.exit_code == 2 and "no such document: doc_0000000000000000" in result.output

@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 
 from chunking.ids import derive_document_id
 from chunking.sources import default_source_name
-from deployments.serve import DEPLOYMENT_NAMES, build_deployments
+from deployments.serve import CONCURRENCY, DEPLOYMENT_NAMES, TAGS, build_deployments
 from deployments.settings import SAMPLE_CORPUS, ServiceSettings
 from deployments.webhook import PrefectEventSink, create_app
 from deployments.webhook_security import sign
@@ -61,6 +61,15 @@ def test_deployments_carry_schedule_triggers_and_templated_parameters(tmp_path: 
     for deployment in by_name.values():
         module, _, attr = deployment.entrypoint.rpartition(".")
         assert getattr(importlib.import_module(module), attr).name == deployment.flow_name
+
+    # Tags to filter runs by; one long run at a time per deployment, none for the webhook flows.
+    for name, deployment in by_name.items():
+        assert deployment.tags == TAGS[name] and "unichunk" in deployment.tags
+    assert {n for n, d in by_name.items() if "webhook" in d.tags} == {"ingest-document", "delete-document"}
+    limits = {n: (d.concurrency_limit, d.concurrency_options) for n, d in by_name.items()}
+    assert limits["reindex"][0] == 1 and limits["reindex"][1].collision_strategy.value == "CANCEL_NEW"
+    assert limits["ingest"][0] == limits["rebuild"][0] == limits["switch-generation"][0] == 1
+    assert limits["ingest-document"] == limits["delete-document"] == (None, None)
 
 
 def test_without_a_source_root_the_served_runs_scan_only_sources_ingested_before(
@@ -116,6 +125,41 @@ def test_prefect_yaml_declares_the_same_deployments_for_a_process_pool() -> None
     pool_names = {d["work_pool"]["name"] for d in deployments.values()}
     assert len(pool_names) == 1 and (not pools or pools[next(iter(pool_names))]["type"] == "process")
 
+    # The same tags and concurrency limits as the served deployments; run logs at INFO on the workers.
+    for name, deployment in deployments.items():
+        assert deployment["tags"] == TAGS[name], name
+        limit = deployment.get("concurrency_limit")
+        served = CONCURRENCY.get(name)
+        assert (limit and (limit["limit"], limit["collision_strategy"])) == (
+            served and (served.limit, served.collision_strategy.value)
+        ), name
+        env = deployment["work_pool"]["job_variables"]["env"]
+        assert env["PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL"] == "INFO", name
+
+
+@pytest.mark.parametrize("cron", [None, "15 4 * * 1"])
+def test_prefect_yaml_reindex_cron_follows_UNICHUNK_REINDEX_CRON(monkeypatch, cron: str | None) -> None:
+    """`prefect deploy` runs the reindex deployment's build step and templates its output into the cron:
+    the variable when set, else ServiceSettings' default, as `unichunk serve` schedules it."""
+    import asyncio
+
+    from prefect.deployments.steps.utility import run_shell_script
+    from prefect.utilities.templating import apply_values
+
+    if cron is None:
+        monkeypatch.delenv("UNICHUNK_REINDEX_CRON", raising=False)
+    else:
+        monkeypatch.setenv("UNICHUNK_REINDEX_CRON", cron)
+    config = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text())
+    reindex = next(d for d in config["deployments"] if d["name"] == "reindex")
+    ((step_name, step),) = reindex["build"][0].items()
+    assert step_name == "prefect.deployments.steps.run_shell_script"
+    step = dict(step)
+    step_id = step.pop("id")
+    outputs = {step_id: asyncio.run(run_shell_script(**step))}
+    (schedule,) = apply_values(reindex["schedules"], outputs)
+    assert schedule["cron"] == ServiceSettings().reindex_cron == (cron or "0 2 * * *")
+
 
 # --- end to end ------------------------------------------------------------------------------------
 
@@ -155,7 +199,13 @@ def served(
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         DO_NOT_TRACK="1",
         PREFECT_RUNNER_POLL_FREQUENCY="1",
+        PREFECT_LOGGING_LEVEL="WARNING",  # as `unichunk serve` has it: the run logs must still be at INFO
     )
+    for name in (
+        "PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL",
+        "PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL",
+    ):
+        env.pop(name, None)
     cmd = [sys.executable, "-m", "deployments.serve", "ingest-document", "delete-document"]
     with log.open("wb") as handle:
         process = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=handle, stderr=subprocess.STDOUT)
@@ -206,9 +256,12 @@ def _send(client: TestClient, payload: dict[str, Any], delivery: str) -> dict[st
     return response.json()
 
 
-def _finished_run(api_url: str, deployment_id: str, log: Path) -> dict[str, Any]:
+def _finished_run(api_url: str, deployment_id: str, log: Path, seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The one run the last webhook started (runs in `seen` came before), once it has finished."""
+
     def probe() -> dict[str, Any] | None:
         runs = _api(api_url, "POST", "/flow_runs/filter", {"deployments": {"id": {"any_": [deployment_id]}}})
+        runs = [run for run in runs if run["id"] not in seen]
         if len(runs) > 1:
             raise AssertionError(f"one webhook started {len(runs)} runs")
         if runs and runs[0]["state"]["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
@@ -216,6 +269,17 @@ def _finished_run(api_url: str, deployment_id: str, log: Path) -> dict[str, Any]
         return None
 
     return _wait("the triggered flow run to finish", probe, RUN_TIMEOUT, log)
+
+
+def _run_logs(api_url: str, run_id: str, expect: str) -> list[dict[str, Any]]:
+    """A served run's log lines, once one contains `expect` (the run process sends them in batches)."""
+
+    def probe() -> list[dict[str, Any]] | None:
+        body = {"logs": {"flow_run_id": {"any_": [run_id]}}, "limit": 200}
+        logs = _api(api_url, "POST", "/logs/filter", body)
+        return logs if any(expect in log["message"] for log in logs) else None
+
+    return _wait(f"a log line with {expect!r}", probe, 30)
 
 
 def test_signed_webhook_triggers_served_ingest_then_delete(
@@ -246,6 +310,12 @@ def test_signed_webhook_triggers_served_ingest_then_delete(
         assert run["state"]["type"] == "COMPLETED", f"{run['state']}\n{log.read_text()[-3000:]}"
         assert run["parameters"]["path"] == str(document.resolve())
         assert run["parameters"]["source_id"] == source_id
+        assert run["name"] == f"ingest-document · {source_id}"
+        assert set(run["tags"]) >= {"unichunk", "webhook"}
+        # INFO lines reach the UI although the serving process keeps Prefect's loggers at WARNING.
+        logs = _run_logs(prefect_api_url, run["id"], "batch 1: 1 document: 1 written")
+        assert any(line["level"] == 20 and "chunks written graph=" in line["message"] for line in logs)
+        first_ingest = run["id"]
 
         status = live_status(data_dir).get(document_id)
         assert status is not None and status.state == "processed", status
@@ -255,4 +325,19 @@ def test_signed_webhook_triggers_served_ingest_then_delete(
         run = _finished_run(prefect_api_url, deployment_ids["delete-document"], log)
         assert run["state"]["type"] == "COMPLETED", f"{run['state']}\n{log.read_text()[-3000:]}"
         assert run["parameters"] == {"document_id": document_id}
+        assert run["name"] == f"delete-document · {document_id}"
         assert live_status(data_dir).get(document_id) is None
+
+        # A file that cannot be read: the served run ends Failed, its message naming the file and why
+        # (Prefect's engine resolves it into `RunFailed`, not a TypeError about the summary).
+        (source_root / "bad.eml").write_bytes(b"\x00\x01\x02PNG\x00" * 40)
+        _send(client, {"event": "updated", "source_id": "bad.eml", "path": "bad.eml"}, "e2e-bad")
+        run = _finished_run(prefect_api_url, deployment_ids["ingest-document"], log, seen=(first_ingest,))
+        assert run["state"]["type"] == "FAILED", f"{run['state']}\n{log.read_text()[-3000:]}"
+        assert run["name"] == "ingest-document · bad.eml"
+        assert run["state"]["message"] == (
+            "1 document(s) failed (of 1 listed): bad.eml (binary content: NUL bytes in the first 8 KB)"
+        )
+        logs = _run_logs(prefect_api_url, run["id"], "RunFailed")
+        assert not any("TypeError" in line["message"] for line in logs), [line["message"] for line in logs]
+    assert "TypeError" not in log.read_text(errors="replace")

@@ -7,6 +7,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from documents import write_files
 from langchain_core.documents import Document
 from pydantic import ValidationError
 
@@ -81,10 +82,7 @@ def test_retriever_refuses_k_below_one() -> None:
 
 
 def test_retriever_over_a_real_index(pipeline_env: Path, tmp_path: Path) -> None:
-    corpus = tmp_path / "corpus"
-    for rel, text in CORPUS.items():
-        (corpus / rel).parent.mkdir(parents=True, exist_ok=True)
-        (corpus / rel).write_text(text)
+    corpus = write_files(tmp_path / "corpus", CORPUS)
     source = default_source_name(corpus)
     with Pipeline() as p:
         assert p.ingest(corpus).failed == []

@@ -10,7 +10,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from documents import write_files
 
+from chunking.config import ChunkStrategy
 from chunking.ids import derive_document_id
 from chunking.models import Document
 from chunking.sources import default_source_name
@@ -26,10 +28,7 @@ CORPUS = {
 
 
 def _corpus(root: Path) -> Path:
-    for rel, text in CORPUS.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
+    return write_files(root, CORPUS)
 
 
 def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -119,6 +118,14 @@ def test_ingest_search_update_delete_verify_from_python(pipeline_env: Path, tmp_
         assert p.status().counts["processed"] == 2
         with pytest.raises(InvalidRequest, match="no such document"):
             p.delete(faq_id)
+        assert p.verify().ok
+
+        # new chunking beside the live index, verified, then switched to; reads follow the switch
+        live = p.status().live
+        rebuilt = p.rebuild(strategy=ChunkStrategy(name="sentence"))
+        assert rebuilt.outcome == "switched", rebuilt.line()
+        assert p.status().live == rebuilt.generation != live
+        assert p.search("who maintains the keyword index", k=1).hits[0].document_id == top.document_id
         assert p.verify().ok
 
 
