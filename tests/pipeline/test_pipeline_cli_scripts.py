@@ -170,7 +170,9 @@ def test_json_output_is_one_document_on_stdout(pipeline_env: Path, corpus: Path,
     _one_error_line(_unichunk("delete", plain, "--json"), 2, f"no such document: {plain}")
 
 
-def test_run_logs_print_above_the_bar_and_truncations_once(capsys: pytest.CaptureFixture) -> None:
+def test_run_logs_print_above_the_bar_and_truncations_once(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What reaches the root logger while a command runs flows, and Python warnings, print through the
     console the progress bar draws on (so above it, never through it); the vector sink's per-document truncation warnings (its
     real `_report_truncation`) become one line with their count, after the run."""
@@ -182,6 +184,12 @@ def test_run_logs_print_above_the_bar_and_truncations_once(capsys: pytest.Captur
     assert any(isinstance(column, TimeRemainingColumn) for column in bar.columns)
 
     ensure_logging_setup()
+    # The sink's logger as a fresh CLI process has it: in the whole suite an earlier test (or a library's
+    # logging set-up) can leave it disabled or above WARNING, and its records would then never arrive.
+    sink_logger = logging.getLogger("sinks.vectors.qdrant")
+    monkeypatch.setattr(sink_logger, "disabled", False)
+    monkeypatch.setattr(sink_logger, "propagate", True)
+    monkeypatch.setattr(sink_logger, "level", logging.NOTSET)
     root = logging.getLogger()
     consoles = [h for h in root.handlers if isinstance(h, PrefectConsoleHandler)]
     embedder = SimpleNamespace(
