@@ -171,3 +171,15 @@ def start_prometheus(workdir: Path, pushgateway_url: str) -> Server:
     url = f"http://127.0.0.1:{port}"
     _wait(lambda: _http_ok(f"{url}/-/ready"), process, log, "Prometheus", 60)
     return Server(url, process, log)
+
+
+def environment_with(**changes: str | None) -> dict[str, str]:
+    """This process's environment (a test's data dir, graph, servers) with `changes`, for a subprocess;
+    None removes a variable."""
+    env = dict(os.environ)
+    for key, value in changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env

@@ -35,15 +35,7 @@ DOCS = 120
 STOP_WITHIN = 10.0
 
 
-def _env(**changes: str | None) -> dict[str, str]:
-    """The test's environment (its data dir, graph, FalkorDB) with `changes`; None removes a variable."""
-    env = dict(os.environ)
-    for key, value in changes.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    return env
+_env = servers.environment_with
 
 
 def _unichunk(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -32,15 +32,7 @@ from sinks.vectors.qdrant import QdrantSink
 UNICHUNK = str(Path(sys.executable).parent / "unichunk")
 
 
-def _env(**changes: str | None) -> dict[str, str]:
-    """The test's environment with `changes`; None removes a variable."""
-    env = dict(os.environ)
-    for key, value in changes.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    return env
+_env = servers.environment_with
 
 
 def _unichunk(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
