@@ -1,5 +1,6 @@
 # One image for the worker (`unichunk serve --no-webhook`) and the webhook receiver
-# (`uvicorn --factory deployments.webhook:create_app`).
+# (`uvicorn --factory deployments.webhook:create_app`). Every package pyproject.toml installs is copied:
+# a missing one (index, retrieval, unichunk once were) installs fine and fails at the first import.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -16,8 +17,11 @@ ARG PIP_EXTRA_INDEX_URL=""
 COPY pyproject.toml constraints.txt README.md ./
 COPY chunking ./chunking
 COPY sinks ./sinks
+COPY index ./index
+COPY retrieval ./retrieval
 COPY tasks ./tasks
 COPY flows ./flows
+COPY unichunk ./unichunk
 COPY deployments ./deployments
 RUN pip install -c constraints.txt .
 

@@ -35,14 +35,15 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from llama_index.core.node_parser import SentenceSplitter
 from qdrant_client import QdrantClient
 
-from benchmarks import evaldata
+from benchmarks import evaldata, strict_report
+from benchmarks.budget_metric import FixedBM25, Span, small_to_big, strict_scores
 from chunking.config import ChunkStrategy
 from chunking.ids import make_chunk_id, sha256_hex
 from chunking.models import Chunk, Document
@@ -289,6 +290,7 @@ def configurations(quick: bool, spec: str | None = None) -> list[Config]:
             (f"llama SentenceSplitter {size}/{overlap}", True, llama_sentence_splitter(size, overlap))
         )
     configs.append((WINDOW, True, fixed_token_window(800, 400)))
+    configs += strict_report.issue_baselines(quick, _chunks_from_spans, llama_sentence_splitter)
     return configs
 
 
@@ -359,6 +361,26 @@ class Results:
 
     rows: list[dict]
     curves: dict[tuple[str, str], np.ndarray]  # (config, retriever) -> (questions, DEPTH + 1, 4)
+    # (config, retriever) -> (questions, len(STRICT_GRID), 3): the strict character-budget scores
+    strict: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+    chars_per_token: float = 4.0  # of the corpora (cl100k), for the budgets' token equivalents
+
+
+def strict_rows(question: Question, doc_id: str, ranked: Sequence[Span]) -> np.ndarray:
+    """(len(STRICT_GRID), 3): strict (recall, precision, IoU) of `ranked` at each character budget."""
+    return np.array([strict_scores(question.references, doc_id, ranked, b) for b in strict_report.GRID])
+
+
+def neighbour_map(chunked: dict[str, list[Chunk]]) -> dict[Span, tuple[Span | None, Span | None]]:
+    """Each chunk span -> (previous, next) chunk span of the same document, for small-to-big."""
+    out: dict[Span, tuple[Span | None, Span | None]] = {}
+    for chunks in chunked.values():
+        spans = [
+            (c.document_id, c.start_char, c.end_char) for c in sorted(chunks, key=lambda c: c.chunk_index)
+        ]
+        for i, span in enumerate(spans):
+            out[span] = (spans[i - 1] if i else None, spans[i + 1] if i + 1 < len(spans) else None)
+    return out
 
 
 def run(
@@ -373,6 +395,9 @@ def run(
     embedder = CachedEmbedder(MiniLMEmbedder(), cache_dir)
     client = QdrantClient(":memory:")
     results = Results([], {})
+    results.chars_per_token = sum(len(d.text) for d in corpora.values()) / sum(
+        len(s) for s in starts.values()
+    )
     seen: dict[tuple, str] = {}
     with tempfile.TemporaryDirectory(prefix="bench_retrieval_") as tmp:
         for number, (label, baseline, chunker) in enumerate(configurations(quick, spec)):
@@ -387,6 +412,9 @@ def run(
                 results.rows += [r | base | {"same_as": twin} for r in results.rows if r["config"] == twin]
                 for mode in MODES:
                     results.curves[(label, mode)] = results.curves[(twin, mode)]
+                for (cfg, retriever), arr in list(results.strict.items()):
+                    if cfg == twin:
+                        results.strict[(label, retriever)] = arr
                 print(f"[{number + 1}] {label}: same chunks as {twin}", file=sys.stderr)
                 continue
             settings = SinkSettings(data_dir=Path(tmp), qdrant_collection=f"bench_{number}")
@@ -396,14 +424,27 @@ def run(
                 keywords.upsert(doc, chunked[name])
                 vectors.upsert(doc, chunked[name])
             readers = Readers.of({"keywords": keywords, "vectors": vectors})
+            all_chunks = [c for cs in chunked.values() for c in cs]
+            fixed = FixedBM25([(c.document_id, c.start_char, c.end_char) for c in all_chunks],
+                              [c.content for c in all_chunks])  # fmt: skip
+            near = neighbour_map(chunked)
+            ranked = [fixed.ranked(q.text, DEPTH) for q in questions]
+            results.strict[(label, "fixed-bm25")] = np.stack(
+                [strict_rows(q, doc_ids[q.corpus], r) for q, r in zip(questions, ranked, strict=True)]
+            )
+            results.strict[(label, "fixed-bm25+s2b")] = np.stack(
+                [strict_rows(q, doc_ids[q.corpus], small_to_big(r, near))
+                 for q, r in zip(questions, ranked, strict=True)])  # fmt: skip
             for mode in MODES:
                 # ranking only: the context and the graph are not scored, so not assembled
                 options = SearchOptions(mode=mode, candidates=CANDIDATES, context=False, graph=False)
-                per_question = []
+                per_question, strict = [], []
                 for q in questions:
                     result = search(readers, q.text, DEPTH, options)
                     spans = [(h.document_id, h.start_char, h.end_char) for h in result.hits]
                     per_question.append(curve(q, doc_ids[q.corpus], spans, starts))
+                    strict.append(strict_rows(q, doc_ids[q.corpus], spans))
+                results.strict[(label, mode)] = np.stack(strict)
                 curves = results.curves[(label, mode)] = np.stack(per_question)
                 for k in KS:
                     r, p, iou, tok = curves[:, k].mean(axis=0).tolist()
@@ -588,6 +629,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--cache-dir", default=str(Path(".unichunk") / "bench_embeddings"),
                         help="on-disk embedding cache ('' to disable)")  # fmt: skip
+    parser.add_argument("--plots-dir", type=Path, default=Path("benchmarks") / "results",
+                        help="where the recall-vs-budget PNGs are written ('' to skip)")  # fmt: skip
+    parser.add_argument(
+        "--strict-only", action="store_true", help="print only the strict character-budget tables"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this JSON file")
     args = parser.parse_args(argv)
     budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
@@ -606,7 +652,14 @@ def main(argv: list[str] | None = None) -> None:
             row["budget_recall"] = {b: r for b, (r, _) in spent.items()}
             row["budget_tokens"] = {b: t for b, (_, t) in spent.items()}
         args.json.write_text(json.dumps(results.rows, indent=1))
-    print_tables(results, budgets)
+    if not args.strict_only:
+        print_tables(results, budgets)
+    configs = list(dict.fromkeys(r["config"] for r in results.rows))
+    baseline = {r["config"]: r["baseline"] for r in results.rows}
+    strict_report.print_strict(results.strict, configs, baseline, results.chars_per_token)
+    if str(args.plots_dir):
+        for path in strict_report.write_plots(results.strict, configs, baseline, args.plots_dir):
+            print(f"plot: {path}")
     if LOST[0]:
         print(f"note: {LOST[0]} SentenceSplitter chunks could not be located in the text and were dropped")
     print(f"\n{len(results.rows)} rows in {time.perf_counter() - started:.0f}s")

@@ -100,18 +100,20 @@ from chunking.config import ChunkStrategy
 from chunking.errors import UnichunkError
 from chunking.sources import DEFAULT_PATTERNS
 from deployments import stack
+from deployments.service_client import ServiceRefused, ask_service
+from deployments.service_status import generations_json as _generations_json
+from deployments.service_status import status_json
 from deployments.settings import SAMPLE_CORPUS, ServiceSettings
 from index.alignment import verify_live
 from index.generations import (
     DEFAULT_RETENTION_HOURS,
-    generation_counts,
     live_generation,
     reading_settings,
     registry_of,
     rollback_target,
     switchable,
 )
-from index.registry import Generation, GenerationError
+from index.registry import GenerationError
 from index.run import DEFAULT_BATCH_SIZE
 from index.status import StatusStore
 from retrieval import Readers, SearchOptions
@@ -187,6 +189,7 @@ class Unreachable(UnichunkError):
 # is here.
 USAGE_ERRORS: tuple[type[BaseException], ...] = (
     UserError,
+    ServiceRefused,  # a running service's 4xx (no such document, a bad token)
     ValidationError,
     GenerationError,
     InvalidRequest,
@@ -682,16 +685,20 @@ def search(
     whole result (`retrieval.results.SearchResult`, as `GET /search` serves it)."""
     if not query.strip():
         raise UserError("the query is empty")
-    base = _startup_checks()
-    if base.generation is None and live_generation(base) is None:  # nothing to open: say so, load nothing
-        if as_json:
-            _print_json(SearchResult(query=query, k=k, route="hybrid").model_dump(mode="json"))
-        else:
-            console.print("no results: nothing is ingested yet (`unichunk ingest PATH`, or `unichunk demo`)")
-        return
-    settings = reading_settings(base)
-    with flow_sinks(("keywords", "vectors"), settings) as sinks:  # closed when the command ends
-        result = run_search(Readers.of(sinks), query, k, SearchOptions(graph=False, expand=False))
+    result = ask_service(lambda service: service.search(query, k, graph=False, expand=False))
+    if result is None:  # no service running: load the models here
+        base = _startup_checks()
+        if base.generation is None and live_generation(base) is None:  # nothing to open: say so
+            if as_json:
+                _print_json(SearchResult(query=query, k=k, route="hybrid").model_dump(mode="json"))
+            else:
+                console.print(
+                    "no results: nothing is ingested yet (`unichunk ingest PATH`, or `unichunk demo`)"
+                )
+            return
+        with flow_sinks(("keywords", "vectors"), reading_settings(base)) as sinks:  # closed at the end
+            result = run_search(Readers.of(sinks), query, k, SearchOptions(graph=False, expand=False))
+    settings = reading_settings()
     if as_json:
         _print_json(result.model_dump(mode="json"))
         return
@@ -718,35 +725,28 @@ def status(
 ) -> None:
     """The index generations (live, being built, retained) and the live one's document states; then each
     failed document with its whole error, one line each."""
-    settings = reading_settings()
-    store = _live_status(settings)
-    rows = store.rows(state="failed" if failed else None)
-    counts = store.counts()
+    data = ask_service(lambda service: service.status(failed=failed)) or status_json(failed=failed)
     if as_json:
-        _print_json(
-            {
-                **_generations_json(settings),
-                "counts": counts,
-                # the chunk IDs and the strategy JSON are the pipeline's bookkeeping, long and not for reading
-                "documents": [
-                    {k: v for k, v in row.as_dict().items() if k not in ("chunk_ids", "strategy")}
-                    for row in rows
-                ],
-            }
-        )
+        _print_json(data)
         return
-    _print_generations(settings)
+    _print_generations(data)
+    rows, counts = data["documents"], data["counts"]
     table = Table("document", "source", "state", "chunks", "updated")
     for row in rows:
         table.add_row(
-            row.document_id, row.source_id or "", row.state, str(row.chunk_count), row.updated_at[:19]
+            row["document_id"],
+            row["source_id"] or "",
+            row["state"],
+            str(row["chunk_count"]),
+            row["updated_at"][:19],
         )
     if rows:
         console.print(table)
     # Errors outside the table: a table cell wraps or cuts them, and they are what the user needs whole.
     for row in rows:
-        if row.state == "failed":
-            _print_failed(f"{row.source_id or row.document_id} ({row.document_id})", row.error or "")
+        if row["state"] == "failed":
+            where = f"{row['source_id'] or row['document_id']} ({row['document_id']})"
+            _print_failed(where, row["error"] or "")
     console.print(", ".join(f"{name}: {n}" for name, n in counts.items()))
 
 
@@ -765,47 +765,33 @@ def _describe(description: dict[str, Any]) -> str:
     return f"{chunking.get('name', '?')}{' ' + sizes if sizes else ''}, {embedder}, {description.get('extractor')}"
 
 
-def _sorted_generations(settings: SinkSettings) -> list[Generation]:
-    return sorted(registry_of(settings).all(), key=lambda g: (g.state != "live", g.created_at))
-
-
-def _generations_json(settings: SinkSettings) -> dict[str, Any]:
-    """The generations as `status --json` and `generations list --json` print them: each registry row
-    with its documents per state and expected chunks (`counts`)."""
-    generations = _sorted_generations(settings)
-    return {
-        "live": next((g.generation_id for g in generations if g.state == "live"), None),
-        "generations": [
-            {**dataclasses.asdict(g), "counts": generation_counts(settings, g.generation_id)}
-            for g in generations
-        ],
-    }
-
-
-def _print_generations(settings: SinkSettings) -> None:
-    generations = _sorted_generations(settings)
+def _print_generations(data: dict[str, Any]) -> None:
+    """The generations table from `service_status.generations_json` (or a service's `/status`)."""
+    generations = data["generations"]
     if not generations:
         console.print("no index generation yet (nothing ingested)")
         return
     table = Table("generation", "state", "fingerprint", "settings", "documents", "since / until", "note")
     for gen in generations:
-        counts = generation_counts(settings, gen.generation_id)
+        counts = gen["counts"]
         done = counts["processed"]
         documents = (
-            f"{done}/{gen.listed}" if gen.state in ("building", "failed") and gen.listed else str(done)
+            f"{done}/{gen['listed']}"
+            if gen["state"] in ("building", "failed") and gen["listed"]
+            else str(done)
         )
         when = {
-            "live": f"live since {gen.live_since}",
-            "retired": f"kept until {gen.drop_after}",
-        }.get(gen.state, f"started {gen.created_at}")
+            "live": f"live since {gen['live_since']}",
+            "retired": f"kept until {gen['drop_after']}",
+        }.get(gen["state"], f"started {gen['created_at']}")
         table.add_row(
-            gen.generation_id,
-            gen.state,
-            gen.fingerprint,
-            _describe(gen.description),
+            gen["generation_id"],
+            gen["state"],
+            gen["fingerprint"],
+            _describe(gen["description"]),
             documents,
             when,
-            (gen.last_error or "")[:100],
+            (gen["last_error"] or "")[:100],
         )
     console.print(table)
 
@@ -857,13 +843,17 @@ def delete(
     as_json: JsonOption = False,
 ) -> None:
     """Remove one document from every sink and from the pipeline's records."""
-    settings = _startup_checks()
-    if not _known_document(settings, document_id):  # before any flow or Prefect server starts
-        raise UserError(f"no such document: {document_id} (`unichunk status` lists them)")
-    with _prefect():
-        from flows.documents import delete_document
+    answer = ask_service(lambda service: service.delete(document_id))  # its served run deletes it
+    if answer is not None:
+        removed = answer.get("removed") or {"flow run": answer["flow_run_name"]}
+    else:
+        settings = _startup_checks()
+        if not _known_document(settings, document_id):  # before any flow or Prefect server starts
+            raise UserError(f"no such document: {document_id} (`unichunk status` lists them)")
+        with _prefect():
+            from flows.documents import delete_document
 
-        removed = delete_document(document_id)
+            removed = delete_document(document_id)
     if as_json:
         _print_json({"document_id": document_id, "removed": removed})
         return
@@ -940,7 +930,7 @@ def generations_list(as_json: JsonOption = False) -> None:
     if as_json:
         _print_json(_generations_json(reading_settings()))
         return
-    _print_generations(reading_settings())
+    _print_generations(_generations_json(reading_settings()))
 
 
 @generations_app.command("switch")
@@ -989,6 +979,16 @@ def generations_drop(
     console.print(f"dropped {generation_id} (was {found.state})")
 
 
+def _refuse_open_listener(host: str) -> None:
+    """Listening beyond loopback needs UNICHUNK_API_TOKEN: one line, exit 2 (`service_auth`)."""
+    from deployments.service_auth import listen_refusal
+
+    refusal = listen_refusal(host)
+    if refusal:
+        _fail(("error:", "red"), " ", refusal)
+        raise typer.Exit(EXIT_USAGE)
+
+
 @app.command()
 @friendly_errors
 def serve(
@@ -1002,7 +1002,11 @@ def serve(
 
     Stops within 10 s of SIGTERM or Ctrl-C: in-flight runs are cancelled, and their documents are redone by
     the next run (`deployments.serve.ServeRunner`)."""
+    _refuse_open_listener(host)
     _startup_checks()
+    from deployments.multiprocess_metrics import enter_multiprocess_mode
+
+    enter_multiprocess_mode(SinkSettings().data_dir)  # re-executes this command once, in multiprocess mode
     secret = ServiceSettings().webhook_secret
     if webhook and not (secret and secret.get_secret_value()):
         err_console.print(
@@ -1053,6 +1057,7 @@ def up(
 ) -> None:
     """Start (or reuse) the data dir's local Prefect server (UI on --port, 4200 by default) and the embedded
     FalkorDB; print the `export` lines that point other terminals at them."""
+    _refuse_open_listener(host)
     urls = stack.up(host=host, port=port, echo=not as_json)
     if as_json:
         _print_json(dataclasses.asdict(urls))

@@ -29,12 +29,88 @@ SETTINGS_MODELS: tuple[tuple[type[BaseSettings], str], ...] = (
     (MetricsSettings, "Metrics (`index.metrics.MetricsSettings`)"),
 )
 
+# Variables unichunk reads or sets that no settings model holds: other tools' (which unichunk sets only
+# when unset, or passes on), and those of the tests and benchmarks. (variable, where, meaning).
+# tests/test_configuration.py scans the code: a variable read anywhere must be here or in a model.
+OTHER_VARIABLES: tuple[tuple[str, str, str], ...] = (
+    (
+        "PREFECT_API_URL",
+        "Prefect; the CLI, the webhook receiver",
+        "The Prefect server to use. Unset: the CLI starts or reuses the data dir's local Prefect server "
+        "(docs/operations.md); the receiver emits its events to it.",
+    ),
+    ("PREFECT_SERVER_ANALYTICS_ENABLED", "Prefect; set by the CLI unless set", "`false`: no telemetry."),
+    ("DO_NOT_TRACK", "Prefect and others; set by the CLI unless set", "`1`: no telemetry."),
+    ("PREFECT_LOGGING_LEVEL", "Prefect; set by the CLI unless set", "`WARNING` for Prefect's own loggers."),
+    (
+        "PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL",
+        "Prefect; set by the CLI unless set",
+        "`INFO`: the flow-run lines the Prefect UI shows.",
+    ),
+    (
+        "PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL",
+        "Prefect; set by the CLI unless set",
+        "`INFO`: the task-run lines the Prefect UI shows.",
+    ),
+    (
+        "HF_HUB_OFFLINE",
+        "Hugging Face; set by the CLI unless set",
+        "`1`: models load from the installed packages, never a hub.",
+    ),
+    (
+        "HF_HUB_DISABLE_PROGRESS_BARS",
+        "Hugging Face; set by the CLI and the MCP server unless set",
+        "`1`: no download bars.",
+    ),
+    (
+        "PROMETHEUS_MULTIPROC_DIR",
+        "prometheus_client; set by `unichunk serve` unless set",
+        "Where the serving process and its flow runs write their metric samples (multiprocess mode); "
+        "unset: `<data dir>/prometheus-multiproc`. Cleared when `serve` starts.",
+    ),
+    (
+        "UNICHUNK_METRICS_PREPARED_PID",
+        "set by `unichunk serve` for itself",
+        "The pid that prepared the multiprocess directory before re-executing itself; never set it.",
+    ),
+    (
+        "TOKENIZERS_PARALLELISM",
+        "Hugging Face tokenizers; set by the CLI unless set",
+        "`false`: no fork warnings.",
+    ),
+    (
+        "TIKTOKEN_CACHE_DIR",
+        "tiktoken; `chunking.tokenizer`",
+        "Where tiktoken's BPE files are. Unset: the ones LlamaIndex ships (offline).",
+    ),
+    ("UNICHUNK_EVAL_DIR", "benchmarks", "The third-party evaluation data (`benchmarks.evaldata`)."),
+    ("PROMETHEUS_URL", "tests", "A running Prometheus to use instead of starting one."),
+    ("NEO4J_URI", "tests", "Also run the graph tests on this Neo4j server (`bolt://...`)."),
+    ("NEO4J_USER", "tests", "User for NEO4J_URI."),
+    ("NEO4J_PASSWORD", "tests; docker-compose.yml", "Password for NEO4J_URI; in compose, Neo4j's password."),
+    ("NEO4J_DATABASE", "tests", "Database for NEO4J_URI (unset: the server's default)."),
+    ("CI", "tests", "`true`: a test server that cannot start fails the test instead of skipping it."),
+    ("TRANSFORMERS_OFFLINE", "tests", "`1`: set by the test suite unless set."),
+    (
+        "UNICHUNK_SOURCES",
+        "docker-compose.yml",
+        "Host directory mounted at /sources for the worker and the receiver (default: the sample corpus).",
+    ),
+    ("POSTGRES_PASSWORD", "docker-compose.yml", "Password of the Prefect server's Postgres database."),
+    ("GRAFANA_ADMIN_PASSWORD", "docker-compose.yml", "Grafana's admin password (default: `admin`)."),
+    (
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS",
+        "Prefect; set by the test suite unless set",
+        "`120`: a loaded machine may start a Prefect server slowly.",
+    ),
+)
+
 HEADER = """# Configuration
 
 Every setting is an environment variable with an embedded default. Generated from the settings models by
-`python -m deployments.configuration`; do not edit by hand. Prefect's own variables (`PREFECT_API_URL`:
-unset, the CLI starts or reuses the data dir's local Prefect server, see docs/operations.md) are
-Prefect's, documented by Prefect.
+`python -m deployments.configuration`; do not edit by hand. The last table lists the other variables
+the code reads or sets (other tools', the tests' and the benchmarks'); a test scans the code so that a
+variable read anywhere has a row here.
 """
 
 
@@ -74,6 +150,14 @@ def configuration_markdown() -> str:
             description = (field.description or "").replace("|", "\\|")
             lines.append(f"| `{env_name(model, name, field)}` | {_default(field)} | {description} |")
         lines.append("")
+    lines += [
+        "## Other variables (not unichunk settings)",
+        "",
+        "| variable | read by | meaning |",
+        "|---|---|---|",
+    ]
+    lines += [f"| `{name}` | {where} | {meaning} |" for name, where, meaning in OTHER_VARIABLES]
+    lines.append("")
     return "\n".join(lines)
 
 

@@ -1,82 +1,210 @@
-"""Read-only search over HTTP: `GET /search?q=...&k=...`, mounted on the webhook receiver's app.
+"""The service's read/write API, mounted on the receiver's app: search, documents, status, delete.
 
-It answers with `retrieval.search`'s typed result: the ranked chunks (IDs, offsets, scores per retriever),
-the route that answered, the assembled context and the graph context. The stores are opened on the first
-request, not at start-up (they load models and may start FalkorDB), through a provider so tests and other
-hosts can pass their own; retrieval blocks, so the endpoint is a sync function FastAPI runs in its thread
-pool.
+- `GET /search?q=...`: `retrieval.search`'s typed result (ranked chunks, route, assembled context, graph
+  context); `source=` (a source's name, `source_system`) and `document=` (repeatable IDs) narrow it: both
+  become one `document_id` filter every retriever applies, so k hits still come back when k match.
+- `GET /documents/{id}`: the live generation's status record of the document and its chunks in order.
+- `DELETE /documents/{id}`: 404 at once for an unknown ID; else starts the `delete-document` deployment's
+  run through Prefect (the served runner runs it, under the store lock) and answers 202 with the run, or
+  waits for it with `?wait=true`.
+- `GET /status`: what `unichunk status --json` prints (`deployments.service_status`).
+
+The readers come from `deployments.service_stores.WarmStores` (models loaded once, handed over to flow runs
+in the embedded store's single-writer mode), or from a provider tests pass. Retrieval blocks, so the
+endpoints are sync functions FastAPI runs in its thread pool. Every route here takes the bearer token
+(`deployments.service_auth`).
 """
 
 from __future__ import annotations
 
-import threading
+import dataclasses
+import math
+import os
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
-from typing import Annotated
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Annotated, Any, Protocol
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from prefect.deployments import run_deployment
+from prefect.settings import PREFECT_API_URL, temporary_settings
 
+from deployments.service_auth import bearer_auth
+from deployments.service_status import status_json
+from deployments.service_stores import StoreBusy, WarmStores
+from deployments.settings import ServiceSettings
+from index.generations import reading_settings, registry_of
+from index.status import StatusStore
 from retrieval.context import DEFAULT_BUDGET
 from retrieval.ranking import Mode
-from retrieval.readers import Readers, open_readers, readers_for_one_search
+from retrieval.readers import Readers
 from retrieval.results import SearchResult
 from retrieval.search import SearchOptions, search
-from sinks.base import SinkError
+from sinks.base import SearchFilter, SinkError
 from sinks.config import SinkSettings
 
 SinksProvider = Callable[[], Mapping[str, object]]
+DELETE_DEPLOYMENT = "delete-document/delete-document"
+SERVED_BY = "x-unichunk-served-by"  # response header naming the answering service (the CLI checks it)
 
 
-def local_vector_store() -> bool:
-    """True when Qdrant runs in local mode, where only one process may hold its directory at a time."""
-    return not SinkSettings().qdrant_url
+class ReaderSource(Protocol):
+    def readers(self) -> AbstractContextManager[Readers]: ...
 
 
-def create_search_router(provider: SinksProvider | None = None) -> APIRouter:
-    """A router with `GET /search`; `provider` returns the stores by sink name, opened once and kept.
+class ProvidedStores:
+    """Stores a caller opened (tests, other hosts), kept for the process."""
 
-    Without a provider it reads the live generation's stores. With Qdrant in local mode, the served
-    deployments run their flows in subprocesses that must open the same Qdrant directory, which only one
-    process may hold; so then the stores are opened for each request and closed after it (a few seconds per
-    query; a run in progress answers 503), and kept open only when a Qdrant server is configured.
-    """
-    per_request = provider is None and local_vector_store()
-    router = APIRouter()
-    lock = threading.Lock()  # one opening of the stores, however many first requests arrive together
-    opened: dict[str, Readers] = {}
-
-    def kept_open() -> Readers:
-        with lock:
-            if "readers" not in opened:
-                opened["readers"] = Readers.of(provider()) if provider is not None else open_readers()
-            return opened["readers"]
+    def __init__(self, provider: SinksProvider) -> None:
+        self._provider = provider
+        self._readers: Readers | None = None
 
     @contextmanager
-    def shared() -> Iterator[Readers]:
-        yield kept_open()
+    def readers(self) -> Iterator[Readers]:
+        if self._readers is None:
+            self._readers = Readers.of(self._provider())
+        yield self._readers
 
-    def readers() -> AbstractContextManager[Readers]:
-        return readers_for_one_search() if per_request else shared()
+
+def _live_status() -> StatusStore:
+    return StatusStore.of(reading_settings(), readonly=True)
+
+
+def document_filter(documents: list[str], source: str | None) -> SearchFilter | None:
+    """The `document_id` filter for these document IDs and/or a source's documents (None: no filter).
+    Both given: their intersection."""
+    if source is None:
+        return {"document_id": documents} if documents else None
+    in_source = [row.document_id for row in _live_status().rows(source_system=source)]
+    wanted = set(documents)
+    chosen = [d for d in in_source if d in wanted] if documents else in_source
+    return {"document_id": chosen}
+
+
+def open_stores(provider: SinksProvider | None, settings: ServiceSettings) -> ReaderSource:
+    """The provider's stores, else the live ones kept warm (`WarmStores`; the app warms them at start)."""
+    return ProvidedStores(provider) if provider is not None else WarmStores(settings.service_busy_wait)
+
+
+def create_search_router(stores: ReaderSource, settings: ServiceSettings | None = None) -> APIRouter:
+    """The API routes, reading `stores`; every route takes the bearer token when one is configured."""
+    settings = settings or ServiceSettings()
+    router = APIRouter(dependencies=[Depends(bearer_auth(settings))])
+    retry_after = str(max(1, math.ceil(settings.service_busy_wait)))
+
+    @contextmanager
+    def readers() -> Iterator[Readers]:
+        try:
+            with stores.readers() as opened:
+                yield opened
+        except StoreBusy as exc:
+            raise HTTPException(503, str(exc), headers={"Retry-After": retry_after}) from exc
+        except SinkError as exc:
+            raise HTTPException(503, f"store unavailable: {exc}") from exc
 
     @router.get("/search", response_model=SearchResult)
     def search_endpoint(
+        response: Response,
         q: Annotated[str, Query(min_length=1, max_length=2000, description="The query.")],
-        k: Annotated[int, Query(ge=1, le=50)] = 5,
+        k: Annotated[int, Query(ge=1, le=100)] = 5,
         mode: Mode = "hybrid",
         route_threshold: Annotated[float | None, Query(ge=0)] = None,
         expand: bool = True,
         budget: Annotated[int, Query(ge=64, le=128_000)] = DEFAULT_BUDGET,
         graph: bool = True,
+        source: Annotated[
+            str | None, Query(min_length=1, description="Only this source's documents.")
+        ] = None,
+        document: Annotated[
+            list[str] | None, Query(description="Only these document IDs (repeatable).")
+        ] = None,
     ) -> SearchResult:
         if not q.strip():
             raise HTTPException(422, "q must not be blank")
+        response.headers[SERVED_BY] = "unichunk-serve"
+        filter = document_filter(document or [], source)
+        if filter is not None and not filter["document_id"]:
+            return SearchResult(query=q, k=k, route=mode)  # the filter admits no document
         options = SearchOptions(
-            mode=mode, route_threshold=route_threshold, expand=expand, budget=budget, graph=graph
+            mode=mode,
+            route_threshold=route_threshold,
+            expand=expand,
+            budget=budget,
+            graph=graph,
+            filter=filter,
         )
-        try:
-            with readers() as stores:
-                return search(stores, q, k, options)
-        except SinkError as exc:
-            raise HTTPException(503, f"store unavailable: {exc}") from exc
+        with readers() as opened:
+            return search(opened, q, k, options)
+
+    @router.get("/documents/{document_id:path}")
+    def document_endpoint(document_id: str) -> dict[str, Any]:
+        row = _live_status().get(document_id)
+        if row is None:
+            raise HTTPException(404, f"no such document: {document_id}")
+        record = {k: v for k, v in row.as_dict().items() if k != "chunk_ids"}
+        with readers() as opened:
+            store = opened.neighbour_store()
+            chunks = [] if store is None else store.chunks_at(document_id, range(row.chunk_count))
+        return {
+            "document": record,
+            "chunks": [
+                {k: v for k, v in dataclasses.asdict(c).items() if k != "extra"}
+                for c in sorted(chunks, key=lambda c: c.chunk_index)
+            ],
+        }
+
+    @router.delete("/documents/{document_id:path}")
+    def delete_endpoint(document_id: str, response: Response, wait: bool = False) -> dict[str, Any]:
+        if not _known_document(document_id):
+            raise HTTPException(404, f"no such document: {document_id} (`unichunk status` lists them)")
+        with _prefect_api():
+            run = run_deployment(
+                DELETE_DEPLOYMENT, parameters={"document_id": document_id}, timeout=None if wait else 0
+            )
+        state = run.state
+        body: dict[str, Any] = {
+            "document_id": document_id,
+            "flow_run_id": str(run.id),
+            "flow_run_name": run.name,
+            "state": state.type.value if state else None,
+        }
+        if wait:
+            body["removed"] = _result_or_none(state)
+            if state is None or not state.is_completed():
+                raise HTTPException(500, {**body, "error": state.message if state else "no state"})
+        else:
+            response.status_code = 202
+        return body
+
+    @router.get("/status")
+    def status_endpoint(failed: bool = False) -> dict[str, Any]:
+        return status_json(failed=failed)
 
     return router
+
+
+def _prefect_api() -> AbstractContextManager[object]:
+    """The Prefect server of the environment for this call: PREFECT_API_URL may be set after Prefect was
+    imported, and a server thread does not inherit the settings context of the thread that set it (it would
+    otherwise start a temporary server of its own, where the deployment does not exist)."""
+    url = os.environ.get("PREFECT_API_URL")
+    return temporary_settings(updates={PREFECT_API_URL: url}) if url else nullcontext()
+
+
+def _known_document(document_id: str) -> bool:
+    """Whether a generation a deletion reaches (live, or being built) records `document_id`."""
+    settings = SinkSettings()
+    return any(
+        g.state in ("live", "building", "failed", "ready")
+        and StatusStore.of(settings.for_generation(g.generation_id), readonly=True).get(document_id)
+        is not None
+        for g in registry_of(settings).all()
+    )
+
+
+def _result_or_none(state: Any) -> dict[str, int] | None:
+    """The run's return value when Prefect kept it (results persist only when configured to)."""
+    try:
+        value = state.result(raise_on_failure=False)
+    except Exception:
+        return None
+    return value if isinstance(value, dict) else None

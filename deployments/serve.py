@@ -56,12 +56,14 @@ from prefect.runner import Runner
 from prefect.types.entrypoint import EntrypointType
 from prometheus_client import start_http_server
 
+from deployments.multiprocess_metrics import enter_multiprocess_mode, exposition_registry
 from deployments.settings import ServiceSettings
 from flows.documents import delete_document, ingest_document
 from flows.ingest import ingest
 from flows.rebuild import rebuild
 from flows.reindex import reindex
 from flows.switch import switch_generation
+from sinks.config import SinkSettings
 
 UPDATED_EVENT = "document.updated"
 DELETED_EVENT = "document.deleted"
@@ -204,14 +206,14 @@ def build_deployments(
 
 
 def start_metrics_server(port: int, addr: str = "0.0.0.0") -> int | None:
-    """Expose the default registry on /metrics (port 0 = disabled); returns the bound port.
+    """Expose /metrics (port 0 = disabled); returns the bound port.
 
-    Flow runs are subprocesses and push their own metrics to the Pushgateway; this page shows what the
-    serving process itself records (and the process/platform collectors) so Prometheus can scrape it.
-    """
+    Under `unichunk serve` (multiprocess mode, `deployments.multiprocess_metrics`) the page sums this
+    process's samples and every flow run's, so counters add up across runs; elsewhere it is this
+    process's default registry."""
     if port == 0:
         return None
-    server, _thread = start_http_server(port, addr=addr)
+    server, _thread = start_http_server(port, addr=addr, registry=exposition_registry())
     return server.server_port
 
 
@@ -385,5 +387,6 @@ def serve_all(
 
 
 if __name__ == "__main__":  # python -m deployments.serve [name ...]
+    enter_multiprocess_mode(SinkSettings().data_dir)  # re-executes this command once (see that module)
     logging.basicConfig(level=logging.INFO)
     serve_all(tuple(sys.argv[1:]) or DEPLOYMENT_NAMES)

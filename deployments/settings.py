@@ -48,6 +48,23 @@ class ServiceSettings(BaseSettings):
     webhook_tolerance: int = Field(
         300, ge=1, description="Max age (and future skew) of a webhook timestamp, in seconds."
     )
+    api_token: SecretStr | None = Field(
+        None,
+        description="Bearer token the service's API routes (/search, /documents, /status) require "
+        "(`Authorization: Bearer ...`); unset = open, allowed only when the service listens on loopback.",
+    )
+    service_url: str | None = Field(
+        None,
+        description="URL of a running `unichunk serve` the CLI's search/status/delete talk to (unset: the "
+        "one whose `service.json` is in the data dir, if running; else they work in-process).",
+    )
+    service_busy_wait: float = Field(
+        10.0,
+        ge=0,
+        le=600,
+        description="Seconds a search waits while a flow run holds the embedded vector store, before the "
+        "service answers 503 with Retry-After.",
+    )
     mcp_roots: list[Path] = Field(
         default_factory=list,
         description='Folders the MCP server\'s `ingest` tool may read, a JSON list (`["/srv/docs"]`); a path '

@@ -2,8 +2,9 @@
 
 Prefect Cloud's incoming webhooks do not exist on a self-hosted server, so this small FastAPI app plays
 that part. It only verifies and translates: the event it emits fires the `ingest-document` /
-`delete-document` deployments' triggers, and those flow runs touch the stores, never the receiver (the
-read-only `GET /search` of `deployments.search_api` is mounted on the same app; it only reads).
+`delete-document` deployments' triggers, and those flow runs touch the stores, never the receiver. The
+same app is the service's API (`deployments.search_api`: search, documents, status, delete through a
+deployment run; bearer auth in `deployments.service_auth`; OpenAPI at /docs), reading warm stores.
 
 Checks, in order (see `webhook_security`): size (Content-Length, then while streaming) -> 413, content
 type -> 415, HMAC signature and timestamp freshness -> 401, replay of a signature or delivery id -> 409,
@@ -23,7 +24,9 @@ Sender side, e.g. in Python::
 from __future__ import annotations
 
 import base64
+import logging
 import os
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -37,16 +40,21 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prefect.events import Event
 from prefect.settings import get_current_settings
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
+from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from chunking.ids import derive_document_id
-from deployments.search_api import SinksProvider, create_search_router
+from deployments.http_metrics import HttpMetrics
+from deployments.multiprocess_metrics import metrics_page
+from deployments.search_api import SinksProvider, create_search_router, open_stores
+from deployments.service_auth import listen_refusal
+from deployments.service_file import announce, withdraw
+from deployments.service_stores import WarmStores
 from deployments.settings import ServiceSettings
 from deployments.webhook_security import (
     ReplayCache,
     WebhookRejected,
-    check_delivery_id,
+    authenticate,
     check_document_id,
     check_regular_file,
     check_source_id,
@@ -54,7 +62,6 @@ from deployments.webhook_security import (
     event_id_for,
     replay_keys,
     resolve_source_path,
-    verify_signature,
 )
 from index.generations import live_status
 from sinks.config import SinkSettings
@@ -70,6 +77,8 @@ WEBHOOKS_REJECTED = Counter(
     "Webhooks refused, by reason (signature, replay, size...).",
     ["reason"],
 )
+
+logger = logging.getLogger(__name__)
 
 
 class WebhookPayload(BaseModel):
@@ -231,17 +240,23 @@ def create_app(
     replay = ReplayCache(data_dir / "webhook" / "replay.db")
     status = live_status(data_dir)  # which documents a `deleted` event may name
 
+    stores = open_stores(search_sinks, settings)
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if isinstance(stores, WarmStores):  # load the models now, so the first query is warm
+            threading.Thread(target=_warm, args=(stores,), name="warm-stores", daemon=True).start()
         yield
         replay.close()
+        if isinstance(stores, WarmStores):
+            stores.close()
 
-    app = FastAPI(
-        title="unichunk webhook receiver", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
-    )
+    app = FastAPI(title="unichunk service", lifespan=lifespan)  # OpenAPI at /docs and /openapi.json
+    app.add_middleware(HttpMetrics)
     app.state.replay = replay
     app.state.events = events
-    app.include_router(create_search_router(search_sinks))
+    app.state.stores = stores
+    app.include_router(create_search_router(stores, settings))
 
     @app.exception_handler(WebhookRejected)
     async def _rejected(_request: Request, exc: WebhookRejected) -> JSONResponse:
@@ -254,15 +269,9 @@ def create_app(
         _check_content_type(request)
         body = await _read_body(request, settings.webhook_max_body)
         now = clock()
-        timestamp, signature_hex = verify_signature(
-            secret,
-            request.headers.get("x-unichunk-signature"),
-            request.headers.get("x-unichunk-timestamp"),
-            body,
-            tolerance=settings.webhook_tolerance,
-            now=now,
+        timestamp, signature_hex, delivery = authenticate(
+            secret, request.headers, body, tolerance=settings.webhook_tolerance, now=now
         )
-        delivery = check_delivery_id(request.headers.get("x-unichunk-delivery"))
         keys = replay_keys(signature_hex, delivery, timestamp, tolerance=settings.webhook_tolerance, now=now)
         if not replay.reserve(keys, now):
             raise WebhookRejected(409, "replay", "this signature or delivery id was already accepted")
@@ -301,7 +310,8 @@ def create_app(
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+        body, content_type = metrics_page()  # every served run's samples too, under `unichunk serve`
+        return Response(body, media_type=content_type)
 
     return app
 
@@ -314,6 +324,22 @@ def _short_errors(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()[:5])
 
 
+def _warm(stores: WarmStores) -> None:
+    try:
+        stores.warm()
+    except Exception as exc:  # the first search reports it again, to its caller
+        logger.warning("could not warm the stores: %s: %s", type(exc).__name__, exc)
+
+
 def run_receiver(host: str = "127.0.0.1", port: int = 8787) -> None:
-    """Serve the receiver with uvicorn (blocking). Bind 0.0.0.0 only behind TLS termination."""
-    uvicorn.run(create_app(), host=host, port=port, log_level="info", access_log=True)
+    """Serve the service with uvicorn (blocking) and announce it in the data dir (`service_file`) for the
+    CLI. Bind 0.0.0.0 only behind TLS termination, and only with UNICHUNK_API_TOKEN (`listen_refusal`)."""
+    refusal = listen_refusal(host)
+    if refusal:
+        raise SystemExit(refusal)
+    app = create_app()
+    path = announce(host, port)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="info", access_log=True)
+    finally:
+        withdraw(path)

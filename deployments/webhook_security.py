@@ -1,11 +1,22 @@
 """The checks a webhook must pass before it may start anything: signature, freshness, replay, safe paths.
 
+Two signature schemes are accepted, chosen by the headers a delivery carries:
+- ours: `X-Unichunk-Signature: sha256=<hex HMAC of "{timestamp}.{body}">`, `X-Unichunk-Timestamp`, and an
+  optional `X-Unichunk-Delivery` id;
+- Standard Webhooks (standardwebhooks.com), so senders can use its SDKs: `webhook-id`,
+  `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC of "{id}.{timestamp}.{body}">`. Its key is
+  UNICHUNK_WEBHOOK_SECRET itself when that is written `whsec_<base64>` (the SDKs' format: decoded, as
+  they decode it), else the secret's UTF-8 bytes (a sender passes `whsec_` + base64 of our secret).
+Both share the timestamp tolerance and the replay cache (the webhook-id is the delivery id).
+
 Kept apart from the HTTP layer so each check is a plain function that tests can call directly, and so
 the receiver reads as the order of the checks. Nothing here talks to Prefect or to any store.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import re
@@ -13,7 +24,12 @@ import sqlite3
 import stat
 import threading
 import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import NamedTuple
+
+from standardwebhooks import Webhook
 
 from chunking.errors import UnichunkError
 from chunking.sources import SOURCE_NAME_PATTERN
@@ -71,13 +87,105 @@ def verify_signature(
     return ts, expected[len(SIGNATURE_PREFIX) :]
 
 
-def check_delivery_id(delivery: str | None) -> str | None:
+def check_delivery_id(delivery: str | None, header: str = "X-Unichunk-Delivery") -> str | None:
     """A delivery id is optional but, when sent, must be a short token (it becomes a cache key)."""
     if delivery is None:
         return None
     if not _DELIVERY_ID.match(delivery):
-        raise WebhookRejected(422, "bad_delivery_id", "X-Unichunk-Delivery must match [A-Za-z0-9._:-]{1,128}")
+        raise WebhookRejected(422, "bad_delivery_id", f"{header} must match [A-Za-z0-9._:-]{{1,128}}")
     return delivery
+
+
+class Authenticated(NamedTuple):
+    """What a verified delivery leaves for the replay check and the event id."""
+
+    timestamp: int
+    signature_hex: str
+    delivery: str | None
+
+
+def authenticate(
+    secret: str, headers: Mapping[str, str], body: bytes, *, tolerance: float, now: float
+) -> Authenticated:
+    """Verify a delivery by whichever scheme its headers use (ours first when both are sent).
+
+    `headers` must look names up case-insensitively (Starlette's do). Every failure is a `WebhookRejected`
+    (401 or 422), whatever the header values: they come from the network.
+    """
+    if headers.get("x-unichunk-signature") is None and headers.get("webhook-signature") is not None:
+        return verify_standard_webhook(
+            secret,
+            headers.get("webhook-id"),
+            headers.get("webhook-timestamp"),
+            headers.get("webhook-signature"),
+            body,
+            tolerance=tolerance,
+            now=now,
+        )
+    timestamp, signature_hex = verify_signature(
+        secret,
+        headers.get("x-unichunk-signature"),
+        headers.get("x-unichunk-timestamp"),
+        body,
+        tolerance=tolerance,
+        now=now,
+    )
+    return Authenticated(timestamp, signature_hex, check_delivery_id(headers.get("x-unichunk-delivery")))
+
+
+def standard_webhook_key(secret: str) -> bytes:
+    """The HMAC key Standard Webhooks senders sign with, from UNICHUNK_WEBHOOK_SECRET (see the docstring)."""
+    if secret.startswith("whsec_"):
+        encoded = secret.removeprefix("whsec_")
+        try:
+            return base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            raise WebhookRejected(
+                401, "no_secret", "UNICHUNK_WEBHOOK_SECRET starts with whsec_ but the rest is not base64"
+            ) from None
+    return secret.encode()
+
+
+def verify_standard_webhook(
+    secret: str,
+    msg_id: str | None,
+    timestamp: str | None,
+    signature: str | None,
+    body: bytes,
+    *,
+    tolerance: float,
+    now: float,
+) -> Authenticated:
+    """Check a Standard Webhooks signature with the SDK's own `Webhook.sign`, against our clock and tolerance.
+
+    Not `Webhook.verify`: it reads the wall clock with a fixed 5-minute tolerance and raises bare
+    ValueErrors on some malformed headers; the headers are parsed here and only the signing is the SDK's.
+    """
+    if not secret:
+        raise WebhookRejected(401, "no_secret", "the receiver has no shared secret configured")
+    if not msg_id or not timestamp or not signature:
+        raise WebhookRejected(
+            401, "missing_signature", "webhook-id, webhook-timestamp and webhook-signature required"
+        )
+    delivery = check_delivery_id(msg_id, "webhook-id")
+    if not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > 12:
+        raise WebhookRejected(401, "bad_timestamp", "webhook-timestamp must be unix seconds")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise WebhookRejected(401, "bad_signature", "a Standard Webhooks body must be UTF-8") from None
+    ts = int(timestamp)
+    if abs(now - ts) > tolerance:  # first: a far-off timestamp is no datetime at all (year > 9999)
+        raise WebhookRejected(401, "stale_timestamp", f"timestamp is more than {tolerance:.0f} s from now")
+    signed = Webhook(standard_webhook_key(secret)).sign(msg_id, datetime.fromtimestamp(ts, UTC), text)
+    expected = signed.partition(",")[2].encode()
+    offered = [part.partition(",") for part in signature.split()]
+    if not any(
+        version == "v1" and hmac.compare_digest(expected, value.encode("utf-8", "replace"))
+        for version, _, value in offered
+    ):
+        raise WebhookRejected(401, "bad_signature", "no webhook-signature v1 entry matches the body")
+    return Authenticated(ts, base64.b64decode(expected).hex(), delivery)
 
 
 def event_id_for(delivery: str | None, signature_hex: str) -> uuid.UUID:

@@ -543,6 +543,9 @@ def finish(
         publish_ingest(summary, f"Failed: {message}" if problems else "Completed")
     if problems:
         return failed_state(message, summary)
+    if not summary.dry_run:  # for the "no successful reindex" alert; pushed again for one-shot runs
+        metrics.record_success(summary.flow)
+        metrics.push_metrics(summary.flow)
     return summary
 
 

@@ -20,6 +20,12 @@ Only a run that opens the vector store needs the lock: a run writing only the ke
 concurrent writers), so it is not queued. Dropping a generation removes all its stores, the vectors
 included, and keeps the lock.
 
+A running service (`unichunk serve`, `deployments.service_stores`) keeps the live store open for warm
+searches and holds a SHARED lock on the same file meanwhile. A run that finds the lock taken drops a marker
+beside it (`run.wanted.<pid>`, `handover_markers`) while it waits: the service sees the marker, lets its
+searches in flight finish, closes the store and releases its shared lock, so the run gets the exclusive
+one; the marker goes once the run holds the lock, and the service reopens the store after the run.
+
 With a Qdrant server (`UNICHUNK_QDRANT_URL`) the stores take concurrent writers and runs are not queued.
 Runs that proceed in parallel never write one document at once: each holds the leases of the documents it
 is writing (`flows.leases`).
@@ -38,6 +44,23 @@ from prefect.runtime import flow_run
 
 from sinks.base import SINK_NAMES
 from sinks.config import SinkSettings
+
+HANDOVER_PREFIX = "run.wanted."
+
+
+def handover_markers(lock: Path) -> list[Path]:
+    """The markers of runs waiting for this store lock whose process is alive (a crashed waiter's marker is
+    ignored, so it never keeps the service's readers closed)."""
+    alive = []
+    for marker in lock.parent.glob(f"{HANDOVER_PREFIX}*"):
+        try:
+            os.kill(int(marker.name.removeprefix(HANDOVER_PREFIX)), 0)
+        except (ValueError, ProcessLookupError):
+            continue
+        except PermissionError:
+            pass  # alive, another user's
+        alive.append(marker)
+    return alive
 
 
 def store_lock_path(settings: SinkSettings, sinks: Iterable[str] = SINK_NAMES) -> Path | None:
@@ -64,9 +87,14 @@ def exclusive_store_access(
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            holder = handle.read().strip() or "another run"
+            holder = handle.read().strip() or "another run, or the service's warm readers"
             get_run_logger().info("waiting for the embedded store %s: %s holds it", path.parent, holder)
-            fcntl.flock(handle, fcntl.LOCK_EX)  # blocks; released when the holder ends, however it ends
+            marker = path.with_name(f"{HANDOVER_PREFIX}{os.getpid()}")
+            marker.touch()  # asks a serving process to close its readers and release its shared lock
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX)  # blocks; released when the holder ends, however it ends
+            finally:
+                marker.unlink(missing_ok=True)
         handle.seek(0)
         handle.truncate()
         handle.write(f"flow run {flow_run.name or '?'} (pid {os.getpid()})")

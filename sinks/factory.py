@@ -17,11 +17,12 @@ from chunking.errors import UnichunkError
 from sinks.base import SINK_NAMES, InvalidRequest, Sink, SinkError
 from sinks.config import SinkSettings
 
-# name -> (module, class); each class has `from_settings(settings)`.
+# name -> (module, opener): the opener, a function or a class's `from_settings`, takes the settings. The
+# vectors' opener picks the engine (qdrant-edge, local mode or a server) from them.
 _STORES: dict[str, tuple[str, str]] = {
-    "vectors": ("sinks.vectors.qdrant", "QdrantSink"),
-    "keywords": ("sinks.keywords.bm25", "BM25Sink"),
-    "graph": ("sinks.graph.sink", "KnowledgeGraphSink"),
+    "vectors": ("sinks.vectors.qdrant_edge", "open_vector_sink"),
+    "keywords": ("sinks.keywords.bm25", "BM25Sink.from_settings"),
+    "graph": ("sinks.graph.sink", "KnowledgeGraphSink.from_settings"),
 }
 
 
@@ -33,10 +34,12 @@ def open_sink(name: str, settings: SinkSettings) -> Sink:
     stores is down."""
     if name not in _STORES:
         raise InvalidRequest(name, f"unknown sink {name!r}; choose from {list(SINK_NAMES)}")
-    module, cls = _STORES[name]
-    store = getattr(importlib.import_module(module), cls)
+    module, opener_path = _STORES[name]
+    opener = importlib.import_module(module)
+    for attribute in opener_path.split("."):
+        opener = getattr(opener, attribute)
     try:
-        return store.from_settings(settings)
+        return opener(settings)
     except UnichunkError:
         raise  # ours already says what failed
     except Exception as exc:

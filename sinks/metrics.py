@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Histogram
 
+from chunking.metrics import DURATION_BUCKETS
+
 SINK_OPERATION_SECONDS = Histogram(
     "unichunk_sink_operation_duration_seconds",
     "Time a sink spends in one operation (prepare, write, delete, search).",
     ["sink", "operation"],
+    buckets=DURATION_BUCKETS,
 )
 
 SINK_CHUNKS_WRITTEN = Counter(
@@ -36,4 +39,5 @@ EMBEDDER_SECONDS = Histogram(
     "unichunk_embedder_duration_seconds",
     "Time to embed one batch of texts.",
     ["embedder"],
+    buckets=DURATION_BUCKETS,
 )

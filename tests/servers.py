@@ -148,8 +148,16 @@ def start_pushgateway(workdir: Path) -> Server:
     return Server(url, process, log)
 
 
-def start_prometheus(workdir: Path, pushgateway_url: str) -> Server:
-    if url := os.environ.get("PROMETHEUS_URL"):
+def start_prometheus(
+    workdir: Path,
+    pushgateway_url: str,
+    scrape: dict[str, str] | None = None,
+    rule_files: list[Path] | None = None,
+) -> Server:
+    """Prometheus scraping the Pushgateway every second; `scrape` adds jobs (job name: "host:port" of a
+    /metrics), `rule_files` loads alert rules. With either, always a server of its own: one named by
+    PROMETHEUS_URL cannot be given targets."""
+    if (url := os.environ.get("PROMETHEUS_URL")) and not scrape and not rule_files:
         return Server(url)
     binary = shutil.which("prometheus")
     if binary is None:
@@ -157,11 +165,16 @@ def start_prometheus(workdir: Path, pushgateway_url: str) -> Server:
     port = free_port()
     target = pushgateway_url.split("://", 1)[-1].rstrip("/")
     config = workdir / "prometheus-test.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+    text = "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+    if rule_files:
+        text += "rule_files:\n" + "".join(f"  - '{path}'\n" for path in rule_files)
+    text += (
         "scrape_configs:\n  - job_name: pushgateway\n    honor_labels: true\n"
         f"    static_configs:\n      - targets: ['{target}']\n"
     )
+    for job, address in (scrape or {}).items():
+        text += f"  - job_name: {job}\n    static_configs:\n      - targets: ['{address}']\n"
+    config.write_text(text)
     log = workdir / "prometheus.log"
     cmd = [
         binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'prometheus-data'}",

@@ -6,21 +6,87 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from deployments.configuration import SETTINGS_MODELS, configuration_markdown, variables
+import yaml
+
+from deployments.configuration import OTHER_VARIABLES, SETTINGS_MODELS, configuration_markdown, variables
 
 REPO = Path(__file__).resolve().parents[1]
-# Variables the docs may name that are not ours: Prefect's, the test servers', the benchmarks' data locator.
-OTHERS = {
-    "PREFECT_API_URL",
-    "PREFECT_UI_API_URL",
-    "PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL",  # Prefect's own; unichunk sets it for run processes
-    "PROMETHEUS_URL",
-    "NEO4J_URI",
-    "NEO4J_USER",
-    "NEO4J_PASSWORD",
-    "UNICHUNK_EVAL_DIR",
-}
+# Variables the docs may name that no settings model reads: the configuration page's last table, and
+# Prefect's UI variable that docker-compose.yml sets for the Prefect server.
+OTHERS = {name for name, _, _ in OTHER_VARIABLES} | {"PREFECT_UI_API_URL"}
 NAME = re.compile(r"`((?:UNICHUNK|PUSHGATEWAY|PREFECT|PROMETHEUS|NEO4J)_[A-Z0-9_]+)`")
+
+# Where the code is: the packages, the benchmarks, and the tests (whose servers read variables too).
+CODE_DIRS = (
+    "chunking",
+    "sinks",
+    "index",
+    "retrieval",
+    "tasks",
+    "flows",
+    "unichunk",
+    "deployments",
+    "benchmarks",
+)
+# Any name read from or written to the environment: os.environ[...], .get/.setdefault/.pop, os.getenv.
+ENV_ACCESS = re.compile(
+    r"""(?:environ(?:\.(?:get|setdefault|pop))?\(?\[?|getenv\()\s*["']([A-Z][A-Z0-9_]*)["']"""
+)
+# Our own prefixes, wherever the code names them (an ENV_VAR = "UNICHUNK_..." constant, an error message).
+OUR_NAMES = re.compile(r"\b((?:UNICHUNK|PUSHGATEWAY|PROMETHEUS)_[A-Z0-9_]*[A-Z0-9])\b")
+
+
+def _code_files(*, tests: bool) -> list[Path]:
+    files = [path for folder in CODE_DIRS for path in sorted((REPO / folder).rglob("*.py"))]
+    if tests:  # this file's examples of what the scan finds are not reads
+        files += [path for path in sorted((REPO / "tests").rglob("*.py")) if path != Path(__file__).resolve()]
+    return files
+
+
+def variables_the_code_reads() -> dict[str, set[str]]:
+    """Variable -> the files that read or name it."""
+    found: dict[str, set[str]] = {}
+    for path in _code_files(tests=True):
+        text = path.read_text(encoding="utf-8")
+        names = set(ENV_ACCESS.findall(text))
+        if path.is_relative_to(REPO / "tests"):
+            names -= {"UNICHUNK_DATA_DIR"}  # tests set settings variables; they read none of their own
+        else:
+            names |= set(OUR_NAMES.findall(text))  # tests also name bogus ones on purpose
+        for name in names:
+            found.setdefault(name, set()).add(str(path.relative_to(REPO)))
+    return found
+
+
+def test_every_variable_the_code_reads_has_a_row_in_the_configuration_table() -> None:
+    """A new os.environ.get("X") or UNICHUNK_X without a settings field or an OTHER_VARIABLES row fails."""
+    known = set(variables()) | {name for name, _, _ in OTHER_VARIABLES}
+    missing = {name: sorted(files) for name, files in variables_the_code_reads().items() if name not in known}
+    assert missing == {}, (
+        f"add these to a settings model or deployments.configuration.OTHER_VARIABLES: {missing}"
+    )
+    page = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert all(f"| `{name}` |" in page for name in known)
+
+
+def test_the_code_scan_finds_what_it_must() -> None:
+    """The scan itself can fail: it sees a read through os.environ.get, a constant naming our variable, and
+    the settings models' variables named in messages."""
+    found = variables_the_code_reads()
+    assert {"TIKTOKEN_CACHE_DIR", "UNICHUNK_EVAL_DIR", "PROMETHEUS_URL", "UNICHUNK_DEBUG"} <= set(found)
+    assert "UNICHUNK_QDRANT_URL" in found and "PUSHGATEWAY_URL" in found
+    assert ENV_ACCESS.findall('os.environ.get("NEW_ONE")') == ["NEW_ONE"]
+    assert ENV_ACCESS.findall("os.getenv('NEW_ONE', '')") == ["NEW_ONE"]
+    assert ENV_ACCESS.findall('os.environ["NEW_ONE"] = x') == ["NEW_ONE"]
+
+
+def test_every_variable_docker_compose_interpolates_is_documented() -> None:
+    """${VAR} in docker-compose.yml is read from the operator's shell: each one needs a row too."""
+    text = (REPO / "docker-compose.yml").read_text(encoding="utf-8")
+    yaml.safe_load(text)  # well-formed
+    interpolated = set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)", text))
+    known = set(variables()) | {name for name, _, _ in OTHER_VARIABLES}
+    assert interpolated and interpolated <= known, sorted(interpolated - known)
 
 
 def test_the_configuration_page_is_what_the_settings_render() -> None:

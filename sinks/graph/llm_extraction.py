@@ -3,18 +3,16 @@
 The model answers in LightRAG's delimiter format: records separated by `##`, fields by `<|>` (newer
 LightRAG: `<|#|>`), ending with `<|COMPLETE|>`. Models get that format wrong in many small ways, so the
 parser accepts what it can and logs and skips the rest: one bad line never loses a chunk's other records.
-A failed HTTP call, by contrast, raises, so the pipeline writes nothing for the batch.
+A failed HTTP call, by contrast, raises, so the pipeline writes nothing for the batch. The call and its
+retries are `sinks.openai_http`'s, the same as the OpenAI-compatible embedder's.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-
-import httpx
 
 from chunking.models import Chunk
 from sinks.config import SinkSettings
@@ -27,6 +25,7 @@ from sinks.graph.extraction import (
     display_name,
     entity_key,
 )
+from sinks.openai_http import OpenAICompatibleClient, OpenAIHTTPError, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -151,18 +150,14 @@ class LLMExtractor(EntityExtractor):
         timeout: float = 120.0,
         max_concurrency: int = 4,
         retries: int = 2,
-        client: httpx.Client | None = None,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
     ) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.model = model
         self.entity_types = tuple(entity_types)
         self.max_concurrency = max(1, max_concurrency)
-        self.retries = retries
-        self._client = client or httpx.Client(
-            base_url=base_url.rstrip("/"),
-            headers=headers,
-            timeout=timeout,
-            transport=httpx.HTTPTransport(retries=retries),  # connection failures only
+        self._client = OpenAICompatibleClient(
+            base_url, api_key, timeout=timeout, policy=RetryPolicy(retries, backoff, max_backoff)
         )
 
     @classmethod
@@ -184,27 +179,20 @@ class LLMExtractor(EntityExtractor):
             "temperature": 0,
             "messages": build_messages(chunk.content, self.entity_types),
         }
-        for attempt in range(self.retries + 1):
-            try:
-                response = self._client.post("/chat/completions", json=body)
-            except httpx.HTTPError as exc:
-                raise ExtractionError(f"LLM request for chunk {chunk.chunk_id} failed: {exc}") from exc
-            retryable = response.status_code == 429 or response.status_code >= 500
-            if retryable and attempt < self.retries:
-                time.sleep(0.5 * 2**attempt)
-                continue
-            if response.status_code != 200:
-                raise ExtractionError(
-                    f"LLM request for chunk {chunk.chunk_id} failed: HTTP {response.status_code} {response.text[:300]}"
-                )
-            try:
-                content = response.json()["choices"][0]["message"]["content"] or ""
-            except (ValueError, KeyError, IndexError, TypeError) as exc:
-                raise ExtractionError(
-                    f"LLM answer for chunk {chunk.chunk_id} is not a chat completion"
-                ) from exc
-            return parse_extraction_output(content, chunk.chunk_id)
-        raise AssertionError("unreachable")  # pragma: no cover
+        try:
+            answer = self._client.post("chat/completions", body)
+        except OpenAIHTTPError as exc:
+            tries = f" (after {exc.attempts} attempts)" if exc.attempts > 1 else ""
+            raise ExtractionError(
+                f"LLM request for chunk {chunk.chunk_id} failed{tries}: {exc.problem}"
+            ) from exc
+        try:
+            content = answer["choices"][0]["message"]["content"] or ""
+        except (KeyError, IndexError, TypeError) as exc:
+            raise ExtractionError(f"LLM answer for chunk {chunk.chunk_id} is not a chat completion") from exc
+        if not isinstance(content, str):
+            raise ExtractionError(f"LLM answer for chunk {chunk.chunk_id} has no text content")
+        return parse_extraction_output(content, chunk.chunk_id)
 
     def close(self) -> None:
         self._client.close()

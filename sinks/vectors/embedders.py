@@ -25,7 +25,9 @@ def make_embedder(settings: SinkSettings) -> Embedder:
             batch_size=settings.embedding_batch_size,
             max_tokens=settings.embedding_max_tokens,
         )
-    return MiniLMEmbedder(batch_size=settings.embedding_batch_size)
+    return MiniLMEmbedder(
+        batch_size=settings.embedding_batch_size, model_batch_size=settings.embedding_model_batch_size
+    )
 
 
 def embedding_budget(settings: SinkSettings) -> EmbeddingBudget:

@@ -1,12 +1,15 @@
 """The vector store: one Qdrant point per chunk, keyed by a UUID derived from the shared chunk ID.
 
-Local mode (`QdrantClient(path=...)`) under `data_dir` by default; setting UNICHUNK_QDRANT_URL switches
-to a server with no other change. Point IDs are `uuid5(namespace, chunk_id)` because Qdrant only accepts
+Embedded by default under `data_dir`: qdrant-edge (`EdgeQdrantSink`, the default: payload indexes, no
+scans) or qdrant-client's local mode (`QdrantClient(path=...)`), picked by UNICHUNK_VECTOR_ENGINE and
+measured against each other in `benchmarks.vector_store`; setting UNICHUNK_QDRANT_URL switches to a server
+(qdrant-client) with no other change. Each engine has its own directory, and an index written by one is
+refused by the other with a message, never read as empty (`refuse_other_engine`). Point IDs are `uuid5(namespace, chunk_id)` because Qdrant only accepts
 integers or UUIDs, and a deterministic mapping makes re-upserts overwrite instead of duplicating.
 
 Content is stored exactly as the chunk holds it, with no encoding: local mode pickles payloads into SQLite
-(measured: NUL, every C0 control, U+FFFF and U+10FFFF read back unchanged, after a reopen too), and a
-server receives JSON, where NUL travels as the `\\u0000` escape. Lone surrogates would pickle but cannot be
+(measured: NUL, every C0 control, U+FFFF and U+10FFFF read back unchanged, after a reopen too), qdrant-edge
+and a server receive JSON (the same exact-content tests pass on both embedded engines), where NUL travels as the `\\u0000` escape. Lone surrogates would pickle but cannot be
 sent to a server (no UTF-8 form); `group_batch` refuses them for every store alike.
 
 Replacement deletes stale points by the IDs we compute (stored IDs of the document minus the new ones)
@@ -24,6 +27,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from qdrant_client import QdrantClient, models
@@ -58,7 +62,8 @@ SINK_NAME = "vectors"
 # Fixed forever: changing it would orphan every stored point.
 POINT_NAMESPACE = uuid.UUID("6f1c7a52-3d0e-5b8e-9c4a-2b7d1e0f9a31")
 _SCROLL_PAGE = 10_000  # big pages: local mode re-filters the whole collection per page
-_INDEXED_FIELDS = ("document_id", "chunk_id")
+# Keyword payload indexes: filters and deletes by document or source find their points without a scan.
+INDEXED_FIELDS = ("document_id", "chunk_id", "source_system", "source_id")
 
 
 def point_id(chunk_id: str) -> str:
@@ -86,62 +91,108 @@ def open_client(settings: SinkSettings) -> QdrantClient:
         ) from exc
 
 
-class _SharedLocalClients:
-    """One local-mode client (and its lock) per storage directory in this process.
+ENGINE_DIRS = {"local": "qdrant", "edge": "qdrant_edge"}
+"""Each embedded engine's directory under a generation (or data_dir): an engine never reads the other's files."""
 
-    Local mode lets one client open a directory, so two sinks on the same directory in one process (a flow
-    and a reader whose settings differ in some other field, a drop beside a cached sink) share it instead
-    of the second failing. Each generation has its own directory, so other processes are still refused.
-    Server clients are not shared (each sink gets its own connection and lock).
+
+def engine_dir(settings: SinkSettings, engine: str) -> Path:
+    """Where `engine` keeps this generation's vectors (local mode: `settings.qdrant_path`)."""
+    return (settings.generation_dir or settings.data_dir) / ENGINE_DIRS[engine]
+
+
+def refuse_other_engine(settings: SinkSettings, engine: str) -> None:
+    """Refuse to open an empty store beside vectors the other embedded engine wrote for this generation.
+
+    Switching UNICHUNK_VECTOR_ENGINE on an existing index would otherwise answer every search from an empty
+    new store, silently; the message names both ways out."""
+    if _holds_vectors(engine_dir(settings, engine)):
+        return
+    for other in ENGINE_DIRS:
+        if other != engine and _holds_vectors(engine_dir(settings, other)):
+            raise SinkError(
+                SINK_NAME,
+                f"the vectors at {engine_dir(settings, other)} were written by the {other!r} engine but "
+                f"UNICHUNK_VECTOR_ENGINE is {engine!r}: set UNICHUNK_VECTOR_ENGINE={other}, or rebuild the "
+                f"index with {engine!r} (move that directory away and re-ingest)",
+            )
+
+
+def _holds_vectors(path: Path) -> bool:
+    return path.is_dir() and any(p.is_dir() and any(p.iterdir()) for p in path.iterdir())
+
+
+class SharedHandles:
+    """One open handle (and its lock) per storage directory in this process.
+
+    Both embedded engines let one handle open a directory, so two sinks on the same directory in one process
+    (a flow and a reader whose settings differ in some other field, a drop beside a cached sink) share it
+    instead of the second failing. Each generation has its own directory, so other processes are still
+    refused. Server clients are not shared (each sink gets its own connection and lock).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: dict[str, tuple[QdrantClient, threading.RLock, int]] = {}
+        self._entries: dict[str, tuple[Any, threading.RLock, int, Callable[[Any], None]]] = {}
 
-    def acquire(self, settings: SinkSettings) -> tuple[QdrantClient, threading.RLock, Callable[[], None]]:
-        if settings.qdrant_url:
-            client = open_client(settings)
-            return client, threading.RLock(), client.close
-        key = str(settings.qdrant_path.resolve())
+    def acquire(
+        self, key: str, opener: Callable[[], Any], closer: Callable[[Any], None]
+    ) -> tuple[Any, threading.RLock, Callable[[], None]]:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
-                entry = (open_client(settings), threading.RLock(), 0)
-            client, lock, users = entry
-            self._entries[key] = (client, lock, users + 1)
-        return client, lock, lambda: self._release(key)
+                entry = (opener(), threading.RLock(), 0, closer)
+            handle, lock, users, closer = entry
+            self._entries[key] = (handle, lock, users + 1, closer)
+        return handle, lock, lambda: self._release(key)
 
     def _release(self, key: str) -> None:
         with self._lock:
-            client, lock, users = self._entries[key]
+            handle, lock, users, closer = self._entries[key]
             if users > 1:
-                self._entries[key] = (client, lock, users - 1)
+                self._entries[key] = (handle, lock, users - 1, closer)
                 return
             del self._entries[key]
         with lock:
-            client.close()
+            closer(handle)
 
 
-_LOCAL_CLIENTS = _SharedLocalClients()
+SHARED_HANDLES = SharedHandles()
+
+
+Conditions = dict[str, list[Any]]
+"""A filter as the sink builds it: field -> accepted values; every field must match one of its values."""
+
+StoredPoint = tuple[str, list[float], dict[str, Any]]
+"""(point ID, vector, payload): one point as the sink hands it to the engine."""
 
 
 def build_filter(conditions: SearchFilter | None) -> models.Filter | None:
     """`{"field": value}` -> all must match; a list value matches any of its items. Any payload field."""
-    values = filter_values(SINK_NAME, conditions)
-    if not values:
+    return client_filter(filter_values(SINK_NAME, conditions))
+
+
+def client_filter(conditions: Conditions | None) -> models.Filter | None:
+    """The qdrant-client filter for `conditions` (None or empty: no filter)."""
+    if not conditions:
         return None
     must: list[models.Condition] = [
         models.FieldCondition(key=key, match=models.MatchAny(any=accepted))
-        for key, accepted in values.items()
+        for key, accepted in conditions.items()
     ]
     return models.Filter(must=must)
 
 
 class QdrantSink(Sink):
-    """Chunks with their embeddings in one Qdrant collection, sized by the embedder, cosine distance."""
+    """Chunks with their embeddings in one Qdrant collection, sized by the embedder, cosine distance.
+
+    This class holds everything the sink does (embedding, replacement, reads, errors, metrics) and talks to
+    the engine only through the `_store_*` methods below, which use qdrant-client (local mode or a server).
+    `EdgeQdrantSink` overrides just those to keep the same sink on qdrant-edge; `open_vector_sink` (what the
+    sink factory calls) picks one by the settings.
+    """
 
     name = SINK_NAME
+    engine = "local"
 
     def __init__(
         self, settings: SinkSettings, embedder: Embedder | None = None, client: QdrantClient | None = None
@@ -150,18 +201,20 @@ class QdrantSink(Sink):
         self.collection = settings.collection_name
         self._owns_embedder = embedder is None
         self.embedder = embedder if embedder is not None else make_embedder(settings)
-        # Prefect runs tasks in threads and local mode is not thread-safe: every use holds the client's lock.
-        self._release_client: Callable[[], None] | None
-        if client is None:
-            self.client, self._lock, self._release_client = _LOCAL_CLIENTS.acquire(settings)
-        else:
-            self.client, self._lock, self._release_client = client, threading.RLock(), None
+        # Prefect runs tasks in threads and the embedded engines are not thread-safe: every use holds the lock.
+        self._release_client: Callable[[], None] | None = None
         self._collection_verified = False  # vectors fit the embedder
         self._collection_ready = False  # exists, verified, indexes created
+        try:
+            self._store_open(client)
+        except BaseException:
+            if self._owns_embedder:
+                self.embedder.close()
+            raise
 
     @classmethod
     def from_settings(cls, settings: SinkSettings | None = None) -> QdrantSink:
-        """A sink configured entirely from UNICHUNK_* settings (embedder and client included)."""
+        """A sink configured entirely from UNICHUNK_* settings (engine, embedder and client included)."""
         return cls(settings or SinkSettings())
 
     # --- the Sink interface -------------------------------------------------------------------------
@@ -193,15 +246,15 @@ class QdrantSink(Sink):
             return Prepared(self.name, documents, chunks, payload=payload, stats=stats)
 
     def write(self, prepared: Prepared) -> int:
-        """Upsert the prepared points (wait=True), then delete each document's points not among them."""
+        """Upsert the prepared points (durably), then delete each document's points not among them."""
         self.check_prepared(prepared)
         vectors: dict[str, list[float]] = prepared.payload
         ingested_at = datetime.now(UTC).isoformat()
-        points = [
-            models.PointStruct(
-                id=point_id(chunk.chunk_id),
-                vector=vectors[chunk.chunk_id],
-                payload=chunk_payload(document, chunk, ingested_at, self.settings.generation),
+        points: list[StoredPoint] = [
+            (
+                point_id(chunk.chunk_id),
+                vectors[chunk.chunk_id],
+                chunk_payload(document, chunk, ingested_at, self.settings.generation),
             )
             for document in prepared.documents
             for chunk in prepared.chunks[document.document_id]
@@ -211,8 +264,8 @@ class QdrantSink(Sink):
             self._check_collection(create=True)
             size = self.settings.upsert_batch_size
             for start in range(0, len(points), size):
-                self.client.upsert(self.collection, points=points[start : start + size], wait=True)
-            new_ids = {str(p.id) for p in points}
+                self._store_upsert(points[start : start + size])
+            new_ids = {p[0] for p in points}
             stale = [pid for pid in self._stored_points(document_ids) if pid not in new_ids]
             self._delete_points(stale)
         SINK_CHUNKS_WRITTEN.labels(self.name).inc(len(points))
@@ -232,18 +285,18 @@ class QdrantSink(Sink):
         with self._operation("chunk_ids"), self._lock:
             if not self._collection_exists():
                 return set()
-            scroll_filter = build_filter({"document_id": document_id}) if document_id is not None else None
-            return {payload["chunk_id"] for _, payload in self._scroll(scroll_filter, ["chunk_id"])}
+            conditions = {"document_id": [document_id]} if document_id is not None else None
+            return {payload["chunk_id"] for _, payload in self._store_scroll(conditions, ["chunk_id"])}
 
     def content_hashes(self, document_id: str | None = None) -> dict[str, str]:
         """SHA-256 of each stored point's `content` payload, read back (paginated scroll, two fields only)."""
         with self._operation("content_hashes"), self._lock:
             if not self._collection_exists():
                 return {}
-            scroll_filter = build_filter({"document_id": document_id}) if document_id is not None else None
+            conditions = {"document_id": [document_id]} if document_id is not None else None
             return {
                 payload["chunk_id"]: _content_hash(payload.get("content"))
-                for _, payload in self._scroll(scroll_filter, ["chunk_id", "content"])
+                for _, payload in self._store_scroll(conditions, ["chunk_id", "content"])
             }
 
     def close(self) -> None:
@@ -256,8 +309,7 @@ class QdrantSink(Sink):
     def drop(self) -> None:
         """Delete this sink's whole collection (a retired generation being dropped)."""
         with self._operation("drop"), self._lock:
-            if self.client.collection_exists(self.collection):
-                self.client.delete_collection(self.collection)
+            self._store_drop()
             self._collection_ready = self._collection_verified = False
 
     def alias_target(self, alias: str) -> str | None:
@@ -299,6 +351,7 @@ class QdrantSink(Sink):
 
     def search(self, query: str, k: int = 10, filter: SearchFilter | None = None) -> list[ScoredChunk]:
         """The `k` chunks nearest to `query` (cosine), optionally restricted by payload field matches."""
+        conditions = filter_values(self.name, filter)
         with self._operation("search"):
             with self._lock:
                 if not self._collection_exists():
@@ -309,21 +362,16 @@ class QdrantSink(Sink):
             except EmbedderError as exc:
                 raise SinkError(self.name, f"embedding the query failed: {exc}") from exc
             with self._lock:
-                response = self.client.query_points(
-                    self.collection,
-                    query=vector,
-                    query_filter=build_filter(filter),
-                    limit=k,
-                    with_payload=True,
-                )
-        return [_stored(point.payload or {}, score=point.score) for point in response.points]
+                hits = self._store_query(vector, conditions, k)
+        return [_stored(payload, score=score) for score, payload in hits]
 
     def count(self, filter: SearchFilter | None = None) -> int:
         """Exact number of stored points (chunks), optionally matching a payload filter."""
+        conditions = filter_values(self.name, filter)
         with self._operation("count"), self._lock:
             if not self._collection_exists():
                 return 0
-            return self.client.count(self.collection, count_filter=build_filter(filter), exact=True).count
+            return self._store_count(conditions)
 
     def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, StoredChunk]:
         """Stored chunks by chunk ID (absent IDs are left out), fetched by point ID without vectors."""
@@ -331,8 +379,8 @@ class QdrantSink(Sink):
         with self._operation("get_chunks"), self._lock:
             if not ids or not self._collection_exists():
                 return {}
-            records = self.client.retrieve(self.collection, ids=ids, with_payload=True, with_vectors=False)
-        return {r.payload["chunk_id"]: _stored(r.payload) for r in records if r.payload}
+            payloads = self._store_retrieve(ids)
+        return {p["chunk_id"]: _stored(p) for p in payloads if p}
 
     def chunks_at(self, document_id: str, indexes: Iterable[int]) -> list[StoredChunk]:
         """A document's chunks at these `chunk_index` positions, in index order (neighbour expansion)."""
@@ -340,63 +388,110 @@ class QdrantSink(Sink):
         with self._operation("chunks_at"), self._lock:
             if not wanted or not self._collection_exists():
                 return []
-            must: list[models.Condition] = [
-                models.FieldCondition(key="document_id", match=models.MatchValue(value=document_id)),
-                models.FieldCondition(key="chunk_index", match=models.MatchAny(any=wanted)),
-            ]
-            found = [_stored(p) for _, p in self._scroll(models.Filter(must=must), True)]
+            conditions: Conditions = {"document_id": [document_id], "chunk_index": list(wanted)}
+            found = [_stored(p) for _, p in self._store_scroll(conditions, True)]
         return sorted(found, key=lambda c: c.chunk_index)
 
     # --- internals ----------------------------------------------------------------------------------
 
     def _collection_exists(self) -> bool:
-        return self._collection_ready or self.client.collection_exists(self.collection)
+        return self._collection_ready or self._store_exists()
 
     def _check_collection(self, *, create: bool) -> None:
         """Fail if the collection's vectors do not fit the embedder; with `create`, make it and its indexes."""
         if self._collection_ready:
             return
-        exists = self.client.collection_exists(self.collection)
+        exists = self._store_exists()
         if exists and not self._collection_verified:
             self._verify_vectors()
             self._collection_verified = True
         if not create:
             return
         if not exists:
-            self.client.create_collection(
-                self.collection,
-                vectors_config=models.VectorParams(
-                    size=self.embedder.dimension, distance=models.Distance.COSINE
-                ),
-            )
-        with warnings.catch_warnings():
-            # Local mode warns that payload indexes do nothing there; a server needs them for filters.
-            warnings.filterwarnings("ignore", message="Payload indexes have no effect", category=UserWarning)
-            for field_name in _INDEXED_FIELDS:
-                self.client.create_payload_index(
-                    self.collection, field_name, field_schema=models.PayloadSchemaType.KEYWORD, wait=True
-                )
+            self._store_create(self.embedder.dimension)
+        self._store_index(INDEXED_FIELDS)
         self._collection_ready = True
 
     def _verify_vectors(self) -> None:
         dimension = self.embedder.dimension
+        size, distance = self._store_vectors()
+        if size != dimension or distance.lower() != "cosine":
+            raise SinkError(
+                self.name,
+                f"collection {self.collection!r} holds {size}-d {distance} vectors but "
+                f"embedder {self.embedder.name!r} makes {dimension}-d cosine ones; the embedder changed: "
+                "rebuild the collection (delete it and re-ingest) or use another qdrant_collection",
+            )
+
+    def _stored_points(self, document_ids: list[str]) -> list[str]:
+        if not document_ids:
+            return []
+        return [pid for pid, _ in self._store_scroll({"document_id": list(document_ids)}, ["chunk_id"])]
+
+    def _delete_points(self, ids: list[str]) -> None:
+        size = self.settings.upsert_batch_size
+        for start in range(0, len(ids), size):
+            self._store_delete(ids[start : start + size])
+        if ids:
+            SINK_CHUNKS_REMOVED.labels(self.name).inc(len(ids))
+
+    # --- the engine: qdrant-client (local mode or a server); EdgeQdrantSink overrides these ------------
+
+    def _store_open(self, client: QdrantClient | None) -> None:
+        """Attach `client`, else the configured server, else this directory's shared local-mode client."""
+        if client is not None:
+            self.client, self._lock = client, threading.RLock()
+        elif self.settings.qdrant_url:
+            self.client, self._lock = open_client(self.settings), threading.RLock()
+            self._release_client = self.client.close
+        else:
+            refuse_other_engine(self.settings, self.engine)
+            key = str(self.settings.qdrant_path.resolve())
+            self.client, self._lock, self._release_client = SHARED_HANDLES.acquire(
+                key, lambda: open_client(self.settings), lambda c: c.close()
+            )
+
+    def _store_exists(self) -> bool:
+        return self.client.collection_exists(self.collection)
+
+    def _store_create(self, dimension: int) -> None:
+        self.client.create_collection(
+            self.collection,
+            vectors_config=models.VectorParams(size=dimension, distance=models.Distance.COSINE),
+        )
+
+    def _store_index(self, fields: Sequence[str]) -> None:
+        """Keyword payload indexes (idempotent): a server filters and deletes by them without a scan."""
+        with warnings.catch_warnings():
+            # Local mode warns that payload indexes do nothing there; a server needs them for filters.
+            warnings.filterwarnings("ignore", message="Payload indexes have no effect", category=UserWarning)
+            for field_name in fields:
+                self.client.create_payload_index(
+                    self.collection, field_name, field_schema=models.PayloadSchemaType.KEYWORD, wait=True
+                )
+
+    def _store_vectors(self) -> tuple[int, str]:
         params = self.client.get_collection(self.collection).config.params.vectors
         if not isinstance(params, models.VectorParams):
             raise SinkError(
                 self.name, f"collection {self.collection!r} uses named vectors; expected one vector"
             )
-        if params.size != dimension or params.distance != models.Distance.COSINE:
-            raise SinkError(
-                self.name,
-                f"collection {self.collection!r} holds {params.size}-d {params.distance.value} vectors but "
-                f"embedder {self.embedder.name!r} makes {dimension}-d cosine ones; the embedder changed: "
-                "rebuild the collection (delete it and re-ingest) or use another qdrant_collection",
-            )
+        return params.size, params.distance.value
 
-    def _scroll(
-        self, scroll_filter: models.Filter | None, fields: list[str] | bool
+    def _store_upsert(self, points: list[StoredPoint]) -> None:
+        structs = [
+            models.PointStruct(id=pid, vector=vector, payload=payload) for pid, vector, payload in points
+        ]
+        self.client.upsert(self.collection, points=structs, wait=True)
+
+    def _store_delete(self, ids: list[str]) -> None:
+        self.client.delete(self.collection, models.PointIdsList(points=list(ids)), wait=True)
+
+    def _store_scroll(
+        self, conditions: Conditions | None, fields: list[str] | bool
     ) -> Iterator[tuple[str, dict[str, Any]]]:
         """(point ID, payload subset, or all of it with `fields=True`) for every matching point, by page."""
+        scroll_filter = client_filter(conditions)
         offset: models.ExtendedPointId | None = None
         while True:
             records, offset = self.client.scroll(
@@ -412,19 +507,24 @@ class QdrantSink(Sink):
             if offset is None:
                 return
 
-    def _stored_points(self, document_ids: list[str]) -> list[str]:
-        if not document_ids:
-            return []
-        return [pid for pid, _ in self._scroll(build_filter({"document_id": document_ids}), ["chunk_id"])]
+    def _store_query(
+        self, vector: list[float], conditions: Conditions, k: int
+    ) -> list[tuple[float, dict[str, Any]]]:
+        response = self.client.query_points(
+            self.collection, query=vector, query_filter=client_filter(conditions), limit=k, with_payload=True
+        )
+        return [(point.score, point.payload or {}) for point in response.points]
 
-    def _delete_points(self, ids: list[str]) -> None:
-        size = self.settings.upsert_batch_size
-        for start in range(0, len(ids), size):
-            self.client.delete(
-                self.collection, models.PointIdsList(points=ids[start : start + size]), wait=True
-            )
-        if ids:
-            SINK_CHUNKS_REMOVED.labels(self.name).inc(len(ids))
+    def _store_count(self, conditions: Conditions) -> int:
+        return self.client.count(self.collection, count_filter=client_filter(conditions), exact=True).count
+
+    def _store_retrieve(self, ids: list[str]) -> list[dict[str, Any]]:
+        records = self.client.retrieve(self.collection, ids=ids, with_payload=True, with_vectors=False)
+        return [r.payload or {} for r in records]
+
+    def _store_drop(self) -> None:
+        if self.client.collection_exists(self.collection):
+            self.client.delete_collection(self.collection)
 
     def _report_truncation(self, chunks: list[Chunk], texts: list[str]) -> int:
         """Count (metric) embed texts longer than the embedder's max input; one WARNING per document

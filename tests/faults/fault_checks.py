@@ -37,7 +37,7 @@ def duplicates(names: Sequence[str] = SINK_NAMES) -> dict[str, dict[str, int]]:
     found: dict[str, dict[str, int]] = {}
     if "vectors" in sinks:
         vectors = sinks["vectors"]
-        ids = [str(p.payload["chunk_id"]) for p in _scroll_all(vectors)]
+        ids = [str(payload["chunk_id"]) for payload in _payloads(vectors)]
         found["vectors"] = {k: v for k, v in Counter(ids).items() if v > 1}
         if len(ids) != vectors.count():
             found["vectors"]["<count mismatch>"] = vectors.count()
@@ -67,13 +67,9 @@ def _graph_duplicates(graph) -> dict[str, int]:  # type: ignore[no-untyped-def]
     return found
 
 
-def _scroll_all(vectors):  # type: ignore[no-untyped-def]
-    points, offset = [], None
-    while True:
-        page, offset = vectors.client.scroll(vectors.collection, limit=1000, offset=offset, with_payload=True)
-        points.extend(page)
-        if offset is None:
-            return points
+def _payloads(vectors):  # type: ignore[no-untyped-def]
+    """Every stored point's chunk_id, through the sink's engine-neutral scan (qdrant-edge or qdrant-client)."""
+    return [payload for _id, payload in vectors._store_scroll(None, ["chunk_id"])]
 
 
 def assert_converged(data_dir: Path, names: Sequence[str] = SINK_NAMES) -> set[str]:

@@ -97,6 +97,7 @@ def test_a_hostile_file_name_and_its_error_print_verbatim(fault_env: Path, tmp_p
 
 
 def test_a_store_error_keeps_its_sink_name(fault_env: Path, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("UNICHUNK_VECTOR_ENGINE", "local")  # the failure is injected into local mode's SQLite
     corpus = tmp_path / "corpus"
     make_corpus(corpus, 2)
     runner = CliRunner()

@@ -26,6 +26,7 @@ from tasks.sink_io import write_sink
 def test_failed_vector_write_keeps_the_previous_version_everywhere_and_a_rerun_repairs(
     fault_env, tmp_path, monkeypatch
 ):
+    monkeypatch.setenv("UNICHUNK_VECTOR_ENGINE", "local")  # the failure is injected into local mode's SQLite
     corpus = tmp_path / "corpus"
     make_corpus(corpus, 3)
     params = IngestParams(source=SourceParams(root=str(corpus)))

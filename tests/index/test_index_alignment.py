@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY
+from qdrant_edge import UpdateOperation
 
 from chunking import ChunkingService, ChunkStrategy, Document
 from chunking.ids import sha256_hex
@@ -21,6 +22,7 @@ from sinks.graph.sink import KnowledgeGraphSink
 from sinks.keywords.bm25 import BM25Sink
 from sinks.pool import close_all_sinks
 from sinks.vectors.qdrant import QdrantSink, point_id
+from sinks.vectors.qdrant_edge import EdgeQdrantSink
 
 TEXTS = {
     "a.md": "# Alpha\n\nAda Lovelace worked with Charles Babbage in London.\n\n## Notes\n\nShe wrote notes.\n",
@@ -62,7 +64,7 @@ def test_same_chunks_reach_every_sink_and_a_removed_point_is_reported(sinks) -> 
     # remove one point straight from Qdrant, behind the sink's back
     victim = sorted(expected)[0]
     vectors = sinks["vectors"]
-    vectors.client.delete(vectors.collection, points_selector=[point_id(victim)], wait=True)
+    vectors._store_delete([point_id(victim)])  # the engine's own delete, without the sink's bookkeeping
     report = verify_alignment(sinks, expected)
     assert not report.ok
     assert report.missing["vectors"] == {victim}
@@ -100,6 +102,8 @@ def _corrupt(sinks: dict[str, Sink], name: str, chunk: Chunk) -> None:
             "MATCH (c:Chunk {chunk_id: $id}) SET c.content = $text REMOVE c.content_encoding",
             {"id": chunk.chunk_id, "text": mangled},
         )
+    elif isinstance(sink, EdgeQdrantSink):
+        sink.shard.update(UpdateOperation.set_payload([point_id(chunk.chunk_id)], {"content": mangled}))
     else:
         assert isinstance(sink, QdrantSink)
         sink.client.set_payload(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from qdrant_client import models as qm
 from typer.testing import CliRunner
 
 from deployments.cli import app
@@ -49,7 +48,7 @@ def test_verify_exits_1_on_a_missing_point(ingested, pipeline_env):
     settings = reading_settings()
     vectors = get_sinks(["vectors"], settings)["vectors"]
     victim = sorted(live_status(pipeline_env).expected_chunk_ids())[0]
-    vectors.client.delete(vectors.collection, points_selector=qm.PointIdsList(points=[point_id(victim)]))
+    vectors._store_delete([point_id(victim)])  # engine-neutral (qdrant-edge or qdrant-client)
     release_sinks(["vectors"], settings)  # the CLI opens its own (Qdrant local mode: one client per dir)
     result = _cli("verify")
     assert result.exit_code == 1

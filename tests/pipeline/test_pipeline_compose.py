@@ -1,13 +1,20 @@
-"""docker-compose.yml, the Dockerfile, prometheus.yml and the Grafana files, checked without Docker: the
-compose essentials, that every setting we pass is one our code (or Prefect) reads, that every mounted
-file exists, and that every metric a dashboard panel queries is one our code registers."""
+"""docker-compose.yml, the Dockerfile, prometheus.yml and the Grafana files, checked without a Docker daemon:
+`docker compose config` (or Debian's docker-compose) validates the file when installed (.ci/setup installs
+it); the parsed file is one coherent stack (every unichunk process on the same Qdrant, Neo4j, Prefect,
+Pushgateway and data volume; Prefect on Postgres; a Qdrant within one minor version of the installed
+client; a health check on every service; a token wherever our port is published); every setting we pass
+is one our code (or Prefect) reads; every mounted file exists; every metric a dashboard panel queries is
+one our code registers."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import tomllib
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -44,6 +51,7 @@ def test_services_are_all_there_with_image_or_build() -> None:
     expected = {
         "qdrant",
         "neo4j",
+        "postgres",
         "prefect-server",
         "worker",
         "webhook",
@@ -84,7 +92,7 @@ def test_depends_on_targets_exist_and_health_conditions_have_healthchecks() -> N
 
 def test_healthcheck_shapes() -> None:
     checks = {name: s["healthcheck"] for name, s in SERVICES.items() if "healthcheck" in s}
-    assert {"neo4j", "prefect-server"} <= set(checks)
+    assert set(checks) == set(SERVICES), f"no health check: {sorted(set(SERVICES) - set(checks))}"
     for name, check in checks.items():
         test = check["test"]
         assert isinstance(test, list) and test[0] in ("CMD", "CMD-SHELL") and len(test) >= 2, name
@@ -125,21 +133,127 @@ def test_every_variable_our_services_get_is_one_something_reads() -> None:
                 assert key in others, f"{name}: unexpected variable {key}"
 
 
-def test_wiring_points_services_at_each_other() -> None:
-    worker = _environment(SERVICES["worker"]) | _environment(COMPOSE["x-unichunk-env"])
-    assert worker["PREFECT_API_URL"] == "http://prefect-server:4200/api"
-    assert worker["UNICHUNK_QDRANT_URL"].startswith("http://qdrant:")
-    assert worker["UNICHUNK_NEO4J_URI"].startswith("bolt://neo4j:")
-    assert worker["PUSHGATEWAY_URL"] == "http://pushgateway:9091"
-    webhook = _environment(SERVICES["webhook"])
-    assert "UNICHUNK_WEBHOOK_SECRET" in webhook
-    # The receiver resolves paths under the same mount point the worker reads them from.
-    mount = [v for v in SERVICES["worker"]["volumes"] if v.endswith(":/sources:ro")]
-    assert mount and mount == [v for v in SERVICES["webhook"]["volumes"] if v.endswith(":/sources:ro")]
-    # Neo4j's password and the worker's are the same interpolation.
-    assert _INTERPOLATION.findall(_environment(SERVICES["neo4j"])["NEO4J_AUTH"]) == _INTERPOLATION.findall(
-        worker["UNICHUNK_NEO4J_PASSWORD"]
-    )
+def _ours() -> list[str]:
+    """The services running our image: each reads or writes the stores."""
+    return [name for name, service in SERVICES.items() if "build" in service]
+
+
+STORE_VARIABLES = (
+    "PREFECT_API_URL",
+    "UNICHUNK_DATA_DIR",
+    "UNICHUNK_SOURCE_ROOT",
+    "UNICHUNK_QDRANT_URL",
+    "UNICHUNK_NEO4J_URI",
+    "UNICHUNK_NEO4J_USER",
+    "UNICHUNK_NEO4J_PASSWORD",
+    "PUSHGATEWAY_URL",
+)
+
+
+def test_every_unichunk_process_reads_the_same_stores() -> None:
+    """The receiver's /search once had its own volume and no Qdrant/Neo4j: it answered from empty
+    embedded stores. Every process of our image must point at the same servers and the same data."""
+    assert set(_ours()) == {"worker", "webhook"}
+    envs = {name: _environment(SERVICES[name]) for name in _ours()}
+    for variable in STORE_VARIABLES:
+        values = {name: env.get(variable) for name, env in envs.items()}
+        assert None not in values.values(), f"{variable} missing: {values}"
+        assert len(set(values.values())) == 1, f"{variable} differs: {values}"
+    env = envs["worker"]
+    assert env["PREFECT_API_URL"] == "http://prefect-server:4200/api"
+    assert env["UNICHUNK_QDRANT_URL"] == "http://qdrant:6333"
+    assert env["UNICHUNK_NEO4J_URI"] == "bolt://neo4j:7687"
+    assert env["PUSHGATEWAY_URL"] == "http://pushgateway:9091"
+    # Neo4j's password and ours are the same interpolation.
+    neo4j_auth = _environment(SERVICES["neo4j"])["NEO4J_AUTH"]
+    assert _INTERPOLATION.findall(neo4j_auth) == _INTERPOLATION.findall(env["UNICHUNK_NEO4J_PASSWORD"])
+    assert neo4j_auth.startswith(env["UNICHUNK_NEO4J_USER"] + "/")
+    # One data volume (status tables, BM25, replay cache) and one sources mount, at the configured paths.
+    mounts = {name: sorted(SERVICES[name]["volumes"]) for name in _ours()}
+    assert len({tuple(m) for m in mounts.values()}) == 1, mounts
+    targets = {v.split(":")[-2] if v.endswith(":ro") else v.split(":")[-1] for v in mounts["worker"]}
+    assert {env["UNICHUNK_DATA_DIR"], env["UNICHUNK_SOURCE_ROOT"]} <= targets
+    for name in _ours():
+        depends = SERVICES[name]["depends_on"]
+        for store in ("qdrant", "neo4j", "prefect-server"):
+            assert depends[store]["condition"] == "service_healthy", f"{name} starts before {store} is ready"
+
+
+def test_published_unichunk_ports_require_the_api_token() -> None:
+    """Port 8787 serves /search: published, it must refuse to start without UNICHUNK_API_TOKEN."""
+    published = [name for name in _ours() if SERVICES[name].get("ports")]
+    assert published == ["webhook"]
+    for name in published:
+        env = _environment(SERVICES[name])
+        for required in ("UNICHUNK_API_TOKEN", "UNICHUNK_WEBHOOK_SECRET"):
+            assert re.fullmatch(rf"\$\{{{required}:\?[^}}]+\}}", env.get(required, "")), (
+                f"{name}: {required} must be ${{{required}:?message}}"
+            )
+
+
+def test_prefect_server_keeps_its_state_in_postgres() -> None:
+    url = _environment(SERVICES["prefect-server"])["PREFECT_API_DATABASE_CONNECTION_URL"]
+    match = re.fullmatch(r"postgresql\+asyncpg://([^:]+):(\$\{[^}]+\})@([a-z0-9-]+):5432/(\w+)", url)
+    assert match, url
+    user, password, host, database = match.groups()
+    postgres = SERVICES[host]
+    assert postgres["image"].startswith("postgres:")
+    env = _environment(postgres)
+    assert (env["POSTGRES_USER"], env["POSTGRES_DB"]) == (user, database)
+    assert _INTERPOLATION.findall(env["POSTGRES_PASSWORD"]) == _INTERPOLATION.findall(password)
+    assert SERVICES["prefect-server"]["depends_on"][host]["condition"] == "service_healthy"
+    assert not any("/root/.prefect" in v for v in SERVICES["prefect-server"].get("volumes", []))
+
+
+def _minor(text: str) -> tuple[int, int]:
+    major, minor = re.match(r"v?(\d+)\.(\d+)", text).groups()  # type: ignore[union-attr]
+    return int(major), int(minor)
+
+
+def test_qdrant_image_is_within_one_minor_version_of_the_client() -> None:
+    """qdrant-client warns (and may misbehave) when the server's major differs or its minor is more than
+    one away: Qdrant 1.12 against client 1.20 did."""
+    image, _, tag = SERVICES["qdrant"]["image"].partition(":")
+    assert image == "qdrant/qdrant" and re.fullmatch(r"v\d+\.\d+\.\d+", tag), tag
+    server, client = _minor(tag), _minor(version("qdrant-client"))
+    assert server[0] == client[0] and abs(server[1] - client[1]) <= 1, (tag, version("qdrant-client"))
+
+
+def test_the_dockerfile_copies_every_package_the_project_installs() -> None:
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    packages = {p.rstrip("*") for p in project["tool"]["setuptools"]["packages"]["find"]["include"]}
+    copied = set(re.findall(r"^COPY (\w+) \./\1$", (REPO_ROOT / "Dockerfile").read_text(), re.M))
+    assert packages <= copied, f"not copied into the image: {sorted(packages - copied)}"
+
+
+def _compose_command() -> list[str] | None:
+    """`docker compose` (the v2 plugin) if installed, else Debian's `docker-compose` (.ci/setup installs it)."""
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+        return [docker, "compose"]
+    legacy = shutil.which("docker-compose")
+    return [legacy] if legacy else None
+
+
+@pytest.mark.skipif(_compose_command() is None, reason="neither docker compose nor docker-compose installed")
+def test_docker_compose_config_validates(tmp_path: Path) -> None:
+    """Compose's own schema check, offline (no daemon needed); and the required secrets really are."""
+    command = [
+        *_compose_command(),
+        "--project-directory",
+        str(REPO_ROOT),
+        "-f",
+        str(REPO_ROOT / "docker-compose.yml"),
+    ]  # type: ignore[misc]
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("UNICHUNK_", "NEO4J_", "POSTGRES_"))}
+    base["DOCKER_CONFIG"] = str(tmp_path)  # no user config, no credential helpers
+    secrets = {"UNICHUNK_WEBHOOK_SECRET": "s", "UNICHUNK_API_TOKEN": "t"}
+    result = subprocess.run([*command, "config", "-q"], env=base | secrets, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for missing in secrets:
+        env = base | {k: v for k, v in secrets.items() if k != missing}
+        result = subprocess.run([*command, "config", "-q"], env=env, capture_output=True, text=True)
+        assert result.returncode != 0 and missing in result.stderr, (missing, result.stderr)
 
 
 def test_service_commands_exist() -> None:
@@ -171,6 +285,21 @@ def test_prometheus_config_scrapes_pushgateway_receiver_and_serve() -> None:
     assert _environment(SERVICES["worker"])["UNICHUNK_METRICS_PORT"] == "9464"
     for target in (t for ts in targets.values() for t in ts):
         assert target.split(":")[0] in SERVICES
+
+
+def test_prometheus_rule_files_are_mounted_beside_its_config() -> None:
+    """Rules prometheus.yml names (deployments/alerts.yml) must be files mounted into the container."""
+    config = yaml.safe_load((REPO_ROOT / "deployments" / "prometheus.yml").read_text())
+    mounted = {
+        v.split(":")[1]: REPO_ROOT / v.split(":")[0]
+        for v in SERVICES["prometheus"]["volumes"]
+        if v.startswith("./")
+    }
+    config_dir = Path(SERVICES["prometheus"]["command"][0].split("=", 1)[1]).parent
+    for rule_file in config.get("rule_files") or []:
+        target = str(config_dir / rule_file)
+        assert target in mounted, f"{rule_file} is not mounted at {target}"
+        assert mounted[target].is_file(), mounted[target]
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 
 import pytest
-from qdrant_client import models as qm
 
 from chunking.config import ChunkStrategy
 from chunking.models import Document
@@ -191,7 +190,7 @@ def test_reindex_repairs_a_deleted_point_and_a_stray_document(pipeline_env, corp
     status = live_status(pipeline_env)
     victim = status.get(doc_id("guide.md")).chunk_ids[0]
     vectors = sinks["vectors"]
-    vectors.client.delete(vectors.collection, points_selector=qm.PointIdsList(points=[point_id(victim)]))
+    vectors._store_delete([point_id(victim)])  # engine-neutral (qdrant-edge or qdrant-client)
     stray = Document(text="A stray document nobody ingested.", source_system="fs", source_id="stray.txt")
     stray_chunks = ChunkingService().chunk(stray)
     sinks["keywords"].upsert(stray, stray_chunks)

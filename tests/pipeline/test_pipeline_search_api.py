@@ -3,6 +3,8 @@ MiniLM, the knowledge graph on the session's FalkorDB with spaCy."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,8 @@ from chunking.models import Document
 from chunking.service import ChunkingService
 from deployments.settings import ServiceSettings
 from deployments.webhook import PrefectEventSink, create_app
+from flows.store_access import HANDOVER_PREFIX, store_lock_path
+from index.generations import reading_settings
 from sinks.config import SinkSettings
 from sinks.graph.backends import FalkorDBBackend
 from sinks.graph.extraction import SpacyExtractor
@@ -122,15 +126,18 @@ def test_search_modes_budget_and_validation(client):
     assert test_client.get("/search", params={"q": "x", "mode": "magic"}).status_code == 422
 
 
-def test_local_mode_opens_the_stores_per_request_and_releases_qdrant(
+def test_local_mode_keeps_the_store_warm_and_hands_it_over_to_a_waiting_run(
     tmp_path: Path, falkordb_url: str, document: Document, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """In Qdrant local mode the served flows (subprocesses) need the directory: /search must not keep it."""
+    """In Qdrant local mode the service keeps the store open between searches, and releases it to a run
+    that waits for the store lock (`flows.store_access`'s protocol, played here by hand: a marker, then the
+    exclusive flock); a search meanwhile waits its bounded time, then answers 503 with Retry-After."""
     data_dir = tmp_path / "data"
     monkeypatch.setenv("UNICHUNK_DATA_DIR", str(data_dir))
     monkeypatch.setenv("UNICHUNK_FALKORDB_URL", falkordb_url)
     monkeypatch.setenv("UNICHUNK_GRAPH_NAME", f"test_{uuid.uuid4().hex[:12]}")
     monkeypatch.delenv("UNICHUNK_QDRANT_URL", raising=False)
+    monkeypatch.setenv("UNICHUNK_VECTOR_ENGINE", "local")  # the lock held below is local mode's
     settings = SinkSettings()
     chunks = ChunkingService().chunk(
         document, ChunkStrategy(name="sentence", chunk_size=128, chunk_overlap=32)
@@ -142,23 +149,33 @@ def test_local_mode_opens_the_stores_per_request_and_releases_qdrant(
         sink.upsert(document, chunks)
         sink.close()
 
-    hook = ServiceSettings(webhook_secret="s", source_root=tmp_path)
+    hook = ServiceSettings(webhook_secret="s", source_root=tmp_path, service_busy_wait=1)
     app = create_app(hook, PrefectEventSink("http://127.0.0.1:9/api", timeout=2), data_dir=data_dir)
+    lock = store_lock_path(reading_settings(settings), ("vectors",))
+    assert lock is not None
     with TestClient(app) as test_client:
+        stores = app.state.stores
         for _ in range(2):
             response = test_client.get("/search", params={"q": "who designed the Analytical Engine", "k": 2})
             assert response.status_code == 200, response.text
             assert response.json()["hits"][0]["document_id"] == document.document_id
-            # the directory is free again: another client (a flow run) can open it
-            other = QdrantClient(path=str(settings.qdrant_path))
+        assert stores.is_open() and stores.handovers == 0  # warm between searches
+        with lock.open("a+") as run:  # a run: it cannot take the lock while the service reads
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(run, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            marker = lock.with_name(f"{HANDOVER_PREFIX}{os.getpid()}")
+            marker.touch()
+            fcntl.flock(run, fcntl.LOCK_EX)  # granted once the service let go
+            marker.unlink()
+            assert stores.handovers == 1 and not stores.is_open()
+            other = QdrantClient(path=str(reading_settings(settings).qdrant_path))  # the directory is free
             other.close()
-        # while another client holds it, search answers 503 with the reason instead of failing obscurely
-        holder = QdrantClient(path=str(settings.qdrant_path))
-        try:
             busy = test_client.get("/search", params={"q": "Analytical Engine"})
-        finally:
-            holder.close()
-        assert busy.status_code == 503 and "one user at a time" in busy.json()["detail"]
+            assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
+            assert "flow run" in busy.json()["detail"]
+            fcntl.flock(run, fcntl.LOCK_UN)
+        again = test_client.get("/search", params={"q": "Analytical Engine", "k": 1})
+        assert again.status_code == 200 and stores.is_open()
     graph = KnowledgeGraphSink.from_settings(settings)
     graph.backend.clear()
     graph.close()

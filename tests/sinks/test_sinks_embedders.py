@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,6 +16,7 @@ import pytest
 
 from chunking.tokenizer import get_encoding
 from sinks.config import SinkSettings
+from sinks.openai_http import parse_retry_after
 from sinks.vectors.base import Embedder, EmbedderError
 from sinks.vectors.embedders import make_embedder
 from sinks.vectors.minilm import MiniLMEmbedder
@@ -34,7 +36,9 @@ class FakeEmbeddingServer:
     url: str = ""
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
-    scripted: list[tuple[int, dict[str, str], str]] = field(default_factory=list)  # responses served first
+    # responses served first; status 0 = close the connection without answering
+    scripted: list[tuple[int, dict[str, str], str]] = field(default_factory=list)
+    arrivals: list[float] = field(default_factory=list)  # time.monotonic() of each request
     default_dimension: int = 6
 
 
@@ -44,10 +48,15 @@ def _handler(state: FakeEmbeddingServer) -> type[BaseHTTPRequestHandler]:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             state.requests.append(body)
             state.headers.append({k.lower(): v for k, v in self.headers.items()})
+            state.arrivals.append(time.monotonic())
             if self.path != "/v1/embeddings":
                 return self._send(404, {}, '{"error": "no such route"}')
             if state.scripted:
-                return self._send(*state.scripted.pop(0))
+                status, headers, text = state.scripted.pop(0)
+                if status == 0:
+                    self.close_connection = True  # a dropped connection: no status line at all
+                    return None
+                return self._send(status, headers, text)
             dimension = body.get("dimensions", state.default_dimension)
             data = [
                 {"object": "embedding", "index": i, "embedding": fake_vector(text, dimension)}
@@ -121,6 +130,28 @@ def test_openai_retries_a_429_then_succeeds(embedding_server: FakeEmbeddingServe
     embedder = client_for(embedding_server, dimensions=6)
     assert embedder.embed(["a", "b"]) == [fake_vector("a", 6), fake_vector("b", 6)]
     assert len(embedding_server.requests) == 3
+
+
+def test_openai_honours_retry_after_and_retries_a_dropped_connection(
+    embedding_server: FakeEmbeddingServer,
+) -> None:
+    """The server's Retry-After wins over the (here tiny) backoff; a connection closed without an answer
+    is transient too. The waits are lower bounds the client must respect, not timings of our code."""
+    embedding_server.scripted.append((429, {"Retry-After": "1"}, '{"error": "slow down"}'))
+    embedding_server.scripted.append((0, {}, ""))
+    embedder = client_for(embedding_server, dimensions=6)
+    assert embedder.embed(["a"]) == [fake_vector("a", 6)]
+    assert len(embedding_server.requests) == 3
+    assert embedding_server.arrivals[1] - embedding_server.arrivals[0] >= 0.95
+
+
+def test_retry_after_is_read_in_both_forms() -> None:
+    assert parse_retry_after("7") == 7.0
+    assert parse_retry_after("1.5") == 1.5
+    now = 1_700_000_000.0
+    assert parse_retry_after("Tue, 14 Nov 2023 22:13:40 GMT", now=now) == 20.0
+    for bad in (None, "", "soon", "-3", "inf", "nan"):
+        assert parse_retry_after(bad) is None, bad
 
 
 def test_openai_gives_up_after_max_retries(embedding_server: FakeEmbeddingServer) -> None:

@@ -24,6 +24,7 @@ from sinks.graph.sink import ESCAPED, KnowledgeGraphSink, decode_content, encode
 from sinks.keywords.bm25 import BM25Sink
 from sinks.vectors.minilm import MiniLMEmbedder
 from sinks.vectors.qdrant import QdrantSink
+from sinks.vectors.qdrant_edge import EdgeQdrantSink
 
 C0_AND_C1 = "".join(chr(i) for i in range(32)) + "\x7f" + "".join(chr(i) for i in range(0x80, 0xA0))
 HOSTILE = [
@@ -73,9 +74,13 @@ def minilm() -> Iterator[MiniLMEmbedder]:
     embedder.close()
 
 
-@pytest.fixture
-def qdrant(tmp_path: Path, minilm: MiniLMEmbedder) -> Iterator[QdrantSink]:
-    with QdrantSink(SinkSettings(data_dir=tmp_path, qdrant_url=None), minilm) as sink:
+@pytest.fixture(params=["local", "edge"])
+def qdrant(request: pytest.FixtureRequest, tmp_path: Path, minilm: MiniLMEmbedder) -> Iterator[QdrantSink]:
+    """Each embedded engine: local mode pickles payloads into SQLite, qdrant-edge stores them as JSON."""
+    engine = EdgeQdrantSink if request.param == "edge" else QdrantSink
+    with engine(
+        SinkSettings(data_dir=tmp_path, qdrant_url=None, vector_engine=request.param), minilm
+    ) as sink:
         yield sink
 
 

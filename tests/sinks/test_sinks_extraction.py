@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -151,6 +152,9 @@ class _ChatServer:
 
     def __init__(self, reply: str, status: int = 200) -> None:
         self.requests: list[dict] = []
+        self.arrivals: list[float] = []  # time.monotonic() of each request
+        # (status, headers) answered first; status 0 = close the connection without answering
+        self.scripted: list[tuple[int, dict[str, str]]] = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -159,12 +163,19 @@ class _ChatServer:
                 outer.requests.append(
                     {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
                 )
+                outer.arrivals.append(time.monotonic())
+                code, headers = outer.scripted.pop(0) if outer.scripted else (status, {})
+                if code == 0:
+                    self.close_connection = True
+                    return
                 payload = json.dumps(
                     {"choices": [{"index": 0, "message": {"role": "assistant", "content": reply}}]}
                 ).encode()
-                self.send_response(status)
+                self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
+                for key, value in headers.items():
+                    self.send_header(key, value)
                 self.end_headers()
                 self.wfile.write(payload)
 
@@ -212,12 +223,38 @@ def test_llm_extractor_calls_the_chat_api_per_chunk(chat_server: _ChatServer) ->
 def test_llm_http_failure_raises_extraction_error() -> None:
     server = _ChatServer("unused", status=500)
     try:
-        extractor = LLMExtractor(server.base_url, "m", retries=1)
-        with pytest.raises(ExtractionError, match="HTTP 500"):
+        extractor = LLMExtractor(server.base_url, "m", retries=1, backoff=0.01)
+        with pytest.raises(ExtractionError, match=r"after 2 attempts.*HTTP 500"):
             extractor.extract([_chunk("Tim Cook runs Apple.")])
         assert len(server.requests) == 2  # one retry of a 5xx
     finally:
         server.close()
+
+
+def test_llm_extractor_retries_like_the_embedder(chat_server: _ChatServer) -> None:
+    """One retry policy for both OpenAI-compatible clients: Retry-After honoured, a dropped connection and
+    a 503 retried, then the answer parsed. (The extractor's own loop ignored Retry-After and gave up on a
+    dropped connection.) The wait is a lower bound the client must respect, not a timing of our code."""
+    chat_server.scripted += [(429, {"Retry-After": "1"}), (0, {}), (503, {})]
+    extractor = LLMExtractor(chat_server.base_url, "m", retries=3, backoff=0.01)
+    try:
+        (extraction,) = extractor.extract([_chunk("Tim Cook runs Apple.")])
+    finally:
+        extractor.close()
+    assert len(chat_server.requests) == 4
+    assert chat_server.arrivals[1] - chat_server.arrivals[0] >= 0.95
+    assert {entity_key(e.name) for e in extraction.entities} >= {"tim cook"}
+
+
+def test_llm_client_error_fails_at_once(chat_server: _ChatServer) -> None:
+    chat_server.scripted.append((401, {}))
+    extractor = LLMExtractor(chat_server.base_url, "m", retries=3, backoff=0.01)
+    try:
+        with pytest.raises(ExtractionError, match="HTTP 401"):
+            extractor.extract([_chunk("Tim Cook runs Apple.")])
+    finally:
+        extractor.close()
+    assert len(chat_server.requests) == 1
 
 
 @given(st.text(max_size=40))

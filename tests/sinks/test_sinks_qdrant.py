@@ -1,5 +1,8 @@
 """QdrantSink against real Qdrant local mode in tmp_path, with the real MiniLM model where meaning matters.
 
+The bookkeeping and search tests run on both embedded engines (`engine` fixture): qdrant-client's local
+mode (`QdrantSink`) and qdrant-edge (`EdgeQdrantSink`, the same sink on another store).
+
 Tests that only check bookkeeping (replacement, batching, 10k chunks, locking) use a hash embedder so
 they stay fast; MiniLM runs on a handful of chunks only.
 """
@@ -27,9 +30,13 @@ from chunking.base import Span, chunks_from_spans
 from chunking.models import Chunk, Document
 from sinks.base import ScoredChunk, SinkError
 from sinks.config import SinkSettings
+from sinks.factory import open_sink as open_sink_by_name
 from sinks.vectors.base import Embedder
 from sinks.vectors.minilm import MiniLMEmbedder
 from sinks.vectors.qdrant import QdrantSink, point_id
+from sinks.vectors.qdrant_edge import EdgeQdrantSink
+
+ENGINES = {"local": QdrantSink, "edge": EdgeQdrantSink}
 
 
 class HashEmbedder(Embedder):
@@ -78,15 +85,25 @@ def settings_for(path: Path, **overrides: Any) -> SinkSettings:
     return SinkSettings(data_dir=path, qdrant_url=None, **overrides)
 
 
+@pytest.fixture(params=sorted(ENGINES))
+def engine(request: pytest.FixtureRequest) -> str:
+    """Each embedded engine in turn."""
+    return str(request.param)
+
+
+def open_sink(engine: str, settings: SinkSettings, embedder: Embedder) -> QdrantSink:
+    return ENGINES[engine](settings.model_copy(update={"vector_engine": engine}), embedder)
+
+
 @pytest.fixture(scope="module")
 def minilm() -> MiniLMEmbedder:
     return MiniLMEmbedder()
 
 
 @pytest.fixture
-def hash_sink(tmp_path: Path) -> Iterator[QdrantSink]:
-    with QdrantSink(
-        settings_for(tmp_path, upsert_batch_size=2, embedding_batch_size=3), HashEmbedder()
+def hash_sink(tmp_path: Path, engine: str) -> Iterator[QdrantSink]:
+    with open_sink(
+        engine, settings_for(tmp_path, upsert_batch_size=2, embedding_batch_size=3), HashEmbedder()
     ) as sink:
         yield sink
 
@@ -107,10 +124,12 @@ TOPICS = {
 }
 
 
-@pytest.fixture(scope="module")
-def searchable(tmp_path_factory: pytest.TempPathFactory, minilm: MiniLMEmbedder) -> Iterator[dict[str, Any]]:
-    """Three topical documents embedded once with MiniLM, shared by the read-only tests."""
-    path = tmp_path_factory.mktemp("qdrant-minilm")
+@pytest.fixture(scope="module", params=sorted(ENGINES))
+def searchable(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, minilm: MiniLMEmbedder
+) -> Iterator[dict[str, Any]]:
+    """Three topical documents embedded once with MiniLM (per engine), shared by the read-only tests."""
+    path = tmp_path_factory.mktemp(f"qdrant-minilm-{request.param}")
     documents = {
         topic: make_document(
             paras, topic, title=f"On {topic}", path=f"/docs/{topic}.md", mime_type="text/markdown"
@@ -120,7 +139,7 @@ def searchable(tmp_path_factory: pytest.TempPathFactory, minilm: MiniLMEmbedder)
     chunks = {
         topic: make_chunks(doc, heading_chain=("Science", topic.title())) for topic, doc in documents.items()
     }
-    with QdrantSink(settings_for(path, embedding_batch_size=4), minilm) as sink:
+    with open_sink(request.param, settings_for(path, embedding_batch_size=4), minilm) as sink:
         prepared = sink.prepare([(documents[t], chunks[t]) for t in TOPICS])
         before = datetime.now().astimezone()
         assert sink.write(prepared) == 6
@@ -128,9 +147,9 @@ def searchable(tmp_path_factory: pytest.TempPathFactory, minilm: MiniLMEmbedder)
 
 
 def _payloads(sink: QdrantSink, chunk_ids: list[str]) -> dict[str, dict[str, Any]]:
-    """The raw stored payloads by chunk ID, read with the Qdrant client itself."""
-    records = sink.client.retrieve(sink.collection, [point_id(c) for c in chunk_ids], with_payload=True)
-    return {r.payload["chunk_id"]: r.payload for r in records if r.payload}
+    """The raw stored payloads by chunk ID, read from the engine itself by point ID."""
+    payloads = sink._store_retrieve([point_id(c) for c in chunk_ids])
+    return {p["chunk_id"]: p for p in payloads if p}
 
 
 # --- replace semantics ------------------------------------------------------------------------------
@@ -188,7 +207,7 @@ def test_prepare_writes_nothing(hash_sink: QdrantSink) -> None:
     document = make_document(["x y", "z"], "prepared-only")
     prepared = hash_sink.prepare([(document, make_chunks(document))])
     assert prepared.chunk_count == 2 and prepared.stats["truncated_chunks"] == 0
-    assert not hash_sink.client.collection_exists(hash_sink.collection)
+    assert not hash_sink._store_exists()
     assert hash_sink.chunk_ids() == set() and hash_sink.count() == 0 and hash_sink.search("x") == []
 
 
@@ -204,14 +223,14 @@ def fast_dir(tmp_path: Path) -> Iterator[Path]:
         yield Path(directory)
 
 
-def test_batch_of_ten_thousand_chunks(fast_dir: Path) -> None:
+def test_batch_of_ten_thousand_chunks(fast_dir: Path, engine: str) -> None:
     settings = settings_for(fast_dir, upsert_batch_size=512, embedding_batch_size=256)
     documents = [
         make_document([f"doc {d} paragraph {i}" for i in range(100)], f"bulk-{d}") for d in range(100)
     ]
     batch = [(doc, make_chunks(doc)) for doc in documents]
     expected = {c.chunk_id for _, chunks in batch for c in chunks}
-    with QdrantSink(settings, HashEmbedder(dimension=32)) as sink:
+    with open_sink(engine, settings, HashEmbedder(dimension=32)) as sink:
         assert sink.write(sink.prepare(batch)) == 10_000
         assert sink.count() == 10_000
         assert sink.chunk_ids() == expected  # paginated scroll over several pages
@@ -281,8 +300,8 @@ def test_payload_fields_and_offsets(searchable: dict[str, Any]) -> None:
         ingested = datetime.fromisoformat(payload["ingested_at"])
         assert ingested.utcoffset() == timedelta(0)
         assert ingested >= searchable["written_after"]
-    record = sink.client.retrieve(sink.collection, [point_id(chunks[0].chunk_id)])
-    assert record[0].payload["chunk_id"] == chunks[0].chunk_id  # point ID is derived from the chunk ID
+    record = sink._store_retrieve([point_id(chunks[0].chunk_id)])
+    assert record[0]["chunk_id"] == chunks[0].chunk_id  # point ID is derived from the chunk ID
 
 
 def test_search_ranks_the_distinctive_chunk_first(searchable: dict[str, Any]) -> None:
@@ -372,11 +391,11 @@ def test_embedded_text_carries_the_heading_chain(hash_sink: QdrantSink) -> None:
 # --- configuration errors -------------------------------------------------------------------------
 
 
-def test_changed_embedder_dimension_is_a_clear_error(tmp_path: Path) -> None:
+def test_changed_embedder_dimension_is_a_clear_error(tmp_path: Path, engine: str) -> None:
     document = make_document(["some text"], "dim")
-    with QdrantSink(settings_for(tmp_path), HashEmbedder(dimension=8)) as sink:
+    with open_sink(engine, settings_for(tmp_path), HashEmbedder(dimension=8)) as sink:
         sink.upsert(document, make_chunks(document))
-    with QdrantSink(settings_for(tmp_path), HashEmbedder(dimension=12, name="bigger")) as sink:
+    with open_sink(engine, settings_for(tmp_path), HashEmbedder(dimension=12, name="bigger")) as sink:
         with pytest.raises(SinkError, match=r"8-d .*'bigger' makes 12-d.*rebuild") as caught:
             sink.prepare([(document, make_chunks(document))])
         assert caught.value.sink == "vectors"
@@ -386,10 +405,10 @@ def test_changed_embedder_dimension_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_sinks_in_one_process_share_the_local_client_and_another_process_is_refused(
-    hash_sink: QdrantSink,
+    hash_sink: QdrantSink, engine: str
 ) -> None:
     # In this process a second sink on the same storage (another generation, a reader) shares the client.
-    other = QdrantSink(hash_sink.settings, HashEmbedder())
+    other = open_sink(engine, hash_sink.settings, HashEmbedder())
     document = make_document(["shared storage"], "shared")
     other.upsert(document, make_chunks(document))
     other.close()
@@ -400,14 +419,14 @@ def test_sinks_in_one_process_share_the_local_client_and_another_process_is_refu
         "from pathlib import Path\n"
         "from sinks.base import SinkError\n"
         "from sinks.config import SinkSettings\n"
-        "from sinks.vectors.qdrant import open_client\n"
+        "from sinks.vectors.qdrant_edge import open_vector_sink\n"
         "try:\n"
-        "    open_client(SinkSettings(data_dir=Path(sys.argv[1])))\n"
+        "    open_vector_sink(SinkSettings(data_dir=Path(sys.argv[1]), vector_engine=sys.argv[2]))\n"
         "except SinkError as exc:\n"
         "    print(exc)\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", script, str(hash_sink.settings.data_dir)],
+        [sys.executable, "-c", script, str(hash_sink.settings.data_dir), engine],
         capture_output=True,
         text=True,
         timeout=120,
@@ -416,8 +435,8 @@ def test_sinks_in_one_process_share_the_local_client_and_another_process_is_refu
     assert re.search(r"already open.*UNICHUNK_QDRANT_URL", result.stdout), result.stdout + result.stderr
 
 
-def test_store_failures_surface_as_sink_errors(tmp_path: Path) -> None:
-    sink = QdrantSink(settings_for(tmp_path), HashEmbedder())
+def test_store_failures_surface_as_sink_errors(tmp_path: Path, engine: str) -> None:
+    sink = open_sink(engine, settings_for(tmp_path), HashEmbedder())
     document = make_document(["text"], "closed")
     prepared = sink.prepare([(document, make_chunks(document))])
     sink.close()
@@ -454,3 +473,50 @@ def test_the_live_alias_moves_between_generation_collections_atomically(tmp_path
     with pytest.raises(SinkError, match="cannot become the live alias"):
         new.point_alias("taken")
     client.close()
+
+
+# --- the two embedded engines ---------------------------------------------------------------------
+
+
+def test_the_factory_opens_the_engine_the_settings_name(tmp_path: Path) -> None:
+    edge = open_sink_by_name("vectors", settings_for(tmp_path / "a", vector_engine="edge"))
+    local = open_sink_by_name("vectors", settings_for(tmp_path / "b", vector_engine="local"))
+    default = open_sink_by_name("vectors", settings_for(tmp_path / "c"))
+    assert (type(edge), type(local)) == (EdgeQdrantSink, QdrantSink)
+    assert default.engine == SinkSettings().vector_engine == "edge"  # the measured default
+    for sink in (edge, local, default):
+        sink.close()
+
+
+@pytest.mark.parametrize(("writer", "reader"), [("local", "edge"), ("edge", "local")])
+def test_an_index_of_the_other_engine_is_refused_not_read_as_empty(
+    tmp_path: Path, writer: str, reader: str
+) -> None:
+    document = make_document(["kept by the first engine"], "switch")
+    with open_sink(writer, settings_for(tmp_path), HashEmbedder()) as sink:
+        sink.upsert(document, make_chunks(document))
+    with pytest.raises(
+        SinkError, match=rf"written by the '{writer}' engine.*VECTOR_ENGINE={writer}"
+    ) as caught:
+        open_sink(reader, settings_for(tmp_path), HashEmbedder())
+    assert caught.value.sink == "vectors"
+    with open_sink(writer, settings_for(tmp_path), HashEmbedder()) as sink:  # the index itself is intact
+        assert sink.chunk_ids() == {c.chunk_id for c in make_chunks(document)}
+
+
+def test_edge_indexes_document_and_source_fields_so_filters_do_not_scan(tmp_path: Path) -> None:
+    documents = [make_document([f"text {d} {i}" for i in range(3)], f"src-{d}") for d in range(4)]
+    with open_sink("edge", settings_for(tmp_path), HashEmbedder()) as sink:
+        for document in documents:
+            sink.upsert(document, make_chunks(document))
+        assert isinstance(sink, EdgeQdrantSink)
+        schema = sink.shard.info().payload_schema
+        assert {"document_id", "chunk_id", "source_system", "source_id"} <= set(schema)
+        assert schema["document_id"].points == schema["source_id"].points == 12
+        assert sink.count({"source_id": "src-2"}) == 3
+        hits = sink.search("text 1 0", k=10, filter={"document_id": documents[1].document_id})
+        assert {h.document_id for h in hits} == {documents[1].document_id} and len(hits) == 3
+        assert sink.delete(documents[1].document_id) == 3 and sink.count() == 9
+    with open_sink("edge", settings_for(tmp_path), HashEmbedder()) as sink:  # reopened: indexes persist
+        assert sink.count({"source_id": "src-2"}) == 3 and sink.count() == 9
+        assert "document_id" in sink.shard.info().payload_schema

@@ -1,0 +1,139 @@
+"""Warm service against the cold CLI: `/search` latency of a running `unichunk serve`, and the CLI's
+`search`, `status` and `delete <unknown>` wall time with the service running (they ask it) and without
+(each loads what it needs itself), measured in the same run.
+
+Steps: a temporary data dir; `unichunk ingest` of the bundled sample corpus into it; the CLI commands
+cold (no service); `unichunk serve` on a free loopback port, waited for until its stores are warm; ~50
+`GET /search` over the sample questions; the same CLI commands again; stop the service, `unichunk down`.
+The data dir's own local Prefect server and FalkorDB are used (PREFECT_API_URL and UNICHUNK_FALKORDB_URL
+are cleared), so nothing outside the temporary dir is touched.
+
+    .venv/bin/python -m benchmarks.service_latency [--queries 50] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from deployments.service_file import SERVICE_FILE
+from deployments.settings import SAMPLE_CORPUS
+
+QUERIES = [
+    "how are chunk IDs derived",
+    "what does the webhook signature cover",
+    "replayed webhooks incident",
+    "which chunking strategies exist",
+    "token window overlap",
+    "what changed in the release",
+    "how do I delete a document",
+    "BM25 keyword index",
+    "knowledge graph extraction",
+    "Qdrant local mode lock",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _cli(env: dict[str, str], *args: str) -> tuple[float, subprocess.CompletedProcess[str]]:
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "deployments.cli", *args], env=env, capture_output=True, text=True, timeout=900
+    )
+    return time.perf_counter() - start, done
+
+
+def _wait_warm(url: str, data_dir: Path, service: subprocess.Popen[bytes], timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if service.poll() is not None:
+            raise SystemExit(f"`unichunk serve` exited with {service.returncode}")
+        if (data_dir / SERVICE_FILE).exists():
+            try:
+                if httpx.get(f"{url}/search", params={"q": "warm", "k": 1}, timeout=120).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+        time.sleep(0.5)
+    raise SystemExit("the service did not answer in time")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--queries", type=int, default=50, help="Warm /search requests measured.")
+    parser.add_argument("--quick", action="store_true", help="10 queries.")
+    args = parser.parse_args(argv)
+    count = 10 if args.quick else args.queries
+    data_dir = Path(tempfile.mkdtemp(prefix="unichunk-service-bench-"))
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "UNICHUNK_FALKORDB_URL")}
+    env |= {"UNICHUNK_DATA_DIR": str(data_dir), "HF_HUB_OFFLINE": "1"}
+    env.pop("UNICHUNK_SERVICE_URL", None)
+    env.pop("UNICHUNK_API_TOKEN", None)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    commands = {
+        "search": ("search", "webhook signature"),
+        "status": ("status",),
+        "delete <unknown>": ("delete", "no-such-document"),
+    }
+    print(f"data dir {data_dir}; ingesting the sample corpus ...", file=sys.stderr)
+    seconds, done = _cli(env, "ingest", str(SAMPLE_CORPUS))
+    if done.returncode != 0:
+        raise SystemExit(f"ingest failed ({done.returncode}): {done.stderr[-2000:]}")
+    print(f"ingest {seconds:.1f} s", file=sys.stderr)
+    cold = {name: _cli(env, *cmd)[0] for name, cmd in commands.items()}
+
+    service = subprocess.Popen(
+        [sys.executable, "-m", "deployments.cli", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        _wait_warm(url, data_dir, service)
+        latencies = []
+        with httpx.Client(base_url=url, timeout=60) as client:
+            for i in range(count):
+                start = time.perf_counter()
+                response = client.get("/search", params={"q": QUERIES[i % len(QUERIES)], "k": 5})
+                latencies.append((time.perf_counter() - start) * 1000)
+                response.raise_for_status()
+        warm = {}
+        for name, cmd in commands.items():
+            seconds, done = _cli(env, *cmd)
+            warm[name] = seconds
+    finally:
+        os.killpg(service.pid, signal.SIGTERM)
+        service.wait(timeout=60)
+        _cli(env, "down")
+
+    ordered = sorted(latencies)
+    p95 = ordered[max(0, round(0.95 * len(ordered)) - 1)]
+    print(
+        f"\nwarm GET /search over {count} queries: p50 {statistics.median(latencies):.0f} ms, p95 {p95:.0f} ms"
+    )
+    print("\n| CLI command | without service (s) | with service (s) | ratio |")
+    print("|---|---|---|---|")
+    for name in commands:
+        print(f"| {name} | {cold[name]:.2f} | {warm[name]:.2f} | {cold[name] / warm[name]:.1f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""One /metrics for the serving process and every flow run it spawns (prometheus_client multiprocess mode).
+
+`unichunk serve` runs each flow run in a subprocess (Prefect's Runner). Without this, each run counted from
+zero in its own memory and pushed that to the Pushgateway, so `increase()` saw nothing and the serving
+process's own /metrics had no pipeline samples. In multiprocess mode every process (the serving one and
+each run) writes its samples to files under PROMETHEUS_MULTIPROC_DIR, and /metrics (the metrics port and
+the receiver's route) renders `MultiProcessCollector` over them: counters are the sum over every run since
+the service started, so they only go up while it lives.
+
+Why a re-exec. prometheus_client picks how values are stored (in memory or in those files) once, when
+`prometheus_client.values` is imported, from the environment; the CLI imports the metric modules long
+before it knows it will serve. So `enter_multiprocess_mode()`, the first thing `unichunk serve` and
+`python -m deployments.serve` do, clears the directory, sets the variable and replaces the process with
+the same command line (`os.execv`: same pid, so a supervisor or a container sees nothing; about one
+interpreter start more). The new process imports prometheus_client with the variable set, and the run
+processes inherit it. A directory named by the user's PROMETHEUS_MULTIPROC_DIR is used instead of
+`<data dir>/prometheus-multiproc`, and cleared the same way: files left by an earlier service would
+otherwise be summed into this one's counters.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from index.metrics import initialize_series, multiprocess_mode
+from sinks.base import SINK_NAMES
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# The pid that prepared the directory: execv keeps it, so the re-executed process knows it is done.
+PREPARED_ENV = "UNICHUNK_METRICS_PREPARED_PID"
+DEFAULT_SUBDIR = "prometheus-multiproc"
+
+
+def enter_multiprocess_mode(data_dir: Path) -> Path:
+    """Return the multiprocess directory once this process records into it; else clear it, set the
+    variable and re-execute this command line (does not return). See the module docstring."""
+    if os.environ.get(PREPARED_ENV) == str(os.getpid()) and multiprocess_mode():
+        initialize_series(SINK_NAMES)  # every known counter series at 0, so the first run's increase counts
+        return Path(os.environ[MULTIPROC_ENV])
+    directory = Path(os.environ.get(MULTIPROC_ENV) or Path(data_dir) / DEFAULT_SUBDIR)
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    os.environ[MULTIPROC_ENV] = str(directory)
+    os.environ[PREPARED_ENV] = str(os.getpid())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+    raise AssertionError("unreachable: execv returned")  # pragma: no cover
+
+
+def exposition_registry() -> CollectorRegistry:
+    """What /metrics renders: every process's samples in multiprocess mode, else this process's registry."""
+    if not multiprocess_mode():
+        return REGISTRY
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry)
+    return registry
+
+
+def metrics_page() -> tuple[bytes, str]:
+    """The /metrics body and its content type."""
+    return generate_latest(exposition_registry()), CONTENT_TYPE_LATEST

@@ -1,0 +1,261 @@
+"""The vector sink on qdrant-edge: Qdrant's own engine embedded in this process, one shard per collection.
+
+Same points, payloads and IDs as `QdrantSink` (it subclasses it and replaces only the `_store_*` engine
+methods), but the store keeps keyword payload indexes and memory-mapped segments, so a filter by
+`document_id` or a replacement's stale-point lookup reads the index instead of unpickling every point, and
+opening a store maps files instead of loading the collection into Python objects
+(`benchmarks.vector_store` measures both engines).
+
+Layout: `<generation dir or data_dir>/qdrant_edge/<collection>/` is a shard; `aliases.json` beside the shards
+names the collection an alias points at. A shard is opened by one handle at a time (its WAL is locked),
+so sinks of one process share it (`SHARED_HANDLES`) and another process is refused with a clear error.
+
+The shard is not optimised (no HNSW graph is built; searches compare against every vector in Rust):
+building the graph costs tens of seconds per 20k points on two cores, more than brute force saves at
+the sizes measured; see the benchmark's README section.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from qdrant_client import QdrantClient
+from qdrant_edge import (
+    CountRequest,
+    Distance,
+    EdgeConfig,
+    EdgeShard,
+    EdgeVectorParams,
+    FieldCondition,
+    Filter,
+    MatchAny,
+    PayloadSchemaType,
+    Point,
+    Query,
+    QueryRequest,
+    ScrollRequest,
+    UpdateOperation,
+)
+
+from sinks.base import SinkError
+from sinks.config import SinkSettings
+from sinks.vectors.qdrant import (
+    _SCROLL_PAGE,
+    SHARED_HANDLES,
+    SINK_NAME,
+    Conditions,
+    QdrantSink,
+    StoredPoint,
+    engine_dir,
+    refuse_other_engine,
+)
+
+_CONFIG_FILE = "edge_config.json"  # written by qdrant-edge into every shard
+_ALIASES_FILE = "aliases.json"
+
+
+class EdgeQdrantSink(QdrantSink):
+    """`QdrantSink` on a qdrant-edge shard under the generation's directory (no server, no collection API)."""
+
+    engine = "edge"
+
+    def _store_open(self, client: QdrantClient | None) -> None:
+        if client is not None or self.settings.qdrant_url:
+            raise SinkError(self.name, "the edge engine is embedded: it takes no client and no qdrant_url")
+        refuse_other_engine(self.settings, self.engine)
+        self.base = engine_dir(self.settings, self.engine)
+        self.path = self.base / self.collection
+        # The shard opens on first use: a sink that only reads an absent collection creates nothing.
+        self._handle: dict[str, EdgeShard] = {}
+        self._closed = False
+        self._lock = threading.RLock()
+        if _is_shard(self.path):
+            self._attach()
+
+    def _attach(self, create_dimension: int | None = None) -> EdgeShard:
+        if "shard" in self._handle:
+            return self._handle["shard"]
+        if self._closed:
+            raise RuntimeError("the sink is closed")  # reported as this operation's SinkError
+        path = self.path
+
+        def opener() -> EdgeShard:
+            try:
+                if _is_shard(path):
+                    return EdgeShard.load(str(path))
+                if create_dimension is None:
+                    raise SinkError(self.name, f"no shard at {path}")
+                config = EdgeConfig(vectors=EdgeVectorParams(size=create_dimension, distance=Distance.Cosine))
+                return EdgeShard.create(str(path), config)
+            except SinkError:
+                raise
+            except Exception as exc:
+                if "WouldBlock" not in str(exc):
+                    raise
+                raise SinkError(
+                    SINK_NAME,
+                    f"the qdrant-edge store at {path} is already open in another process; an embedded store "
+                    "allows one user at a time: stop the other process, or run a Qdrant server and set "
+                    "UNICHUNK_QDRANT_URL",
+                ) from exc
+
+        shard, lock, release = SHARED_HANDLES.acquire(str(path.resolve()), opener, _close)
+        self._handle["shard"], self._lock, self._release_client = shard, lock, release
+        return shard
+
+    @property
+    def shard(self) -> EdgeShard:
+        shard = self._handle.get("shard")
+        if shard is None and _is_shard(self.path):
+            shard = self._attach()  # created since this sink opened (by another sink of this process)
+        if shard is None:
+            raise SinkError(self.name, f"collection {self.collection!r} does not exist at {self.path}")
+        return shard
+
+    def close(self) -> None:
+        self._closed = True
+        self._handle.clear()
+        super().close()
+
+    def _store_exists(self) -> bool:
+        if self._closed:
+            raise RuntimeError("the sink is closed")
+        return "shard" in self._handle or _is_shard(self.path)
+
+    def _store_create(self, dimension: int) -> None:
+        self._attach(create_dimension=dimension)
+
+    def _store_index(self, fields: Sequence[str]) -> None:
+        """Keyword payload indexes (creating an existing one is a no-op): filters and deletes use them."""
+        shard = self._attach()
+        present = set(shard.info().payload_schema)
+        for field_name in fields:
+            if field_name not in present:
+                shard.update(UpdateOperation.create_field_index(field_name, PayloadSchemaType.Keyword))
+
+    def _store_vectors(self) -> tuple[int, str]:
+        # qdrant-edge exposes no vector config on an open shard; it persists it in this file of the shard.
+        vectors = json.loads((self.path / _CONFIG_FILE).read_text())["vectors"]
+        if set(vectors) != {""}:
+            raise SinkError(
+                self.name, f"collection {self.collection!r} uses named vectors; expected one vector"
+            )
+        return int(vectors[""]["size"]), str(vectors[""]["distance"])
+
+    def _store_upsert(self, points: list[StoredPoint]) -> None:
+        shard = self._attach()
+        shard.update(
+            UpdateOperation.upsert_points([Point(pid, vector, payload) for pid, vector, payload in points])
+        )
+        shard.flush()  # durable when write() returns, like qdrant-client's wait=True
+
+    def _store_delete(self, ids: list[str]) -> None:
+        self.shard.update(UpdateOperation.delete_points([uuid.UUID(i) for i in ids]))
+        self.shard.flush()
+
+    def _store_scroll(
+        self, conditions: Conditions | None, fields: list[str] | bool
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        offset = None
+        while True:
+            records, offset = self.shard.scroll(
+                ScrollRequest(
+                    offset=offset,
+                    limit=_SCROLL_PAGE,
+                    filter=edge_filter(conditions),
+                    with_payload=fields,
+                    with_vector=False,
+                )
+            )
+            for record in records:
+                yield str(record.id), record.payload or {}
+            if offset is None:
+                return
+
+    def _store_query(
+        self, vector: list[float], conditions: Conditions, k: int
+    ) -> list[tuple[float, dict[str, Any]]]:
+        request = QueryRequest(
+            limit=k, query=Query.Nearest(vector), filter=edge_filter(conditions), with_payload=True
+        )
+        return [(point.score, point.payload or {}) for point in self.shard.query(request)]
+
+    def _store_count(self, conditions: Conditions) -> int:
+        return self.shard.count(CountRequest(exact=True, filter=edge_filter(conditions)))
+
+    def _store_retrieve(self, ids: list[str]) -> list[dict[str, Any]]:
+        records = self.shard.retrieve([uuid.UUID(i) for i in ids], with_payload=True, with_vector=False)
+        return [r.payload or {} for r in records]
+
+    def _store_drop(self) -> None:
+        if self._release_client is not None:
+            release, self._release_client = self._release_client, None
+            self._handle.clear()
+            release()
+        if self.path.exists():
+            shutil.rmtree(self.path)
+        aliases = self._aliases()
+        if self.collection in aliases.values():
+            self._write_aliases({a: c for a, c in aliases.items() if c != self.collection})
+
+    # --- aliases: a small file beside the shards (an alias only ever names a collection of this directory) ---
+
+    def alias_target(self, alias: str) -> str | None:
+        with self._lock:
+            return self._aliases().get(alias)
+
+    def point_alias(self, alias: str) -> None:
+        with self._operation("alias"), self._lock:
+            self._check_collection(create=True)
+            aliases = self._aliases()
+            if aliases.get(alias) == self.collection:
+                return
+            if alias not in aliases and _is_shard(self.base / alias):
+                raise SinkError(
+                    self.name, f"a collection named {alias!r} exists, so it cannot become the live alias"
+                )
+            self._write_aliases(aliases | {alias: self.collection})
+
+    def _aliases(self) -> dict[str, str]:
+        path = self.base / _ALIASES_FILE
+        return dict(json.loads(path.read_text())) if path.exists() else {}
+
+    def _write_aliases(self, aliases: dict[str, str]) -> None:
+        """Replace the file atomically (write beside, then rename), so a reader sees old or new, never half."""
+        self.base.mkdir(parents=True, exist_ok=True)
+        partial = self.base / f".{_ALIASES_FILE}.{os.getpid()}"
+        partial.write_text(json.dumps(aliases, sort_keys=True))
+        partial.replace(self.base / _ALIASES_FILE)
+
+
+def open_vector_sink(settings: SinkSettings) -> QdrantSink:
+    """The vector sink the settings name: a server URL uses qdrant-client; otherwise `vector_engine` picks
+    the embedded engine (qdrant-edge or qdrant-client's local mode)."""
+    if not settings.qdrant_url and settings.vector_engine == "edge":
+        return EdgeQdrantSink(settings)
+    return QdrantSink(settings)
+
+
+def edge_filter(conditions: Conditions | None) -> Filter | None:
+    """The qdrant-edge filter for `conditions`: every field must match one of its values."""
+    if not conditions:
+        return None
+    return Filter(
+        must=[FieldCondition(key=key, match=MatchAny(any=list(values))) for key, values in conditions.items()]
+    )
+
+
+def _is_shard(path: Path) -> bool:
+    return (path / _CONFIG_FILE).is_file()
+
+
+def _close(shard: EdgeShard) -> None:
+    shard.flush()
+    shard.close()

@@ -1,0 +1,72 @@
+"""A run with nothing to do loads no model (issue 16): the second `unichunk ingest` of an unchanged folder
+imports neither torch, sentence-transformers nor spaCy, and never calls the model loaders.
+
+Through the real `unichunk` CLI in a subprocess (a fresh interpreter, so nothing is imported already), with a
+small wrapper that runs the console script's app and prints, at exit, which heavy modules were imported and
+which loaders were called. The first run is the control: it must load both models, so the check can fail.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import servers
+
+_PROBE = """
+import atexit, json, sys
+import sinks.graph.extraction as extraction
+import sinks.vectors.minilm as minilm
+calls = []
+
+def counted(module, name):
+    real = getattr(module, name)
+    def call(*args, **kwargs):
+        calls.append(name)
+        return real(*args, **kwargs)
+    setattr(module, name, call)
+
+counted(minilm, "load_minilm")
+counted(extraction, "load_spacy")
+
+@atexit.register
+def report():
+    heavy = [m for m in ("torch", "sentence_transformers", "spacy") if m in sys.modules]
+    print("PROBE " + json.dumps({"imported": heavy, "calls": calls}), file=sys.stderr)
+
+from deployments.cli import app
+app(sys.argv[1:], prog_name="unichunk")
+"""
+
+
+def _ingest(probe: Path, corpus: Path, env: dict[str, str]) -> dict:
+    result = subprocess.run(
+        [sys.executable, str(probe), "ingest", str(corpus), "--json"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    lines = [line for line in result.stderr.splitlines() if line.startswith("PROBE ")]
+    assert len(lines) == 1, result.stderr
+    return {"summary": json.loads(result.stdout), **json.loads(lines[0].removeprefix("PROBE "))}
+
+
+def test_a_no_change_ingest_loads_no_model(tmp_path: Path, corpus: Path, pipeline_env: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(_PROBE, encoding="utf-8")
+    env = servers.environment_with(HF_HUB_OFFLINE="1", PYTHONPATH=str(Path(__file__).parents[2]))
+
+    first = _ingest(probe, corpus, env)
+    assert first["summary"]["processed"] == 3, first["summary"]
+    assert set(first["calls"]) == {"load_minilm", "load_spacy"}, first  # the control: a real run loads both
+    assert {"torch", "spacy"} <= set(first["imported"]), first
+
+    second = _ingest(probe, corpus, env)
+    assert second["summary"]["processed"] == 0 and second["summary"]["skipped"] == 3, second["summary"]
+    assert second["calls"] == [], second
+    assert second["imported"] == [], second
