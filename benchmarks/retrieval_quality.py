@@ -43,7 +43,7 @@ from llama_index.core.node_parser import SentenceSplitter
 from qdrant_client import QdrantClient
 
 from benchmarks import evaldata, strict_report
-from benchmarks.budget_metric import FixedBM25, Span, small_to_big, strict_scores
+from benchmarks.budget_metric import FixedBM25, Interval, Span, merge, overlap, small_to_big, strict_scores
 from chunking.config import ChunkStrategy
 from chunking.ids import make_chunk_id, sha256_hex
 from chunking.models import Chunk, Document
@@ -67,7 +67,6 @@ DEPTH = 40  # hits kept per question: enough to fill a 4000-token budget with 20
 BUDGETS = (1000, 2000, 4000)
 REFERENCE = "llama SentenceSplitter 400/60"  # the baseline whose tokens@5 is the matched budget
 WINDOW = "fixed token window 800/400"
-Interval = tuple[int, int]
 
 
 class CachedEmbedder(Embedder):
@@ -297,28 +296,6 @@ def configurations(quick: bool, spec: str | None = None) -> list[Config]:
 # -- scoring -----------------------------------------------------------------------------------------------
 
 
-def merge(intervals: Iterable[Interval]) -> list[Interval]:
-    out: list[list[int]] = []
-    for s, e in sorted(intervals):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
-def overlap_len(a: Sequence[Interval], b: Sequence[Interval]) -> int:
-    """Characters shared by two merged, sorted interval lists."""
-    i = j = total = 0
-    while i < len(a) and j < len(b):
-        total += max(0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
 def length(intervals: Sequence[Interval]) -> int:
     return sum(e - s for s, e in intervals)
 
@@ -331,7 +308,7 @@ def score(question: Question, doc_id: str, hits: Sequence[tuple[str, int, int]],
         by_doc.setdefault(d, []).append((s, e))
     merged = {d: merge(v) for d, v in by_doc.items()}
     same = merged.get(doc_id, [])
-    hit_chars = overlap_len(refs, same)
+    hit_chars = overlap(refs, same)
     retrieved = sum(length(v) for v in merged.values())
     union = retrieved + length(refs) - hit_chars
     tokens = 0

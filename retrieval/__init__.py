@@ -9,7 +9,7 @@
 - `results.py`: the typed results; `readers.py`: which stores are read, always of one generation.
 """
 
-from retrieval.readers import Readers, open_readers, readers_for_one_search
+from retrieval.readers import Readers, open_readers
 from retrieval.results import SearchHit, SearchResult
 from retrieval.search import SearchOptions, search
 
@@ -19,6 +19,5 @@ __all__ = [
     "SearchOptions",
     "SearchResult",
     "open_readers",
-    "readers_for_one_search",
     "search",
 ]

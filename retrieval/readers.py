@@ -7,14 +7,12 @@ retrieval never depends on what a particular store adds. `open_readers` resolves
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from index.generations import reading_settings
-from sinks.base import ChunkSearch, GraphReader, InvalidRequest, Sink, SinkName
+from sinks.base import ChunkSearch, GraphReader, InvalidRequest, SinkName
 from sinks.config import SinkSettings
-from sinks.factory import open_sinks
 from sinks.pool import get_sinks
 
 SEARCH_SINKS: tuple[SinkName, ...] = ("keywords", "vectors", "graph")
@@ -49,15 +47,3 @@ class Readers:
 def open_readers(settings: SinkSettings | None = None) -> Readers:
     """The live generation's stores from the process-wide pool, kept open for the next search."""
     return Readers.of(get_sinks(SEARCH_SINKS, reading_settings(settings)))
-
-
-@contextmanager
-def readers_for_one_search(settings: SinkSettings | None = None) -> Iterator[Readers]:
-    """The live generation's stores opened for one search and closed after it (Qdrant local mode lets one
-    process hold its directory, and the served flow runs need it between searches)."""
-    opened: dict[str, Sink] = open_sinks(reading_settings(settings), SEARCH_SINKS)
-    try:
-        yield Readers.of(opened)
-    finally:
-        for sink in opened.values():
-            sink.close()
