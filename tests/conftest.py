@@ -73,6 +73,27 @@ def prometheus_url(tmp_path_factory: pytest.TempPathFactory, pushgateway_url: st
 
 
 @pytest.fixture(scope="session")
+def postgres_server_url() -> Iterator[str]:
+    """A real PostgreSQL cluster (POSTGRES_URL, else a throw-away one from `initdb`), its admin database."""
+    server = _start(servers.start_postgres)
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture
+def database_url(postgres_server_url: str) -> Iterator[str]:
+    """A new, empty PostgreSQL database for one test (dropped after it): `postgresql://.../<name>`."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(postgres_server_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield postgres_server_url.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(postgres_server_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
 def shared_eval_dir() -> Path:
     """../shared/eval beside the repo (third-party data is read from there, never copied in)."""
     if not (SHARED_EVAL / "corpora").is_dir():

@@ -1,4 +1,4 @@
-"""Start the real servers the tests use (FalkorDB, Prefect, Pushgateway, Prometheus) on loopback.
+"""Start the real servers the tests use (FalkorDB, Prefect, Pushgateway, Prometheus, PostgreSQL) on loopback.
 
 Each starter reuses a server named by an environment variable (as `.ci/run` sets them) and otherwise
 starts one on a free port under a temporary directory and returns a handle that stops it. A server that
@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -184,6 +185,72 @@ def start_prometheus(
     url = f"http://127.0.0.1:{port}"
     _wait(lambda: _http_ok(f"{url}/-/ready"), process, log, "Prometheus", 60)
     return Server(url, process, log)
+
+
+def postgres_binaries() -> Path | None:
+    """The directory of PostgreSQL's server programs (initdb, pg_ctl): on PATH, else Debian's versioned
+    `/usr/lib/postgresql/<major>/bin` (newest first), else None."""
+    found = shutil.which("initdb")
+    if found:
+        return Path(found).parent
+    versions = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name)
+    )
+    return versions[-1].parent if versions else None
+
+
+def start_postgres() -> Server:
+    """A throw-away PostgreSQL cluster (POSTGRES_URL, else `initdb` + `pg_ctl` on a free port). The URL
+    names the admin database, from which tests create their own (`CREATE DATABASE`).
+
+    `initdb` refuses to run as root, so as root the cluster belongs to the `postgres` user, in a directory
+    of its own under the system temp dir (pytest's are private to root)."""
+    if url := os.environ.get("POSTGRES_URL"):
+        return Server(url)
+    bin_dir = postgres_binaries()
+    if bin_dir is None:
+        unavailable("PostgreSQL is not installed (apt-get install postgresql)")
+    workdir = Path(tempfile.mkdtemp(prefix="unichunk-postgres-"))
+    as_owner: list[str] = []
+    if os.geteuid() == 0:
+        as_owner = ["runuser", "-u", "postgres", "--"]
+        shutil.chown(workdir, "postgres")
+    data, log, port = workdir / "pgdata", workdir / "postgres.log", free_port()
+    initdb = [
+        *as_owner,
+        str(bin_dir / "initdb"),
+        "-D",
+        str(data),
+        "-A",
+        "trust",
+        "-U",
+        "unichunk",
+        "-E",
+        "UTF8",
+    ]
+    options = f"-p {port} -k {workdir} -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off"
+    start = [
+        *as_owner,
+        str(bin_dir / "pg_ctl"),
+        "-D",
+        str(data),
+        "-l",
+        str(log),
+        "-w",
+        "start",
+        "-o",
+        options,
+    ]
+    for command in (initdb, start):
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise RuntimeError(f"{command[len(as_owner)]} failed: {done.stderr.strip()[-2000:]}")
+    stop = [*as_owner, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]
+    server = Server(f"postgresql://unichunk@127.0.0.1:{port}/postgres", log=log)
+    server.cleanup.append(lambda: subprocess.run(stop, capture_output=True, check=False))
+    server.cleanup.append(lambda: shutil.rmtree(workdir, ignore_errors=True))
+    return server
 
 
 def environment_with(**changes: str | None) -> dict[str, str]:
