@@ -1028,6 +1028,48 @@ def serve(
 
 @app.command()
 @friendly_errors
+def worker(
+    pool: Annotated[str, typer.Option("--pool", "-p", help="The Prefect work pool to poll.")] = "unichunk",
+    limit: Annotated[
+        int | None,
+        typer.Option(min=1, max=64, help="Flow runs at once (default: UNICHUNK_SERVE_RUN_LIMIT)."),
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            min=0,
+            max=65535,
+            help="/metrics port; 0 = off (default: UNICHUNK_METRICS_PORT).",
+        ),
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="The worker's name in the Prefect UI.")] = None,
+) -> None:
+    """Run the flow runs of a work pool (a Prefect process worker), with one /metrics for all of them.
+
+    For many machines: `prefect deploy --all` registers the deployments (prefect.yaml) on the pool, and
+    every machine runs `unichunk worker` with the same UNICHUNK_* settings (docs/operations.md, "Scaling
+    out"). The first SIGTERM or Ctrl-C stops polling and lets runs in flight finish; a second kills."""
+    _startup_checks()
+    from deployments.multiprocess_metrics import enter_multiprocess_mode
+    from deployments.worker import worker_metrics_dir
+
+    # re-executes this command once, in multiprocess mode, with a metrics directory of this worker's own
+    enter_multiprocess_mode(SinkSettings().data_dir, directory=worker_metrics_dir())
+    service = ServiceSettings()
+    with _prefect(route_logs=False):
+        from deployments.worker import run_worker
+
+        run_worker(
+            pool,
+            limit=limit or service.serve_run_limit,
+            metrics_port=service.metrics_port if metrics_port is None else metrics_port,
+            name=name,
+        )
+
+
+@app.command()
+@friendly_errors
 def mcp(
     http: Annotated[bool, typer.Option("--http", help="Serve streamable HTTP instead of stdio.")] = False,
     host: Annotated[str, typer.Option(help="HTTP host (with --http).")] = "127.0.0.1",

@@ -1,4 +1,5 @@
-"""One /metrics for the serving process and every flow run it spawns (prometheus_client multiprocess mode).
+"""One /metrics for the serving process (or a worker) and every flow run it spawns (prometheus_client
+multiprocess mode).
 
 `unichunk serve` runs each flow run in a subprocess (Prefect's Runner). Without this, each run counted from
 zero in its own memory and pushed that to the Pushgateway, so `increase()` saw nothing and the serving
@@ -16,6 +17,10 @@ interpreter start more). The new process imports prometheus_client with the vari
 processes inherit it. A directory named by the user's PROMETHEUS_MULTIPROC_DIR is used instead of
 `<data dir>/prometheus-multiproc`, and cleared the same way: files left by an earlier service would
 otherwise be summed into this one's counters.
+
+`unichunk worker` (a Prefect process worker, `deployments.worker`) does the same for the runs it spawns
+from a work pool, in a directory of its own under the system's temp dir: several workers may share a
+machine (and a data dir), and each must sum only its own runs, or two workers would count each run twice.
 """
 
 from __future__ import annotations
@@ -37,13 +42,16 @@ PREPARED_ENV = "UNICHUNK_METRICS_PREPARED_PID"
 DEFAULT_SUBDIR = "prometheus-multiproc"
 
 
-def enter_multiprocess_mode(data_dir: Path) -> Path:
+def enter_multiprocess_mode(data_dir: Path, *, directory: Path | None = None) -> Path:
     """Return the multiprocess directory once this process records into it; else clear it, set the
-    variable and re-execute this command line (does not return). See the module docstring."""
+    variable and re-execute this command line (does not return). See the module docstring.
+
+    The directory is PROMETHEUS_MULTIPROC_DIR if set, else `directory`, else `<data_dir>/prometheus-multiproc`
+    (`unichunk serve`'s; a `unichunk worker` passes one of its own, `deployments.worker`)."""
     if os.environ.get(PREPARED_ENV) == str(os.getpid()) and multiprocess_mode():
         initialize_series(SINK_NAMES)  # every known counter series at 0, so the first run's increase counts
         return Path(os.environ[MULTIPROC_ENV])
-    directory = Path(os.environ.get(MULTIPROC_ENV) or Path(data_dir) / DEFAULT_SUBDIR)
+    directory = Path(os.environ.get(MULTIPROC_ENV) or directory or Path(data_dir) / DEFAULT_SUBDIR)
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True, exist_ok=True)
     os.environ[MULTIPROC_ENV] = str(directory)
