@@ -648,6 +648,16 @@ def ingest(
         bool, typer.Option("--dry-run", help="Show what would happen; write nothing.")
     ] = False,
     batch_size: BatchSizeOption = DEFAULT_BATCH_SIZE,
+    shards: Annotated[
+        int,
+        typer.Option(
+            "--shards",
+            min=1,
+            max=64,
+            help="Split the run into this many `ingest-shard` runs on the workers of the work pool (or "
+            "`unichunk serve`); 1: this process does everything.",
+        ),
+    ] = 1,
     as_json: JsonOption = False,
 ) -> None:
     """Ingest PATH into every sink, re-doing only new and changed documents.
@@ -667,6 +677,7 @@ def ingest(
                 delete_missing=delete_missing,
                 dry_run=dry_run,
                 batch_size=batch_size,
+                shards=shards,
                 **({"sinks": sink} if sink else {}),
             )
         summary = _run_ingest(params, as_json=as_json)

@@ -197,16 +197,22 @@ class IngestSummary(BaseModel):
         """One log line, for the flow log and the CLI."""
         if self.dry_run:
             return (
-                f"{self.flow} (dry run): {self.listed} listed, {len(self.would_process)} would be processed, "
+                f"{self.flow}{self._shards_note()} (dry run): {self.listed} listed, {len(self.would_process)} would be processed, "
                 f"{self.skipped} unchanged, {len(self.failed)} would fail, {len(self.would_delete)} would be deleted"
                 f"{self._unreadable_note()}"
             )
         written = ", ".join(f"{k}={v}" for k, v in sorted(self.chunks_written.items())) or "none"
         return (
-            f"{self.flow}: {self.listed} listed, {self.processed} processed ({self.chunked} chunked), "
+            f"{self.flow}{self._shards_note()}: {self.listed} listed, {self.processed} processed ({self.chunked} chunked), "
             f"{self.skipped} unchanged, {len(self.failed)} failed{self._unreadable_note()}, {self.deleted} "
             f"deleted; chunks written: {written}; {self.duration_seconds:.1f} s"
         )
+
+    def _shards_note(self) -> str:
+        if not self.shards:
+            return ""
+        retried = sum(1 for shard in self.shards if shard.attempts > 1)
+        return f" (in {len(self.shards)} shards" + (f", {retried} retried)" if retried else ")")
 
     def _unreadable_note(self) -> str:
         if not self.unreadable:

@@ -50,7 +50,7 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
-from prefect.runtime import flow_run
+from prefect.runtime import flow_run as current_run
 from prefect.states import Cancelled, Cancelling, Crashed
 
 from chunking.errors import UnichunkError
@@ -93,7 +93,7 @@ def run_in_shards(
     """Process `items` in `params.shards` shard runs and add their summaries into `summary`; returns the
     problems that fail the run (a shard that failed as a run every time it was tried)."""
     logger = get_run_logger()
-    parent = flow_run.id
+    parent = current_run.id
     if parent is None:  # pragma: no cover - the ingest and reindex flows always have a run
         raise RuntimeError("a sharded run must be a flow run (its ID keys the manifest)")
     _check_deployment()
@@ -113,7 +113,8 @@ def run_in_shards(
     finally:
         records.drop(parent)
     summary.shards = [
-        outcomes.get(shard) or ShardOutcome(shard=shard, documents=0) for shard in range(len(parts))
+        outcomes.get(shard) or ShardOutcome(shard=shard, documents=0, state="empty")
+        for shard in range(len(parts))
     ]
     return [
         f"shard {o.shard + 1} of {params.shards} failed after {o.attempts} attempt(s): {o.message}"
@@ -122,12 +123,13 @@ def run_in_shards(
     ]
 
 
-def cancel_shard_runs(flow: Any, parent: FlowRun, state: Any) -> None:
-    """`on_cancellation` hook of the sharded flows: cancel the parent's shard runs that are still open."""
+def cancel_shard_runs(flow: Any, flow_run: FlowRun, state: Any) -> None:
+    """`on_cancellation` hook of the sharded flows: cancel the shard runs of `flow_run` that are still
+    open (Prefect calls hooks with these keyword arguments)."""
     with get_client(sync_client=True) as client:
         children = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(
-                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent.id]),
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[flow_run.id]),
                 state=FlowRunFilterState(type=FlowRunFilterStateType(any_=list(OPEN_STATES))),
             )
         )
@@ -161,7 +163,7 @@ class _Coordinator:
     def __init__(
         self, parent: str, run: RunConfig, params: IngestParams, records: ShardRecords, *, total: int
     ) -> None:
-        self.parent, self.run, self.params, self.records = parent, run, params, records
+        self.parent, self.config, self.params, self.records = parent, run, params, records
         self.total, self.done = total, 0
         self.logger = get_run_logger()
         self.waiting_logged = time.monotonic()
@@ -193,10 +195,10 @@ class _Coordinator:
             shard=shard,
             shards=self.params.shards,
             attempt=number,
-            fingerprint=self.run.fingerprint,
-            generation=self.run.settings.generation,
-            strategy=self.run.strategy,
-            sinks=list(self.run.sinks),
+            fingerprint=self.config.fingerprint,
+            generation=self.config.settings.generation,
+            strategy=self.config.strategy,
+            sinks=list(self.config.sinks),
             dry_run=self.params.dry_run,
             batch_size=self.params.batch_size,
         )
