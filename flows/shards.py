@@ -223,6 +223,7 @@ class _Coordinator:
             run.id: run
             for run in client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)))
         }
+        # Read after the runs: a summary stored before a run's final state is seen, never the other way.
         records = self.records.records(self.parent)
         now = time.monotonic()
         for shard, attempt in list(watching.items()):
@@ -233,63 +234,84 @@ class _Coordinator:
             if child.state.type != attempt.state or (own and record.beats != attempt.beats):
                 attempt.state, attempt.alive_at = child.state.type, now
                 attempt.beats = record.beats if own else attempt.beats
-            lost = self._lost(child, record if own else None, attempt, now)
-            if child.state.is_final() and own and record.summary is not None and lost is None:
-                part = IngestSummary.model_validate_json(record.summary)
-                summary.add(part)
-                outcomes[shard] = _outcome(record, attempt, child, part)
-                del watching[shard]
-                self.done += record.documents
-                self.logger.info("shard %d/%d done: %s", shard + 1, self.params.shards, part.line())
-            elif lost is not None:
-                del watching[shard]
-                if not child.state.is_final():
-                    client.set_flow_run_state(child.id, Crashed(message=lost), force=True)
-                if attempt.number > self.params.shard_retries:
-                    outcomes[shard] = ShardOutcome(
-                        shard=shard,
-                        documents=record.documents,
-                        attempts=attempt.number,
-                        flow_run=child.name,
-                        state="lost",
-                        message=lost,
-                    )
-                    self.logger.error(
-                        "shard %d/%d lost on its last attempt (%d): %s",
-                        shard + 1,
-                        self.params.shards,
-                        attempt.number,
-                        lost,
-                    )
-                    continue
-                self.logger.warning(
-                    "shard %d/%d lost (%s): starting it again, attempt %d of %d",
+            if own and record.summary is not None:
+                if child.state.is_final() or (record.process is not None and record.process.is_gone()):
+                    self._done(shard, record, attempt, child, summary, outcomes)
+                    del watching[shard]
+                continue  # its work is done and its run ending
+            lost = self._lost(client, child, record if own else None, attempt, now)
+            if lost is None:
+                continue
+            del watching[shard]
+            if attempt.number > self.params.shard_retries:
+                outcomes[shard] = ShardOutcome(
+                    shard=shard,
+                    documents=record.documents,
+                    attempts=attempt.number,
+                    flow_run=child.name,
+                    state="lost",
+                    message=lost,
+                )
+                self.logger.error(
+                    "shard %d/%d lost on its last attempt (%d): %s",
                     shard + 1,
                     self.params.shards,
+                    attempt.number,
                     lost,
-                    attempt.number + 1,
-                    self.params.shard_retries + 1,
                 )
-                watching[shard] = self._start(shard, attempt.number + 1)
+                continue
+            self.logger.warning(
+                "shard %d/%d lost (%s): starting it again, attempt %d of %d",
+                shard + 1,
+                self.params.shards,
+                lost,
+                attempt.number + 1,
+                self.params.shard_retries + 1,
+            )
+            watching[shard] = self._start(shard, attempt.number + 1)
         running = sum(r.done for s, r in records.items() if s in watching)
         progress.report("documents", self.done + running, self.total)
         self._say_who_waits(watching, now)
 
-    def _lost(self, child: FlowRun, record: ShardRecord | None, attempt: _Attempt, now: float) -> str | None:
-        """Why this attempt is lost, or None while it is alive, waiting, or done well."""
+    def _done(
+        self,
+        shard: int,
+        record: ShardRecord,
+        attempt: _Attempt,
+        child: FlowRun,
+        summary: IngestSummary,
+        outcomes: dict[int, ShardOutcome],
+    ) -> None:
+        """Count a finished shard's summary in (Completed, or Failed for documents that failed)."""
+        assert record.summary is not None
+        part = IngestSummary.model_validate_json(record.summary)
+        summary.add(part)
+        outcomes[shard] = _outcome(record, attempt, child, part)
+        self.done += record.documents
+        self.logger.info("shard %d/%d done: %s", shard + 1, self.params.shards, part.line())
+
+    def _lost(
+        self, client: Any, child: FlowRun, record: ShardRecord | None, attempt: _Attempt, now: float
+    ) -> str | None:
+        """Why this attempt (which stored no summary) is lost, or None while it is alive or waiting. A lost
+        run that Prefect still shows open is marked Crashed, with why."""
         state = child.state
         assert state is not None
         if state.is_final():
-            if record is not None and record.summary is not None:
-                return None  # done: Completed, or Failed for documents that failed (in its summary)
             return f"its run ended {state.name}" + (f": {state.message}" if state.message else "")
         if state.type == StateType.SCHEDULED:
             return None  # waiting for a worker
         if record is not None and record.process is not None and record.process.is_gone():
-            return f"its process (pid {record.process.pid}) is gone: its worker died"
-        if now - attempt.alive_at > SILENT_SECONDS:
-            return f"no sign of life for {now - attempt.alive_at:.0f} s while {state.name}"
-        return None
+            state = client.read_flow_run(child.id).state  # it may have failed and exited since the read
+            if state is not None and state.is_final():
+                return f"its run ended {state.name}" + (f": {state.message}" if state.message else "")
+            why = f"its process (pid {record.process.pid}) is gone: its worker died"
+        elif now - attempt.alive_at > SILENT_SECONDS:
+            why = f"no sign of life for {now - attempt.alive_at:.0f} s while {state.name}"
+        else:
+            return None
+        client.set_flow_run_state(child.id, Crashed(message=why), force=True)
+        return why
 
     def _say_who_waits(self, watching: dict[int, _Attempt], now: float) -> None:
         waiting = [a for a in watching.values() if a.state == StateType.SCHEDULED]
