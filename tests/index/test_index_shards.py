@@ -116,7 +116,12 @@ def test_a_retried_attempt_fences_out_the_one_before(tmp_path) -> None:
         records.begin("p", 0, 1, "run-1")  # a late start of attempt 1 cannot take the shard back
     assert records.finish("p", 0, 2, '{"flow": "new"}')
     record = records.records("p")[0]
-    assert (record.attempt, record.flow_run, record.summary, record.done) == (2, "run-2", '{"flow": "new"}', 0)
+    assert (record.attempt, record.flow_run, record.summary, record.done) == (
+        2,
+        "run-2",
+        '{"flow": "new"}',
+        0,
+    )
 
 
 def test_records_go_with_the_parent_and_a_dead_parents_are_swept(tmp_path, monkeypatch) -> None:
