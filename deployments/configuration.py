@@ -85,6 +85,11 @@ OTHER_VARIABLES: tuple[tuple[str, str, str], ...] = (
     ),
     ("UNICHUNK_EVAL_DIR", "benchmarks", "The third-party evaluation data (`benchmarks.evaldata`)."),
     ("PROMETHEUS_URL", "tests", "A running Prometheus to use instead of starting one."),
+    (
+        "POSTGRES_URL",
+        "tests",
+        "A running PostgreSQL (its admin database) to create test databases in, instead of starting one.",
+    ),
     ("NEO4J_URI", "tests", "Also run the graph tests on this Neo4j server (`bolt://...`)."),
     ("NEO4J_USER", "tests", "User for NEO4J_URI."),
     ("NEO4J_PASSWORD", "tests; docker-compose.yml", "Password for NEO4J_URI; in compose, Neo4j's password."),

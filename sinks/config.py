@@ -27,6 +27,12 @@ class SinkSettings(BaseSettings):
         None,
         description="Pin readers to one index generation (normally unset: `index.generations` pins the live one).",
     )
+    database_url: SecretStr | None = Field(
+        None,
+        description="postgresql://user:password@host:port/db: server mode, every pipeline record (status, "
+        "chunk cache, generations, leases, sources, webhook replays) and the BM25 terms in PostgreSQL, so "
+        "workers keep nothing on disk; unset = SQLite files under data_dir (`sinks.database`).",
+    )
 
     # Qdrant (vectors)
     qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = local mode under data_dir.")

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 # Variables the docs may name that no settings model reads: the configuration page's last table, and
 # Prefect's UI variable that docker-compose.yml sets for the Prefect server.
 OTHERS = {name for name, _, _ in OTHER_VARIABLES} | {"PREFECT_UI_API_URL"}
-NAME = re.compile(r"`((?:UNICHUNK|PUSHGATEWAY|PREFECT|PROMETHEUS|NEO4J)_[A-Z0-9_]+)`")
+NAME = re.compile(r"`((?:UNICHUNK|PUSHGATEWAY|PREFECT|PROMETHEUS|NEO4J|POSTGRES)_[A-Z0-9_]+)`")
 
 # Where the code is: the packages, the benchmarks, and the tests (whose servers read variables too).
 CODE_DIRS = (
