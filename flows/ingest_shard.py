@@ -90,7 +90,7 @@ def ingest_shard(params: ShardParams) -> IngestSummary | State:
     logger = get_run_logger()
     summary = IngestSummary(flow="ingest-shard", dry_run=params.dry_run)
     run = shard_run(params)
-    records = ShardRecords.in_data_dir(run.settings.data_dir)
+    records = ShardRecords.of(run.settings)
     items = records.begin(params.parent, params.shard, params.attempt, str(flow_run.id))
     summary.listed = len(items)
     logger.info(

@@ -98,7 +98,7 @@ def run_in_shards(
         raise RuntimeError("a sharded run must be a flow run (its ID keys the manifest)")
     _check_deployment()
     parts = split(items, params.shards)
-    records = ShardRecords.in_data_dir(run.settings.data_dir)
+    records = ShardRecords.of(run.settings)
     records.write_manifest(parent, parts)
     logger.info(
         "%d document(s) to load, in %d shard(s) of %s",

@@ -23,54 +23,41 @@ shard runs. Nothing of that travels through Prefect:
   attempt: a run the parent gave up on for dead and retried cannot overwrite its successor's summary.
   (Two attempts never write one document at once either: both hold document leases.)
 
-Storage: one SQLite file under the data dir (`<data_dir>/shards.sqlite3`, beside the leases), WAL, one
-short transaction per call. Rows are dropped when the parent ends; manifests older than a day (a parent
-that crashed) are swept by the next sharded run. The tables map one to one to PostgreSQL
-(`shard_items` is a plain insert, COPY-able; the fenced updates are the same `UPDATE ... WHERE attempt`),
-which is what a shared database gives workers on many machines.
+Storage (`sinks.database`): embedded, a SQLite file under the data dir (`<data_dir>/shards.sqlite3`,
+beside the leases); with UNICHUNK_DATABASE_URL, tables in the server's `unichunk` schema, which is what
+lets workers on many machines share them. One short transaction per call. Rows are dropped when the
+parent ends; manifests older than a day (a parent that crashed) are swept by the next sharded run.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+
+from sqlalchemy import Connection, text
 
 from chunking.sources import SourceItem
 from index.document_leases import ProcessIdentity
+from sinks.config import SinkSettings
+from sinks.database import Database, open_database
 
 # A manifest left by a parent that crashed is dropped by the next sharded run once this old.
 ORPHAN_SECONDS = 24 * 3600.0
-_INSERT_ROWS = 500  # manifest rows per INSERT
+_INSERT_ROWS = 1000  # manifest rows per executemany
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS shard_items (
-    run_key TEXT NOT NULL,
-    shard INTEGER NOT NULL,
-    position INTEGER NOT NULL,
-    item TEXT NOT NULL,
-    PRIMARY KEY (run_key, shard, position)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS shard_runs (
-    run_key TEXT NOT NULL,
-    shard INTEGER NOT NULL,
-    documents INTEGER NOT NULL,
-    created_at REAL NOT NULL,
-    attempt INTEGER NOT NULL DEFAULT 0,
-    flow_run TEXT,
-    machine TEXT,
-    pid INTEGER,
-    pid_started TEXT,
-    beats INTEGER NOT NULL DEFAULT 0,
-    done INTEGER NOT NULL DEFAULT 0,
-    summary TEXT,
-    PRIMARY KEY (run_key, shard)
-);
-"""
+
+def _schema(database: Database) -> list[str]:
+    real = "DOUBLE PRECISION" if database.dialect == "postgresql" else "REAL"
+    return [
+        "CREATE TABLE IF NOT EXISTS shard_items (run_key TEXT NOT NULL, shard INTEGER NOT NULL, "
+        "position INTEGER NOT NULL, item TEXT NOT NULL, PRIMARY KEY (run_key, shard, position))",
+        f"CREATE TABLE IF NOT EXISTS shard_runs (run_key TEXT NOT NULL, shard INTEGER NOT NULL, "
+        f"documents INTEGER NOT NULL, created_at {real} NOT NULL, attempt INTEGER NOT NULL DEFAULT 0, "
+        "flow_run TEXT, machine TEXT, pid INTEGER, pid_started TEXT, beats INTEGER NOT NULL DEFAULT 0, "
+        "done INTEGER NOT NULL DEFAULT 0, summary TEXT, PRIMARY KEY (run_key, shard))",
+    ]
 
 
 @dataclass(frozen=True)
@@ -92,74 +79,62 @@ class SupersededAttempt(RuntimeError):
 
 
 class ShardRecords:
-    """`<data_dir>/shards.sqlite3`. Cheap to construct; each call opens its own connection, so one instance
-    serves a shard's flow and its heartbeat thread."""
+    """A sharded run's manifest and its shards' records (`sinks.database`: a SQLite file or the server's
+    schema). Cheap to construct; safe to use from several threads (a shard's flow and its heartbeat)."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=30)
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(_SCHEMA)
-        finally:
-            conn.close()
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        database.ensure(_schema(database))
 
     @classmethod
-    def in_data_dir(cls, data_dir: str | Path) -> ShardRecords:
-        return cls(Path(data_dir) / "shards.sqlite3")
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        try:
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
+    def of(cls, settings: SinkSettings) -> ShardRecords:
+        return cls(open_database(settings, settings.data_dir / "shards.sqlite3"))
 
     # --- the parent ----------------------------------------------------------------------------------
 
     def write_manifest(self, run_key: str, parts: Sequence[Sequence[SourceItem]]) -> None:
         """Record which documents each shard processes (replacing any earlier manifest of `run_key`); also
         sweeps the manifests of parents that ended long ago without dropping theirs."""
-        with self._transaction() as conn:
+        now = time.time()
+        with self.database.write() as conn:
             self._delete(conn, run_key)
-            stale = time.time() - ORPHAN_SECONDS
-            for (old,) in conn.execute(
-                "SELECT DISTINCT run_key FROM shard_runs WHERE created_at < ?", (stale,)
-            ).fetchall():
+            stale = conn.execute(
+                text("SELECT DISTINCT run_key FROM shard_runs WHERE created_at < :stale"),
+                {"stale": now - ORPHAN_SECONDS},
+            ).fetchall()
+            for (old,) in stale:
                 self._delete(conn, old)
-            now = time.time()
             for shard, items in enumerate(parts):
                 conn.execute(
-                    "INSERT INTO shard_runs (run_key, shard, documents, created_at) VALUES (?, ?, ?, ?)",
-                    (run_key, shard, len(items), now),
+                    text(
+                        "INSERT INTO shard_runs (run_key, shard, documents, created_at) "
+                        "VALUES (:key, :shard, :documents, :now)"
+                    ),
+                    {"key": run_key, "shard": shard, "documents": len(items), "now": now},
                 )
-                rows = [(run_key, shard, position, _dump(item)) for position, item in enumerate(items)]
+                rows = [
+                    {"key": run_key, "shard": shard, "position": position, "item": _dump(item)}
+                    for position, item in enumerate(items)
+                ]
                 for start in range(0, len(rows), _INSERT_ROWS):
-                    conn.executemany(
-                        "INSERT INTO shard_items (run_key, shard, position, item) VALUES (?, ?, ?, ?)",
+                    conn.execute(
+                        text(
+                            "INSERT INTO shard_items (run_key, shard, position, item) "
+                            "VALUES (:key, :shard, :position, :item)"
+                        ),
                         rows[start : start + _INSERT_ROWS],
                     )
 
     def records(self, run_key: str) -> dict[int, ShardRecord]:
         """Every shard of `run_key`, by number."""
-        conn = sqlite3.connect(self.path, timeout=30)
-        try:
+        with self.database.read() as conn:
             rows = conn.execute(
-                "SELECT shard, documents, attempt, flow_run, machine, pid, pid_started, beats, done, summary "
-                "FROM shard_runs WHERE run_key = ? ORDER BY shard",
-                (run_key,),
+                text(
+                    "SELECT shard, documents, attempt, flow_run, machine, pid, pid_started, beats, done, "
+                    "summary FROM shard_runs WHERE run_key = :key ORDER BY shard"
+                ),
+                {"key": run_key},
             ).fetchall()
-        finally:
-            conn.close()
         return {
             shard: ShardRecord(
                 shard,
@@ -174,9 +149,14 @@ class ShardRecords:
             for shard, documents, attempt, flow_run, machine, pid, started, beats, done, summary in rows
         }
 
+    def run_keys(self) -> list[str]:
+        """The parents whose records are here (a parent drops its own when it ends)."""
+        with self.database.read() as conn:
+            return [row[0] for row in conn.execute(text("SELECT DISTINCT run_key FROM shard_runs"))]
+
     def drop(self, run_key: str) -> None:
         """Forget `run_key`'s manifest and records (the parent is done with them)."""
-        with self._transaction() as conn:
+        with self.database.write() as conn:
             self._delete(conn, run_key)
 
     # --- a shard run ---------------------------------------------------------------------------------
@@ -186,57 +166,68 @@ class ShardRecords:
         `SupersededAttempt` if a later attempt has begun, and `LookupError` if the parent's manifest is
         gone (the parent ended)."""
         process = ProcessIdentity.current()
-        with self._transaction() as conn:
+        key = {"key": run_key, "shard": shard}
+        with self.database.write() as conn:
             taken = conn.execute(
-                "UPDATE shard_runs SET attempt = ?, flow_run = ?, machine = ?, pid = ?, pid_started = ?, "
-                "beats = 0, done = 0, summary = NULL WHERE run_key = ? AND shard = ? AND attempt <= ?",
-                (attempt, flow_run, process.machine, process.pid, process.started, run_key, shard, attempt),
+                text(
+                    "UPDATE shard_runs SET attempt = :attempt, flow_run = :flow_run, machine = :machine, "
+                    "pid = :pid, pid_started = :started, beats = 0, done = 0, summary = NULL "
+                    "WHERE run_key = :key AND shard = :shard AND attempt <= :attempt"
+                ),
+                {
+                    **key,
+                    "attempt": attempt,
+                    "flow_run": flow_run,
+                    "machine": process.machine,
+                    "pid": process.pid,
+                    "started": process.started,
+                },
             ).rowcount
             if not taken:
                 known = conn.execute(
-                    "SELECT attempt FROM shard_runs WHERE run_key = ? AND shard = ?", (run_key, shard)
-                ).fetchone()
+                    text("SELECT attempt FROM shard_runs WHERE run_key = :key AND shard = :shard"), key
+                ).scalar()
                 if known is None:
                     raise LookupError(
                         f"no manifest for shard {shard} of run {run_key}: the parent run has ended"
                     )
                 raise SupersededAttempt(
-                    f"shard {shard} of run {run_key}: attempt {known[0]} has begun, this is attempt {attempt}"
+                    f"shard {shard} of run {run_key}: attempt {known} has begun, this is attempt {attempt}"
                 )
             rows = conn.execute(
-                "SELECT item FROM shard_items WHERE run_key = ? AND shard = ? ORDER BY position",
-                (run_key, shard),
+                text(
+                    "SELECT item FROM shard_items WHERE run_key = :key AND shard = :shard ORDER BY position"
+                ),
+                key,
             ).fetchall()
         return [_load(row[0]) for row in rows]
 
     def beat(self, run_key: str, shard: int, attempt: int, done: int) -> bool:
         """Say the attempt is alive, with `done` documents accounted for; False once it is superseded."""
-        with self._transaction() as conn:
-            return (
-                conn.execute(
-                    "UPDATE shard_runs SET beats = beats + 1, done = ? "
-                    "WHERE run_key = ? AND shard = ? AND attempt = ?",
-                    (done, run_key, shard, attempt),
-                ).rowcount
-                > 0
-            )
+        return self._update("beats = beats + 1, done = :done", run_key, shard, attempt, {"done": done})
 
     def finish(self, run_key: str, shard: int, attempt: int, summary: str) -> bool:
         """Store the attempt's summary (JSON); False if it was superseded (the summary is not stored)."""
-        with self._transaction() as conn:
-            return (
-                conn.execute(
-                    "UPDATE shard_runs SET summary = ?, beats = beats + 1 "
-                    "WHERE run_key = ? AND shard = ? AND attempt = ?",
-                    (summary, run_key, shard, attempt),
-                ).rowcount
-                > 0
-            )
+        return self._update(
+            "summary = :summary, beats = beats + 1", run_key, shard, attempt, {"summary": summary}
+        )
+
+    def _update(self, assignments: str, run_key: str, shard: int, attempt: int, values: dict) -> bool:
+        """Update the shard's row if `attempt` is still the current one."""
+        with self.database.write() as conn:
+            updated = conn.execute(
+                text(
+                    f"UPDATE shard_runs SET {assignments} "
+                    "WHERE run_key = :key AND shard = :shard AND attempt = :attempt"
+                ),
+                {"key": run_key, "shard": shard, "attempt": attempt, **values},
+            ).rowcount
+        return updated > 0
 
     @staticmethod
-    def _delete(conn: sqlite3.Connection, run_key: str) -> None:
-        conn.execute("DELETE FROM shard_items WHERE run_key = ?", (run_key,))
-        conn.execute("DELETE FROM shard_runs WHERE run_key = ?", (run_key,))
+    def _delete(conn: Connection, run_key: str) -> None:
+        conn.execute(text("DELETE FROM shard_items WHERE run_key = :key"), {"key": run_key})
+        conn.execute(text("DELETE FROM shard_runs WHERE run_key = :key"), {"key": run_key})
 
 
 def _dump(item: SourceItem) -> str:

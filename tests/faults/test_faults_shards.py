@@ -45,6 +45,7 @@ from flows.shards import SHARD_DEPLOYMENT, ShardsUnavailable, cancel_shard_runs
 from index.generations import live_status
 from index.shard_records import ShardRecords
 from index.shards import split
+from sinks.config import SinkSettings
 from sinks.pool import close_all_sinks
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -224,7 +225,7 @@ def test_ingest_in_four_shards_on_three_workers_processes_each_document_once(
     )
     assert [s.documents for s in summary.shards] == [len(p) for p in split(_listing(corpus), 4)]
     assert sum(s.processed for s in summary.shards) == DOCS
-    assert _open_run_keys(fault_env) == []  # the parent dropped its manifest and records
+    assert _open_run_keys() == []  # the parent dropped its manifest and records
 
     # Exactly once: 200 processings in all across the workers' /metrics, and every document processed.
     rows = live_status(fault_env).rows()
@@ -253,10 +254,10 @@ def test_a_worker_killed_mid_shard_the_parent_retries_the_shard_elsewhere(
 
     def kill_a_worker_mid_shard() -> None:
         """Once a shard has written a few documents and has most still to do, kill its worker."""
-        records = ShardRecords.in_data_dir(fault_env)
+        records = ShardRecords.of(SinkSettings())
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and not killed:
-            for key in _open_run_keys(fault_env):
+            for key in _open_run_keys():
                 for shard, record in records.records(key).items():
                     if record.process is None:
                         continue
@@ -325,7 +326,7 @@ def test_stopping_the_parent_cancels_its_shard_runs(
     states = {c["id"]: _api(prefect_api_url, "GET", f"/flow_runs/{c['id']}")["state"] for c in children}
     assert {s["type"] for s in states.values()} == {"CANCELLED"}, states
     assert {s["message"] for s in states.values()} == {"the parent run stopped"}
-    assert not _open_run_keys(fault_env)  # the parent dropped its manifest
+    assert not _open_run_keys()  # the parent dropped its manifest
 
     # The hook: given a parent whose shard runs are still open, it cancels them.
     from prefect.client.orchestration import get_client
@@ -363,14 +364,8 @@ def _runs_under(pid: int, worker: Worker) -> bool:
     return False
 
 
-def _open_run_keys(data_dir: Path) -> list[str]:
-    import sqlite3
-
-    path = data_dir / "shards.sqlite3"
-    if not path.exists():
-        return []
-    with contextlib.closing(sqlite3.connect(path)) as conn:
-        return [row[0] for row in conn.execute("SELECT DISTINCT run_key FROM shard_runs")]
+def _open_run_keys() -> list[str]:
+    return ShardRecords.of(SinkSettings()).run_keys()
 
 
 def _shard_runs(prefect_api_url: str) -> list[dict]:

@@ -13,20 +13,37 @@ import json
 import subprocess
 import sys
 import time
+import uuid
+from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import SecretStr
 
 from chunking.sources import SourceItem
 from index import shard_records
 from index.document_leases import ProcessIdentity
 from index.shard_records import ShardRecords, SupersededAttempt
 from index.shards import MAX_SHARDS, shard_of, split
+from sinks.config import SinkSettings
+from sinks.database import dispose_engines
 
 names = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=40)
 # Any string a file name can be, lone surrogates (undecodable bytes, surrogateescape) included.
 raw_names = st.text(st.characters(exclude_characters="\x00"), min_size=1, max_size=40)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def records(request: pytest.FixtureRequest, tmp_path: Path) -> ShardRecords:
+    """The records on the embedded default, or in server mode on a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        yield ShardRecords.of(SinkSettings(data_dir=tmp_path))
+        return
+    url = request.getfixturevalue("database_url")
+    yield ShardRecords.of(SinkSettings(data_dir=tmp_path / "unused", database_url=SecretStr(url)))
+    dispose_engines()  # the database is dropped after the test: no pooled connection may linger
+    assert not (tmp_path / "unused").exists()  # server mode writes nothing to the data dir
 
 
 def _item(source_id: str, n: int = 0) -> SourceItem:
@@ -86,22 +103,22 @@ def test_shard_count_is_bounded() -> None:
             shard_of("doc", bad)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(raw_names, unique=True, max_size=30), st.integers(1, 5))
-def test_the_manifest_hands_each_shard_exactly_its_documents(tmp_path_factory, source_ids, shards) -> None:
-    records = ShardRecords.in_data_dir(tmp_path_factory.mktemp("records"))
+def test_the_manifest_hands_each_shard_exactly_its_documents(records, source_ids, shards) -> None:
+    parent = uuid.uuid4().hex  # one parent per example: the records outlive examples
     items = [_item(s, n) for n, s in enumerate(source_ids)]
     parts = split(items, shards)
-    records.write_manifest("parent-1", parts)
+    records.write_manifest(parent, parts)
     for number, part in enumerate(parts):
-        assert records.begin("parent-1", number, 1, f"run-{number}") == part
-    assert {n: r.documents for n, r in records.records("parent-1").items()} == {
+        assert records.begin(parent, number, 1, f"run-{number}") == part
+    assert {n: r.documents for n, r in records.records(parent).items()} == {
         n: len(p) for n, p in enumerate(parts)
     }
+    records.drop(parent)
 
 
-def test_a_retried_attempt_fences_out_the_one_before(tmp_path) -> None:
-    records = ShardRecords.in_data_dir(tmp_path)
+def test_a_retried_attempt_fences_out_the_one_before(records) -> None:
     records.write_manifest("p", [[_item("a"), _item("b")]])
     assert records.records("p")[0].attempt == 0  # nothing begun yet
     assert records.begin("p", 0, 1, "run-1") == [_item("a"), _item("b")]
@@ -124,8 +141,7 @@ def test_a_retried_attempt_fences_out_the_one_before(tmp_path) -> None:
     )
 
 
-def test_records_go_with_the_parent_and_a_dead_parents_are_swept(tmp_path, monkeypatch) -> None:
-    records = ShardRecords.in_data_dir(tmp_path)
+def test_records_go_with_the_parent_and_a_dead_parents_are_swept(records, monkeypatch) -> None:
     records.write_manifest("done", [[_item("a")]])
     records.drop("done")
     assert records.records("done") == {}
@@ -137,3 +153,4 @@ def test_records_go_with_the_parent_and_a_dead_parents_are_swept(tmp_path, monke
     monkeypatch.setattr(shard_records.time, "time", lambda: later)
     records.write_manifest("next", [[_item("b")]])  # the next sharded run sweeps what the dead one left
     assert records.records("crashed") == {} and set(records.records("next")) == {0}
+    assert records.run_keys() == ["next"]
