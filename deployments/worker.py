@@ -11,22 +11,26 @@ removed when the worker exits), and the worker serves their sum on `/metrics`. C
 while the worker lives, `increase()` is right, and runs push nothing (a served run never does). One
 Prometheus scrape target per worker; see deployments/prometheus.yml.
 
-Signals are Prefect's own worker's (`setup_signal_handlers_worker`, as `prefect worker start`): the first
-SIGINT or SIGTERM stops polling and lets the runs in flight finish (they are processes of their own), a
-second one kills.
+Stopping: the first SIGTERM or SIGINT cancels the worker's main task, as asyncio does for Ctrl-C: it
+stops polling and shuts Prefect's worker down, which stops the runs in flight (their processes end; a
+shard run's parent sees its process gone and starts the shard again on another worker); a second signal
+exits at once. (Prefect's `setup_signal_handlers_worker`, which `prefect worker start` installs, forwards
+SIGTERM as SIGINT to the process itself; under `asyncio.run` in this process that SIGINT was swallowed in
+3.8.8 and the worker never stopped.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
-from prefect.utilities.processutils import setup_signal_handlers_worker
 from prefect.workers.process import ProcessWorker
 
 from deployments.serve import RUN_LOG_LEVELS, start_metrics_server
@@ -42,6 +46,23 @@ def worker_metrics_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"unichunk-worker-{os.getpid()}-metrics"
 
 
+def sweep_dead_workers_dirs() -> list[Path]:
+    """Remove the metrics directories of workers that were killed (SIGKILL leaves no chance to clean up)
+    and whose pid is not running; returns them."""
+    swept = []
+    for directory in Path(tempfile.gettempdir()).glob("unichunk-worker-*-metrics"):
+        try:
+            os.kill(int(directory.name.split("-")[2]), 0)
+        except ValueError:
+            continue  # not one of ours
+        except ProcessLookupError:
+            shutil.rmtree(directory, ignore_errors=True)
+            swept.append(directory)
+        except PermissionError:
+            continue  # alive, another user's
+    return swept
+
+
 def run_worker(pool: str, *, limit: int | None, metrics_port: int, name: str | None = None) -> None:
     """Poll `pool` and run its flow runs (at most `limit` at once) until stopped; /metrics on
     `metrics_port` (0: none). Blocking."""
@@ -50,12 +71,28 @@ def run_worker(pool: str, *, limit: int | None, metrics_port: int, name: str | N
     directory = worker_metrics_dir()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR") == str(directory):  # ours, not one the user named
         atexit.register(shutil.rmtree, directory, ignore_errors=True)
+        sweep_dead_workers_dirs()
     port = start_metrics_server(metrics_port)
     if port:
         log.info("metrics on http://0.0.0.0:%s/metrics", port)
-    setup_signal_handlers_worker(os.getpid(), "the unichunk worker", print)
     worker = ProcessWorker(work_pool_name=pool, limit=limit, name=name)
-    try:
-        asyncio.run(worker.start())
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        print(f"unichunk worker {worker.name!r} stopped", flush=True)
+    asyncio.run(_work_until_stopped(worker))
+    print(f"unichunk worker {worker.name!r} stopped", flush=True)
+
+
+async def _work_until_stopped(worker: ProcessWorker) -> None:
+    """`worker.start()` until the first SIGTERM or SIGINT cancels it (see the module docstring)."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+
+    def stop(signum: signal.Signals) -> None:
+        print(f"unichunk worker: {signum.name} received, stopping (again: exit at once)", flush=True)
+        for again in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(again, os._exit, 1)
+        main.cancel()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop, signum)
+    with contextlib.suppress(asyncio.CancelledError):
+        await worker.start()

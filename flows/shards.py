@@ -305,7 +305,7 @@ class _Coordinator:
             state = client.read_flow_run(child.id).state  # it may have failed and exited since the read
             if state is not None and state.is_final():
                 return f"its run ended {state.name}" + (f": {state.message}" if state.message else "")
-            why = f"its process (pid {record.process.pid}) is gone: its worker died"
+            why = f"its process (pid {record.process.pid}) is gone: its worker stopped or died"
         elif now - attempt.alive_at > SILENT_SECONDS:
             why = f"no sign of life for {now - attempt.alive_at:.0f} s while {state.name}"
         else:
