@@ -27,16 +27,13 @@ the repo root instead, which declares the same deployments for a process work po
 
     prefect work-pool create unichunk --type process
     prefect deploy --all                       # from the repo root, registers the deployments
-    prefect worker start --pool unichunk       # on each machine, as many as you like
+    unichunk worker --pool unichunk            # on each machine, as many as you like
 
-Every worker polls the pool and runs flow runs as local subprocesses, so adding workers adds
-throughput; the triggers and the cron live on the server and do not care which worker picks a run up.
-Within one large run, the tasks themselves can be spread across a cluster by giving the flow a
-distributed task runner, e.g. `ingest.with_options(task_runner=DaskTaskRunner(address="tcp://sched:8786"))`
-from prefect-dask or `RayTaskRunner(address="ray://head:10001")` from prefect-ray (neither is installed by
-default; add the package and set the runner where the deployment is built). Every worker needs the same
-UNICHUNK_* settings pointing at shared stores (Qdrant, Neo4j/FalkorDB servers, a shared data dir for
-BM25 and the status store), since embedded stores are per machine.
+Every worker polls the pool and runs flow runs as local subprocesses (`deployments.worker`: one /metrics
+for all of them), so adding workers adds throughput; the triggers and the cron live on the server and do
+not care which worker picks a run up, and one large `ingest`/`reindex` given `shards=N` is split across
+them (`flows.shards`). Every worker needs the same UNICHUNK_* settings pointing at shared stores
+(UNICHUNK_DATABASE_URL, Qdrant and Neo4j servers): docs/operations.md, "Scaling out".
 """
 
 from __future__ import annotations
