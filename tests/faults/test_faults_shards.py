@@ -8,7 +8,8 @@ Proves:
   /metrics count 200 processings in all and as many chunks written per sink as the index holds, while all
   200 documents end processed: a document processed twice would push the count past 200); the shards
   ran on more than one worker; the chunk IDs are a single-process run's; the stores agree with the status
-  table and hold nothing twice; the parent's summary adds the shards' up.
+  table and hold nothing twice; the parent's summary adds the shards' up, and a file that cannot be read
+  fails alone, in its shard, and fails the parent naming it.
 - A worker SIGKILLed (with its flow-run processes: a lost machine) while its shard of a `reindex` runs:
   the parent sees the shard's process gone, marks that run Crashed, starts the shard again alone, another
   worker finishes it; nothing is stored twice; the reindex's alignment check, run once after the shards,
@@ -187,7 +188,8 @@ def _single_process_chunk_ids(corpus: Path, data_dir: Path, monkeypatch: pytest.
     the chunking alone), in a data dir of its own."""
     monkeypatch.setenv("UNICHUNK_DATA_DIR", str(data_dir))
     try:
-        summary = ingest(IngestParams(source=_source(corpus), sinks=["keywords"]))
+        state = ingest(IngestParams(source=_source(corpus), sinks=["keywords"]), return_state=True)
+        summary = state.result(raise_on_failure=False)
         assert isinstance(summary, IngestSummary) and summary.processed == DOCS
         return live_status(data_dir).expected_chunk_ids()
     finally:
@@ -213,26 +215,32 @@ def test_ingest_in_four_shards_on_three_workers_processes_each_document_once(
 ) -> None:
     corpus = tmp_path / "corpus"
     make_corpus(corpus, DOCS)
-    before = sum(_processed(w) for w in workers)
+    (corpus / "broken.txt").write_bytes(b"\x00\x01binary\x00" * 50)  # fails alone, in whichever shard
+    before = {name: sum(_outcomes(w)[name] for w in workers) for name in ("processed", "failed")}
     params = IngestParams(source=_source(corpus), sinks=SINKS, shards=4, batch_size=16)
 
-    summary = ingest(params)
+    state = ingest(params, return_state=True)
 
+    summary = state.result(raise_on_failure=False)
     assert isinstance(summary, IngestSummary), summary
-    assert (summary.listed, summary.processed, summary.failed) == (DOCS, DOCS, [])
-    assert [s.state for s in summary.shards] == ["Completed"] * 4 and all(
-        s.attempts == 1 for s in summary.shards
-    )
+    assert state.is_failed() and state.message.startswith("1 document(s) failed (of 201 listed): broken.txt")
+    assert (summary.listed, summary.processed) == (DOCS + 1, DOCS)
+    assert [f.source_id for f in summary.failed] == ["broken.txt"]
+    assert [s.attempts for s in summary.shards] == [1] * 4
+    assert sorted(s.state for s in summary.shards) == ["Completed"] * 3 + ["Failed"]  # the broken file's
     assert [s.documents for s in summary.shards] == [len(p) for p in split(_listing(corpus), 4)]
     assert sum(s.processed for s in summary.shards) == DOCS
     assert _open_run_keys() == []  # the parent dropped its manifest and records
 
-    # Exactly once: 200 processings in all across the workers' /metrics, and every document processed.
+    # Exactly once: 200 processings and 1 failure in all across the workers' /metrics, and every document
+    # ended processed (a document processed twice would push the sum past 200).
     rows = live_status(fault_env).rows()
-    assert len(rows) == DOCS and {row.state for row in rows} == {"processed"}
-    by_worker = [_processed(w) for w in workers]
-    assert sum(by_worker) - before == DOCS, by_worker
-    assert sum(1 for count in by_worker if count) >= 2, f"the shards all ran on one worker: {by_worker}"
+    assert len(rows) == DOCS + 1
+    assert sorted(row.state for row in rows) == ["failed"] + ["processed"] * DOCS
+    after = [_outcomes(w) for w in workers]
+    assert sum(o["processed"] for o in after) - before["processed"] == DOCS, after
+    assert sum(o["failed"] for o in after) - before["failed"] == 1, after
+    assert sum(1 for o in after if o["processed"]) >= 2, f"the shards all ran on one worker: {after}"
     expected = live_status(fault_env).expected_chunk_ids()
     for sink in SINKS:
         written = sum(w.metrics().get(f'unichunk_chunks_written_total{{sink="{sink}"}}', 0) for w in workers)
@@ -352,8 +360,12 @@ def _listing(corpus: Path) -> list:
     return DirectorySource(corpus, source_system="sharded-corpus").list()
 
 
-def _processed(worker: Worker) -> float:
-    return worker.metrics().get('unichunk_documents_total{outcome="processed"}', 0.0)
+def _outcomes(worker: Worker) -> dict[str, float]:
+    """The worker's `unichunk_documents_total` by outcome (every run it spawned, summed)."""
+    samples = worker.metrics()
+    return {
+        o: samples.get(f'unichunk_documents_total{{outcome="{o}"}}', 0.0) for o in ("processed", "failed")
+    }
 
 
 def _runs_under(pid: int, worker: Worker) -> bool:
