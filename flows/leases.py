@@ -44,7 +44,7 @@ class RunLeases:
     def __init__(
         self, run: RunConfig, *, ttl: float = DEFAULT_TTL_SECONDS, poll: float = POLL_SECONDS
     ) -> None:
-        self.table = DocumentLeases.in_data_dir(run.settings.data_dir)
+        self.table = DocumentLeases.of(run.settings)
         self.generation = run.settings.generation or ""
         self.holder = uuid.uuid4().hex
         self.label = f"flow run '{flow_run.name or '?'}' (pid {os.getpid()})"

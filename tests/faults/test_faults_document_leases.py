@@ -18,7 +18,6 @@ Proves:
 from __future__ import annotations
 
 import contextvars
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -131,10 +130,7 @@ def test_two_parallel_runs_with_edits_under_them_store_each_files_latest_version
 
     def editor() -> None:
         while not stop.is_set():
-            try:
-                rows = live_status(fault_env).rows(state="processing")
-            except sqlite3.OperationalError:  # the first run is creating the table
-                rows = []
+            rows = live_status(fault_env).rows(state="processing")  # empty until the first run makes it
             for row in rows:
                 path = by_id.get(row.document_id)
                 if path is not None and row.document_id not in edited and len(edited) < 12:
@@ -202,7 +198,7 @@ def test_a_run_waits_for_a_document_another_run_holds_then_stores_its_latest_con
     assert generation is not None
 
     # Another run (this test, as a foreign holder) is writing the document; meanwhile it is edited.
-    table = DocumentLeases.in_data_dir(fault_env)
+    table = DocumentLeases.of(SinkSettings(data_dir=fault_env))
     assert table.acquire("another-run", generation, [item.document_id], 600, label="the test") == {
         item.document_id
     }
@@ -251,7 +247,7 @@ def test_a_run_waits_for_a_document_another_run_holds_then_stores_its_latest_con
 def test_a_slow_batch_keeps_its_leases_for_as_long_as_its_process_lives(tmp_path):
     """The heartbeat renews: a run holding a document far longer than the ttl still holds it."""
     run = RunConfig(ChunkStrategy(), SinkSettings(data_dir=tmp_path, generation="g1"), tuple(SINKS))
-    table = DocumentLeases.in_data_dir(tmp_path)
+    table = DocumentLeases.of(SinkSettings(data_dir=tmp_path))
     with RunLeases(run, ttl=0.4) as leases:
         assert leases.take_ids(["doc"]) == {"doc"}
         time.sleep(1.5)  # almost four ttls without a batch

@@ -1,4 +1,4 @@
-"""The pipeline's records without a server: the document status table and the chunk cache."""
+"""The pipeline's records, on each backend (`records_settings`): the document status table and the chunk cache."""
 
 from __future__ import annotations
 
@@ -9,11 +9,15 @@ import pytest
 from chunking.base import Span, chunks_from_spans
 from chunking.models import Chunk, Document
 from index.chunk_cache import ChunkCache, ChunkKey
-from index.status import StatusStore, failed_fields, processed_fields, processing_fields
+from index.status import STATES, StatusStore, failed_fields, processed_fields, processing_fields
 
 
-def test_status_store_incremental_rule_and_expected_ids(tmp_path):
-    store = StatusStore(tmp_path / "status.sqlite3")
+def _status(settings, generation: str = "g1", *, readonly: bool = False) -> StatusStore:
+    return StatusStore.of(settings.for_generation(generation), readonly=readonly)
+
+
+def test_status_store_incremental_rule_and_expected_ids(records_settings):
+    store = _status(records_settings)
     store.mark_processing("d1", source_system="fs", source_id="a.md", path="/x/a.md")
     assert store.get("d1").state == "processing"
     assert not StatusStore.is_current(store.get("d1"), "h1", "f1")
@@ -37,11 +41,11 @@ def test_status_store_incremental_rule_and_expected_ids(tmp_path):
         store.upsert("d3", colour="red")
 
 
-def test_status_store_survives_concurrent_writers(tmp_path):
-    store = StatusStore(tmp_path / "status.sqlite3")
+def test_status_store_survives_concurrent_writers(records_settings):
+    store = _status(records_settings)
 
     def writer(n: int) -> None:
-        other = StatusStore(tmp_path / "status.sqlite3")  # each thread its own store object, as separate runs
+        other = _status(records_settings)  # each thread its own store object, as separate runs
         for i in range(25):
             other.mark_processed(f"d{n}-{i}", chunk_ids=[f"c{n}-{i}"], content_hash="h", fingerprint="f")
 
@@ -53,18 +57,20 @@ def test_status_store_survives_concurrent_writers(tmp_path):
     assert store.counts()["processed"] == 100 and len(store.expected_chunk_ids()) == 100
 
 
-def test_readonly_status_store_on_a_fresh_data_dir_creates_nothing(tmp_path):
-    store = StatusStore(tmp_path / "none" / "status.sqlite3", readonly=True)
+def test_readonly_status_store_on_a_fresh_data_dir_creates_nothing(records_settings):
+    store = _status(records_settings, readonly=True)
     assert store.get_many(["x"]) == {} and store.rows() == [] and store.expected_chunk_ids() == set()
-    assert not (tmp_path / "none").exists()
+    assert store.counts() == dict.fromkeys(STATES, 0)
+    assert not records_settings.data_dir.exists()
+    assert not store.db.has_table("documents")
 
 
 def _chunks(document: Document, pieces: list[tuple[int, int]]) -> list[Chunk]:
     return chunks_from_spans(document, [Span(s, e, 1, ("Title",)) for s, e in pieces])
 
 
-def test_chunk_store_round_trip_and_prune(tmp_path):
-    store = ChunkCache.in_data_dir(tmp_path)
+def test_chunk_store_round_trip_and_prune(records_settings):
+    store = ChunkCache.of(records_settings)
     v1 = Document(text="alpha beta", source_system="fs", source_id="a.md", metadata={"k": 1})
     chunks = _chunks(v1, [(0, 5), (6, 10)])
     key = store.put(v1, "fp", chunks)
@@ -86,8 +92,8 @@ def test_chunk_store_round_trip_and_prune(tmp_path):
     assert store.delete_document(v1.document_id) == 1 and not store.has(key2)
 
 
-def test_chunk_store_batch_calls_match_the_single_ones(tmp_path):
-    store = ChunkCache.in_data_dir(tmp_path)
+def test_chunk_store_batch_calls_match_the_single_ones(records_settings):
+    store = ChunkCache.of(records_settings)
     docs = [Document(text=f"text number {i}", source_system="fs", source_id=f"{i}.md") for i in range(3)]
     entries = [(d, _chunks(d, [(0, 4), (5, len(d.text))])) for d in docs]
     keys = store.put_many(entries, "fp")
@@ -108,8 +114,8 @@ def test_chunk_store_batch_calls_match_the_single_ones(tmp_path):
     assert store.get_document(docs[0].document_id, docs[0].content_hash) is None
 
 
-def test_status_upsert_many_is_one_transaction(tmp_path):
-    store = StatusStore(tmp_path / "status.sqlite3")
+def test_status_upsert_many_is_one_transaction(records_settings):
+    store = _status(records_settings)
     store.upsert_many(
         [
             ("d1", processed_fields(["c1"], content_hash="h", fingerprint="f")),
