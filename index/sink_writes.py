@@ -142,10 +142,15 @@ def delete_documents(run: RunConfig, document_ids: Sequence[str]) -> dict[str, i
     with metrics.timed("delete_documents"):
         sinks = run.open_sinks()
         status, cache = run.status_store(), run.chunk_cache()
-        for document_id in document_ids:
-            for name, sink in sinks.items():
-                removed[name] += sink.delete(document_id)
-            cache.delete_document(document_id)
-            status.delete(document_id)
-            metrics.DOCUMENTS.labels(outcome="deleted").inc()
+        gone: list[str] = []
+        try:
+            for document_id in document_ids:
+                for name, sink in sinks.items():
+                    removed[name] += sink.delete(document_id)
+                gone.append(document_id)
+                metrics.DOCUMENTS.labels(outcome="deleted").inc()
+        finally:  # the records of every document the sinks let go, in one transaction each, even if one
+            # sink failed on a later document (whose records stay: the next run deletes it again)
+            cache.delete_documents(gone)
+            status.delete_many(gone)
     return dict(removed)

@@ -249,9 +249,12 @@ class StatusStore:
 
         Rows that set the same columns share one statement, executed for all of them at once (one round
         trip to a server); in document order, so two transactions meeting on rows lock them in one order."""
+        merged: dict[str, dict[str, Any]] = {}
+        for document_id, fields in rows:  # a document given twice: as if upserted twice, in order
+            merged.setdefault(document_id, {}).update(fields)
         groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[dict[str, Any]]] = {}
-        for document_id, fields in sorted(rows, key=lambda row: row[0]):
-            values, updated = self._row_values(document_id, dict(fields))
+        for document_id, fields in sorted(merged.items()):
+            values, updated = self._row_values(document_id, fields)
             groups.setdefault((tuple(values), updated), []).append(values)
         if not groups:
             return
