@@ -5,11 +5,17 @@ from __future__ import annotations
 import threading
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from chunking.base import Span, chunks_from_spans
 from chunking.models import Chunk, Document
 from index.chunk_cache import ChunkCache, ChunkKey
+from index.document_leases import DocumentLeases
+from index.registry import GenerationRegistry
+from index.source_registry import SourceRecord, SourceRegistry
 from index.status import STATES, StatusStore, failed_fields, processed_fields, processing_fields
+from sinks.config import SinkSettings
 
 
 def _status(settings, generation: str = "g1", *, readonly: bool = False) -> StatusStore:
@@ -131,3 +137,76 @@ def test_status_upsert_many_is_one_transaction(records_settings):
         store.upsert_many([("d4", processing_fields()), ("d5", {"colour": "red"})])
     assert store.get("d4") is None
     store.upsert_many([])  # nothing to do is not an error
+
+
+# Any text a user can put in a record: NUL and every other control character, any plane; not a lone
+# surrogate, which SQLite's driver cannot encode (PostgreSQL stores even that, see below).
+USER_TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    names=st.lists(st.tuples(USER_TEXT, USER_TEXT), min_size=1, max_size=4, unique=True),
+    path=USER_TEXT,
+    error=USER_TEXT,
+    text=USER_TEXT.filter(str.strip),
+)
+@example(names=[("a\x00b", "\x00"), ("a", "b\x00")], path="/x\x00y", error="bad\x00\n", text="nul\x00here")
+def test_user_text_round_trips_exactly_in_every_record(records_settings, names, path, error, text):
+    """Paths, source names and IDs, errors, labels and document text come back exactly, NUL included
+    (PostgreSQL's TEXT cannot hold one: those columns are BYTEA there), and status rows sort alike on both
+    backends (by code point)."""
+    status = _status(records_settings)
+    ids = [f"id\x00{system}\x00{source_id}" for system, source_id in names]  # a caller's own IDs
+    status.upsert_many(
+        (document_id, failed_fields(error, source_system=system, source_id=source_id, path=path))
+        for document_id, (system, source_id) in zip(ids, names, strict=True)
+    )
+    found = status.get_many(ids)
+    for document_id, (system, source_id) in zip(ids, names, strict=True):
+        row = found[document_id]
+        assert (row.source_system, row.source_id, row.path, row.error) == (system, source_id, path, error)
+    listed = [(r.source_system, r.source_id) for r in status.rows() if r.document_id in ids]
+    assert listed == sorted(names)
+    assert [r.document_id for r in status.rows(source_system=names[0][0]) if r.document_id in ids] == [
+        d
+        for d, (system, _) in sorted(zip(ids, names, strict=True), key=lambda p: p[1])
+        if system == names[0][0]
+    ]
+    assert status.delete_many(ids) == len(ids) and status.get_many(ids) == {}
+
+    cache = ChunkCache.of(records_settings)
+    document = Document(text=text, source_system="fs", source_id=names[0][1] or "x", document_id=ids[0])
+    key = cache.put(document, "fp", _chunks(document, [(0, len(text))]))
+    assert cache.load(key) == (document, _chunks(document, [(0, len(text))]))
+    assert ids[0] in cache.document_ids()
+    assert cache.delete_documents([ids[0]]) == 1
+
+    registry = GenerationRegistry.of(records_settings)
+    generation = f"g{len(registry.all())}"  # a new one per example: a known one keeps its description
+    registry.begin_build(generation, "f", {"note": text}, 1)
+    registry.mark_failed(generation, error)
+    built = registry.get(generation)
+    assert (built.last_error, built.description) == (error, {"note": text})
+
+    sources = SourceRegistry.of(records_settings)
+    record = SourceRecord(names[0][0] or "s", "paths", path, (text,), (path, error))
+    sources.record(record)
+    assert record in sources.all()
+
+    leases = DocumentLeases.of(records_settings)
+    assert leases.acquire("holder", "g", ids, 60, label=error) == set(ids)
+    assert leases.held("holder", "g") == set(ids)
+    assert leases.held_by_others("other", "g", ids) == dict.fromkeys(ids, error or "holder")
+    leases.release_all("holder")
+
+
+def test_postgresql_keeps_even_a_lone_surrogate(database_url):
+    """A file name that is not UTF-8 reaches Python with lone surrogates; PostgreSQL keeps it exactly
+    (SQLite's driver refuses to encode it, as it always has)."""
+    settings = SinkSettings(data_dir="/nonexistent", database_url=database_url)
+    status = StatusStore.of(settings.for_generation("g1"))
+    name = "caf\udce9.txt"
+    status.mark_failed("d1", f"cannot read {name}", source_system="fs", source_id=name, path=f"/x/{name}")
+    row = status.get("d1")
+    assert (row.source_id, row.path, row.error) == (name, f"/x/{name}", f"cannot read {name}")
