@@ -288,7 +288,10 @@ def _describe(engine: Engine, exc: DBAPIError) -> str:
     if len(cause) > 300:
         cause = cause[:297] + "..."
     state = getattr(exc.orig, "sqlstate", None)
-    verb = "refused" if state is not None and state.startswith(("28", "3D", "42")) else "is unreachable"
+    # The server answered and said no (authentication, no such database or role, permission), as a SQL
+    # state or, when it refuses a connection, as a FATAL message; else nothing answered.
+    refused = (state or "").startswith(("28", "3D", "42")) or "FATAL:" in cause
+    verb = "refused" if refused else "is unreachable"
     return f"the database of UNICHUNK_DATABASE_URL ({shown}) {verb}: {cause}"
 
 

@@ -184,8 +184,9 @@ def _wait_until_waiting(caplog: pytest.LogCaptureFixture, thread: threading.Thre
 
 @pytest.mark.timeout(300)
 def test_a_run_waits_for_a_document_another_run_holds_then_stores_its_latest_content(
-    fault_env, tmp_path, caplog
+    fault_env, records_settings, tmp_path, caplog
 ):
+    """On both backends (`records_settings`: the leases and records in SQLite files, or in PostgreSQL)."""
     corpus = tmp_path / "corpus"
     paths = make_corpus(corpus, 4)
     first = ingest(IngestParams(source=SourceParams(root=str(corpus)), sinks=SINKS), return_state=True)
@@ -244,10 +245,10 @@ def test_a_run_waits_for_a_document_another_run_holds_then_stores_its_latest_con
         assert sink.chunk_ids(item.document_id) == set(), name
 
 
-def test_a_slow_batch_keeps_its_leases_for_as_long_as_its_process_lives(tmp_path):
+def test_a_slow_batch_keeps_its_leases_for_as_long_as_its_process_lives(records_settings):
     """The heartbeat renews: a run holding a document far longer than the ttl still holds it."""
-    run = RunConfig(ChunkStrategy(), SinkSettings(data_dir=tmp_path, generation="g1"), tuple(SINKS))
-    table = DocumentLeases.of(SinkSettings(data_dir=tmp_path))
+    run = RunConfig(ChunkStrategy(), records_settings.for_generation("g1"), tuple(SINKS))
+    table = DocumentLeases.of(records_settings)
     with RunLeases(run, ttl=0.4) as leases:
         assert leases.take_ids(["doc"]) == {"doc"}
         time.sleep(1.5)  # almost four ttls without a batch
