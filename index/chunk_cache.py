@@ -26,7 +26,7 @@ from sqlalchemy import Connection, text
 
 from chunking.models import Chunk, Document
 from sinks.config import SinkSettings
-from sinks.database import Database, open_database
+from sinks.database import Database, open_store_database
 
 _CHUNKS = TypeAdapter(list[Chunk])
 
@@ -70,7 +70,7 @@ CREATE TABLE IF NOT EXISTS chunks (
     PRIMARY KEY (document_id, content_hash, fingerprint)
 )""",
 ]
-POSTGRES_SCHEMA_NAME = "unichunk_chunk_cache"
+CACHE_STORE = "chunk_cache"  # its PostgreSQL schema: `unichunk_chunk_cache` (`open_store_database`)
 _KEY_COLUMNS = ("document_id", "content_hash", "fingerprint")
 _KEY_TYPES = ("bytea", "text", "text")
 # The orphaned documents: no chunk list of any fingerprint refers to them any more.
@@ -98,7 +98,7 @@ class ChunkCache:
 
     @classmethod
     def of(cls, settings: SinkSettings) -> ChunkCache:
-        return cls(open_database(settings, settings.data_dir / "chunks.sqlite3", schema=POSTGRES_SCHEMA_NAME))
+        return cls(open_store_database(settings, settings.data_dir / "chunks.sqlite3", CACHE_STORE))
 
     # --- writes --------------------------------------------------------------------------------------
 
@@ -300,12 +300,12 @@ class ChunkCache:
                 if document_ids is None:
                     conn.execute(
                         text("SELECT pg_advisory_xact_lock(hashtext(:cache))"),
-                        {"cache": POSTGRES_SCHEMA_NAME},
+                        {"cache": CACHE_STORE},
                     )
                 else:
                     conn.execute(
                         text("SELECT pg_advisory_xact_lock_shared(hashtext(:cache))"),
-                        {"cache": POSTGRES_SCHEMA_NAME},
+                        {"cache": CACHE_STORE},
                     )
                     conn.execute(
                         text(
@@ -313,7 +313,7 @@ class ChunkCache:
                             "hashtext(encode(d, 'hex')) AS k FROM unnest(CAST(:ids AS bytea[])) AS d ORDER BY k) "
                             "AS locks"
                         ),
-                        {"cache": POSTGRES_SCHEMA_NAME, "ids": [self.db.pack(d) for d in document_ids]},
+                        {"cache": CACHE_STORE, "ids": [self.db.pack(d) for d in document_ids]},
                     )
             yield conn
 
