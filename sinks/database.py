@@ -178,6 +178,8 @@ class Database:
         except DBAPIError as exc:
             if self.dialect == "postgresql" and _unavailable(exc):
                 raise DatabaseUnavailable(_describe(self.engine, exc)) from exc
+            if self.schema is not None and self.missing(exc):
+                self._forget_ensured()  # another process dropped the schema: the next store re-creates it
             raise
 
     # --- schema --------------------------------------------------------------------------------------
@@ -218,8 +220,11 @@ class Database:
         if self.schema is not None:
             with self.write() as conn:
                 conn.execute(text(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE'))
-            url = str(self.engine.url)
-            _ensured.difference_update({e for e in _ensured if e[0] == url and e[1] == self.schema})
+            self._forget_ensured()
+
+    def _forget_ensured(self) -> None:
+        url = str(self.engine.url)
+        _ensured.difference_update({e for e in _ensured if e[0] == url and e[1] == self.schema})
 
     def missing(self, exc: BaseException) -> bool:
         """Whether `exc` says the table read does not exist yet (or, read-only, its SQLite file): what a

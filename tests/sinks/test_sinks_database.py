@@ -145,3 +145,28 @@ def test_a_process_keeps_the_engines_of_its_most_recent_sqlite_files_only(tmp_pa
     _increment(first, "x")  # an evicted engine still works: it reconnects
     with first.read() as conn:
         assert conn.execute(text("SELECT n FROM counters WHERE name = 'x'")).scalar() == 1
+
+
+def test_a_schema_another_process_dropped_is_made_again_by_the_next_store(
+    database_url: str, tmp_path: Path
+) -> None:
+    """`ensure` runs its DDL once per process and schema; when another process drops the schema (a dropped
+    generation) and this one builds the generation again, the failed write forgets that, and the next
+    store made creates the tables again."""
+    import psycopg
+    from sqlalchemy.exc import ProgrammingError
+
+    settings = SinkSettings(data_dir=tmp_path, database_url=SecretStr(database_url))
+    db = open_database(settings, tmp_path / "r.sqlite3", generation="g1")
+    db.ensure(_DDL)
+    _increment(db, "a")
+    with psycopg.connect(database_url, autocommit=True) as other:
+        other.execute('DROP SCHEMA "unichunk__g1" CASCADE')
+    db.ensure(_DDL)  # remembered as done: nothing runs
+    with pytest.raises(ProgrammingError):
+        _increment(db, "a")
+    again = open_database(settings, tmp_path / "r.sqlite3", generation="g1")
+    again.ensure(_DDL)
+    _increment(again, "a")
+    with again.read() as conn:
+        assert conn.execute(text("SELECT n FROM counters")).scalar() == 1
