@@ -30,7 +30,7 @@ from index.document_leases import DEFAULT_TTL_SECONDS, DocumentLeases
 from index.run import RunConfig
 
 # How often a waiting run looks whether a deferred document is free: short against a batch's seconds, long
-# against the one SQLite read it costs.
+# against the one database read it costs.
 POLL_SECONDS = 0.5
 
 

@@ -76,7 +76,7 @@ def record_outcome(
     """Record the batch's outcome in one transaction: processed rows get their chunk IDs, failed rows their
     error; then drop the older cached versions of the processed documents.
 
-    Called by the flow as a plain function, not a task: a few SQLite writes per batch, where a Prefect task
+    Called by the flow as a plain function, not a task: a few record writes per batch, where a Prefect task
     run would cost more in orchestration than the work (timed as `mark_status` in the task metrics)."""
     with metrics.timed("mark_status"):
         status, cache = run.status_store(), run.chunk_cache()
