@@ -206,7 +206,8 @@ class StatusStore:
             clauses.append("state = :state")
             args["state"] = state
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        statement = text(f"{_SELECT} {where} ORDER BY source_system, source_id")
+        # NULLS FIRST: SQLite's order, which PostgreSQL reverses unless told.
+        statement = text(f"{_SELECT} {where} ORDER BY source_system NULLS FIRST, source_id NULLS FIRST")
         return self._read(
             lambda conn: [DocumentStatus.from_row(r) for r in conn.execute(statement, args).mappings()], []
         )

@@ -120,6 +120,19 @@ def test_chunk_store_batch_calls_match_the_single_ones(records_settings):
     assert store.get_document(docs[0].document_id, docs[0].content_hash) is None
 
 
+def test_rows_sort_alike_on_both_backends_unknown_sources_first(records_settings):
+    store = _status(records_settings)
+    store.upsert_many(
+        [
+            ("d1", failed_fields("e", source_system="b", source_id="x")),
+            ("d2", failed_fields("e")),  # a document with no known source
+            ("d3", failed_fields("e", source_system="a", source_id=None)),
+            ("d4", failed_fields("e", source_system="a", source_id="y")),
+        ]
+    )
+    assert [r.document_id for r in store.rows()] == ["d2", "d3", "d4", "d1"]
+
+
 def test_status_upsert_many_is_one_transaction(records_settings):
     store = _status(records_settings)
     store.upsert_many(
