@@ -129,12 +129,16 @@ class GenerationRegistry:
     def of(cls, settings: SinkSettings) -> GenerationRegistry:
         return cls(settings)
 
-    def _write(self) -> Any:
-        """A locked write transaction on the registry, its table created first (the only place that may
-        create the file or the table)."""
+    def create(self) -> Database:
+        """The registry's database with its table created (the only place that may create the file or the
+        table: reads never do)."""
         writer = open_database(self.settings, self._path)
         writer.ensure(_POSTGRES_SCHEMA if writer.dialect == "postgresql" else _SQLITE_SCHEMA)
-        return writer.write(lock=_LOCK)
+        return writer
+
+    def _write(self) -> Any:
+        """A locked write transaction on the registry, its table created first."""
+        return self.create().write(lock=_LOCK)
 
     def _select(self, where: str = "", params: dict[str, Any] | None = None) -> list[Generation]:
         statement = text(

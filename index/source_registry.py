@@ -77,10 +77,15 @@ class SourceRegistry:
     def of(cls, settings: SinkSettings) -> SourceRegistry:
         return cls(settings)
 
-    def record(self, source: SourceRecord) -> None:
-        """Remember (or refresh) how to list `source`; the latest listing's settings win."""
+    def create(self) -> Database:
+        """The registry's database with its table created (reads never create it)."""
         writer = open_database(self.settings, self._path)
         writer.ensure(_POSTGRES_SCHEMA if writer.dialect == "postgresql" else _SQLITE_SCHEMA)
+        return writer
+
+    def record(self, source: SourceRecord) -> None:
+        """Remember (or refresh) how to list `source`; the latest listing's settings win."""
+        writer = self.create()
         now = datetime.now(UTC).isoformat(timespec="seconds")
         with writer.write() as conn:
             conn.execute(

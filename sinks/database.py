@@ -226,6 +226,20 @@ class Database:
         url = str(self.engine.url)
         _ensured.difference_update({e for e in _ensured if e[0] == url and e[1] == self.schema})
 
+    def _binary_columns(self, table: str) -> set[str]:
+        """The BYTEA columns of `table` (PostgreSQL; none on SQLite)."""
+        if self.schema is None:
+            return set()
+        with self.read() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT column_name FROM information_schema.columns WHERE table_schema = :s "
+                    "AND table_name = :t AND data_type = 'bytea'"
+                ),
+                {"s": self.schema, "t": table},
+            )
+            return {row[0] for row in rows}
+
     def missing(self, exc: BaseException) -> bool:
         """Whether `exc` says the table read does not exist yet (or, read-only, its SQLite file): what a
         reader sees before the first writer of a store, which reads as empty."""
@@ -290,6 +304,35 @@ class Database:
         if value is None or isinstance(value, str):
             return value
         return bytes(value).decode("utf-8", "surrogatepass")
+
+
+def copy_rows(source: Database, target: Database, table: str, *, page: int = 500) -> int:
+    """Every row of `table` from `source` into the same table of `target` (created already), columns by
+    name, in pages; returns how many rows were read. A row whose key `target` holds already is left as it
+    is, so a copy that stopped can simply run again. Text goes through `pack` where `target` keeps it as
+    BYTEA (PostgreSQL's columns say which)."""
+    binary = target._binary_columns(table)
+    copied = 0
+    with source.read() as src, target.write() as dst:
+        result = src.execute(text(f"SELECT * FROM {table}"))
+        columns = list(result.keys())
+        insert = text(
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(f':{c}' for c in columns)}) "
+            "ON CONFLICT DO NOTHING"
+        )
+        while rows := result.fetchmany(page):
+            dst.execute(
+                insert,
+                [
+                    {
+                        c: target.pack(v) if c in binary and isinstance(v, str) else v
+                        for c, v in zip(columns, row, strict=True)
+                    }
+                    for row in rows
+                ],
+            )
+            copied += len(rows)
+    return copied
 
 
 def _unavailable(exc: DBAPIError) -> bool:
