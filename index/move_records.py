@@ -23,7 +23,7 @@ from pathlib import Path
 
 from chunking.errors import UnichunkError
 from index.chunk_cache import ChunkCache
-from index.registry import GenerationRegistry
+from index.generations import registry_of
 from index.source_registry import SourceRegistry
 from index.status import StatusStore
 from sinks.config import SinkSettings
@@ -38,14 +38,14 @@ def move_records(data_dir: Path, target: SinkSettings) -> dict[str, int]:
     """Copy the records of the embedded `data_dir` into `target`'s database; rows copied per record."""
     if server_url(target) is None:
         raise MoveRefused("set UNICHUNK_DATABASE_URL to the database to move the records into")
-    if GenerationRegistry.of(target).all():
+    if registry_of(target).all():
         raise MoveRefused(
             "the database of UNICHUNK_DATABASE_URL holds an index already (its generation registry is not "
             "empty): move into an empty database"
         )
     source = SinkSettings(data_dir=data_dir, database_url=None)
     moved: dict[str, int] = {}
-    for generation in GenerationRegistry.of(source).all():
+    for generation in registry_of(source).all():
         path = source.for_generation(generation.generation_id).status_path
         if path.exists():
             into = StatusStore.of(target.for_generation(generation.generation_id)).db
@@ -59,7 +59,7 @@ def move_records(data_dir: Path, target: SinkSettings) -> dict[str, int]:
             _file(data_dir / "sources.sqlite3"), SourceRegistry.of(target).create(), "sources"
         )
     if (data_dir / "generations.sqlite3").exists():  # last: see the module docstring
-        registry = GenerationRegistry.of(target).create()
+        registry = registry_of(target).create()
         moved["generations"] = copy_rows(_file(data_dir / "generations.sqlite3"), registry, "generations")
     return moved
 
