@@ -1063,10 +1063,9 @@ def worker(
     out"). The first SIGTERM or Ctrl-C stops polling and lets runs in flight finish; a second kills."""
     _startup_checks()
     from deployments.multiprocess_metrics import enter_multiprocess_mode
-    from deployments.worker import worker_metrics_dir
 
-    # re-executes this command once, in multiprocess mode, with a metrics directory of this worker's own
-    enter_multiprocess_mode(SinkSettings().data_dir, directory=worker_metrics_dir())
+    # re-executes this command once, in multiprocess mode, with a temporary metrics directory of its own
+    enter_multiprocess_mode(SinkSettings().data_dir, temporary=True)
     service = ServiceSettings()
     with _prefect(route_logs=False):
         from deployments.worker import run_worker

@@ -74,6 +74,11 @@ OTHER_VARIABLES: tuple[tuple[str, str, str], ...] = (
         "The pid that prepared the multiprocess directory before re-executing itself; never set it.",
     ),
     (
+        "UNICHUNK_METRICS_TEMPORARY",
+        "set by `unichunk serve` for itself",
+        "In server mode, the pid whose temporary multiprocess directory is removed at its exit; never set it.",
+    ),
+    (
         "TOKENIZERS_PARALLELISM",
         "Hugging Face tokenizers; set by the CLI unless set",
         "`false`: no fork warnings.",

@@ -313,7 +313,7 @@ class _Tools:
         return found[0]
 
     def _rows(self, document_ids: Any) -> dict[str, DocumentStatus]:
-        """Status rows of these documents only: their source, at the cost of one indexed SQLite read."""
+        """Status rows of these documents only: their source, at the cost of one indexed status read."""
         store = StatusStore.of(reading_settings(self.pipeline.settings), readonly=True)
         return store.get_many(document_ids)
 

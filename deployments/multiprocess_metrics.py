@@ -16,18 +16,22 @@ the same command line (`os.execv`: same pid, so a supervisor or a container sees
 interpreter start more). The new process imports prometheus_client with the variable set, and the run
 processes inherit it. A directory named by the user's PROMETHEUS_MULTIPROC_DIR is used instead of
 `<data dir>/prometheus-multiproc`, and cleared the same way: files left by an earlier service would
-otherwise be summed into this one's counters.
+otherwise be summed into this one's counters. In server mode (UNICHUNK_DATABASE_URL), where nothing may be
+written under the data dir, the default is a fresh directory in the system's temporary space instead,
+removed when the service exits: these files are scratch of one service's life, not records.
 
 `unichunk worker` (a Prefect process worker, `deployments.worker`) does the same for the runs it spawns
-from a work pool, in a directory of its own under the system's temp dir: several workers may share a
-machine (and a data dir), and each must sum only its own runs, or two workers would count each run twice.
+from a work pool, always in such a temporary directory of its own: several workers may share a machine
+(and a data dir), and each must sum only its own runs, or two workers would count each run twice.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
@@ -35,23 +39,35 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from index.metrics import initialize_series, multiprocess_mode
 from sinks.base import SINK_NAMES
+from sinks.config import SinkSettings
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # The pid that prepared the directory: execv keeps it, so the re-executed process knows it is done.
 PREPARED_ENV = "UNICHUNK_METRICS_PREPARED_PID"
 DEFAULT_SUBDIR = "prometheus-multiproc"
+# Set when the directory is a temporary one of this service (server mode): removed at its exit.
+TEMPORARY_ENV = "UNICHUNK_METRICS_TEMPORARY"
 
 
-def enter_multiprocess_mode(data_dir: Path, *, directory: Path | None = None) -> Path:
+def enter_multiprocess_mode(data_dir: Path, *, temporary: bool = False) -> Path:
     """Return the multiprocess directory once this process records into it; else clear it, set the
     variable and re-execute this command line (does not return). See the module docstring.
 
-    The directory is PROMETHEUS_MULTIPROC_DIR if set, else `directory`, else `<data_dir>/prometheus-multiproc`
-    (`unichunk serve`'s; a `unichunk worker` passes one of its own, `deployments.worker`)."""
+    The directory is PROMETHEUS_MULTIPROC_DIR if set, else a temporary one removed at exit (`temporary`,
+    as a `unichunk worker` asks, or server mode), else `<data_dir>/prometheus-multiproc`."""
     if os.environ.get(PREPARED_ENV) == str(os.getpid()) and multiprocess_mode():
         initialize_series(SINK_NAMES)  # every known counter series at 0, so the first run's increase counts
-        return Path(os.environ[MULTIPROC_ENV])
-    directory = Path(os.environ.get(MULTIPROC_ENV) or directory or Path(data_dir) / DEFAULT_SUBDIR)
+        directory = Path(os.environ[MULTIPROC_ENV])
+        if os.environ.get(TEMPORARY_ENV) == str(os.getpid()):
+            atexit.register(shutil.rmtree, directory, ignore_errors=True)
+        return directory
+    if os.environ.get(MULTIPROC_ENV):
+        directory = Path(os.environ[MULTIPROC_ENV])
+    elif temporary or SinkSettings().database_url is not None:
+        directory = Path(tempfile.mkdtemp(prefix="unichunk-metrics-"))
+        os.environ[TEMPORARY_ENV] = str(os.getpid())
+    else:
+        directory = Path(data_dir) / DEFAULT_SUBDIR
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True, exist_ok=True)
     os.environ[MULTIPROC_ENV] = str(directory)

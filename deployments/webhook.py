@@ -65,6 +65,7 @@ from deployments.webhook_security import (
 )
 from index.generations import live_status
 from sinks.config import SinkSettings
+from sinks.database import open_database
 
 EVENT_NAMES = {"updated": "document.updated", "deleted": "document.deleted"}
 RESOURCE_PREFIX = "unichunk.document."
@@ -231,13 +232,15 @@ def create_app(
     """Build the receiver. `events` and `clock` are seams (a Prefect server URL, the time) for tests.
 
     `search_sinks` provides the stores `GET /search` reads (default: the live ones, on first use). The
-    replay cache lives under `data_dir` (default: the configured data dir), in `webhook/replay.db`.
+    replay cache lives under `data_dir` (default: the configured data dir), in `webhook/replay.db`, or in
+    the server-mode database (UNICHUNK_DATABASE_URL).
     """
     settings = settings or ServiceSettings()
     events = events or PrefectEventSink(default_prefect_api_url())
     secret = settings.webhook_secret.get_secret_value() if settings.webhook_secret else ""
-    data_dir = Path(data_dir or SinkSettings().data_dir)
-    replay = ReplayCache(data_dir / "webhook" / "replay.db")
+    records = SinkSettings() if data_dir is None else SinkSettings(data_dir=Path(data_dir))
+    data_dir = records.data_dir
+    replay = ReplayCache(open_database(records, data_dir / "webhook" / "replay.db"))
     status = live_status(data_dir)  # which documents a `deleted` event may name
 
     stores = open_stores(search_sinks, settings)

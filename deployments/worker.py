@@ -7,7 +7,7 @@ lost. `unichunk worker` is that same worker (Prefect's `ProcessWorker`, polling 
 subprocesses, creating the pool as a process pool if it does not exist) in prometheus_client's
 multiprocess mode (`deployments.multiprocess_metrics`): every run it spawns writes its samples to files
 in the worker's own directory (`PROMETHEUS_MULTIPROC_DIR`, else a fresh one under the system's temp dir,
-removed when the worker exits), and the worker serves their sum on `/metrics`. Counters then only go up
+removed when the worker exits: `enter_multiprocess_mode(temporary=True)`), and the worker serves their sum on `/metrics`. Counters then only go up
 while the worker lives, `increase()` is right, and runs push nothing (a served run never does). One
 Prometheus scrape target per worker; see deployments/prometheus.yml.
 
@@ -22,14 +22,10 @@ SIGTERM as SIGINT to the process itself; under `asyncio.run` in this process tha
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import logging
 import os
-import shutil
 import signal
-import tempfile
-from pathlib import Path
 
 from prefect.workers.process import ProcessWorker
 
@@ -40,38 +36,11 @@ DEFAULT_POOL = "unichunk"
 log = logging.getLogger(__name__)
 
 
-def worker_metrics_dir() -> Path:
-    """This worker's multiprocess directory when PROMETHEUS_MULTIPROC_DIR is unset: named by the pid, which
-    the re-exec of `enter_multiprocess_mode` keeps, so both images of the process agree on it."""
-    return Path(tempfile.gettempdir()) / f"unichunk-worker-{os.getpid()}-metrics"
-
-
-def sweep_dead_workers_dirs() -> list[Path]:
-    """Remove the metrics directories of workers that were killed (SIGKILL leaves no chance to clean up)
-    and whose pid is not running; returns them."""
-    swept = []
-    for directory in Path(tempfile.gettempdir()).glob("unichunk-worker-*-metrics"):
-        try:
-            os.kill(int(directory.name.split("-")[2]), 0)
-        except ValueError:
-            continue  # not one of ours
-        except ProcessLookupError:
-            shutil.rmtree(directory, ignore_errors=True)
-            swept.append(directory)
-        except PermissionError:
-            continue  # alive, another user's
-    return swept
-
-
 def run_worker(pool: str, *, limit: int | None, metrics_port: int, name: str | None = None) -> None:
     """Poll `pool` and run its flow runs (at most `limit` at once) until stopped; /metrics on
     `metrics_port` (0: none). Blocking."""
     for variable, level in RUN_LOG_LEVELS.items():  # the runs' INFO lines reach the UI, as under `serve`
         os.environ.setdefault(variable, level)
-    directory = worker_metrics_dir()
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR") == str(directory):  # ours, not one the user named
-        atexit.register(shutil.rmtree, directory, ignore_errors=True)
-        sweep_dead_workers_dirs()
     port = start_metrics_server(metrics_port)
     if port:
         log.info("metrics on http://0.0.0.0:%s/metrics", port)

@@ -30,7 +30,7 @@ from index.document_leases import DEFAULT_TTL_SECONDS, DocumentLeases
 from index.run import RunConfig
 
 # How often a waiting run looks whether a deferred document is free: short against a batch's seconds, long
-# against the one SQLite read it costs.
+# against the one database read it costs.
 POLL_SECONDS = 0.5
 
 
@@ -44,7 +44,7 @@ class RunLeases:
     def __init__(
         self, run: RunConfig, *, ttl: float = DEFAULT_TTL_SECONDS, poll: float = POLL_SECONDS
     ) -> None:
-        self.table = DocumentLeases.in_data_dir(run.settings.data_dir)
+        self.table = DocumentLeases.of(run.settings)
         self.generation = run.settings.generation or ""
         self.holder = uuid.uuid4().hex
         self.label = f"flow run '{flow_run.name or '?'}' (pid {os.getpid()})"

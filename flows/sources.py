@@ -33,7 +33,7 @@ class Listed:
 
 def list_sources(named: SourceParams | None, settings: SinkSettings, *, record: bool) -> list[Listed]:
     """List `named`, or every recorded source; `record` remembers a named source for later re-indexing."""
-    registry = SourceRegistry.in_data_dir(settings.data_dir)
+    registry = SourceRegistry.of(settings)
     if named is not None:
         enclosing = enclosing_source(named, registry.all())
         if enclosing is not None:

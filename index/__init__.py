@@ -9,6 +9,9 @@
   Prometheus metrics;
 - `document_leases.py`: which run may write a document now (runs in parallel never write one at once);
   `source_registry.py`: the sources a data dir has ingested.
+
+Every record store is one implementation over `sinks.database`: SQLite files under the data dir, or with
+UNICHUNK_DATABASE_URL one PostgreSQL database that every worker shares.
 """
 
 from index.generations import live_status, reading_settings, target_for_ingest

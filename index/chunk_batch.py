@@ -18,7 +18,7 @@ from chunking.sources import SourceItem, load_item
 from index import metrics
 from index.chunk_cache import ChunkKey
 from index.run import RunConfig
-from index.status import StatusStore, processing_fields
+from index.status import StatusStore, failed_fields, processing_fields
 
 FLUSH_CHARS = 32_000_000  # text held before the chunks are written to the chunk cache
 # How a load failure's status error starts: `flows.pipeline` recognises an unreadable file by it.
@@ -54,18 +54,24 @@ def item_fields(item: SourceItem) -> dict[str, object]:
 
 
 def chunk_items(items: list[SourceItem], run: RunConfig, *, dry_run: bool = False) -> ChunkBatchResult:
-    """Load, skip unchanged (same content hash and fingerprint), chunk, cache; dry_run only compares."""
+    """Load, skip unchanged (same content hash and fingerprint), chunk, cache; dry_run only compares.
+
+    The records are read and written per batch, never per document (one status read, one chunk-cache
+    lookup per FLUSH_CHARS of changed text, one write of each kind), so a database server costs a few
+    round trips per batch."""
     result = ChunkBatchResult()
     with metrics.timed("chunk_batch"):
         status = run.status_store(readonly=dry_run)
         writer = None if dry_run else _BatchWriter(run, status)
         rows = status.get_many(item.document_id for item in items)
+        changed: list[tuple[SourceItem, Document, ChunkKey]] = []
+        size = 0
         for item in items:
             document_id = item.document_id
             try:
                 document = load_item(item)
             except Exception as exc:  # any failure to read one document fails it alone, never the batch
-                _fail(result, status, item, LOAD_FAILED + _load_error(exc), dry_run)
+                _fail(result, writer, item, LOAD_FAILED + _load_error(exc))
                 continue
             if StatusStore.is_current(rows.get(document_id), document.content_hash, run.fingerprint):
                 result.skipped.append(document_id)
@@ -73,28 +79,47 @@ def chunk_items(items: list[SourceItem], run: RunConfig, *, dry_run: bool = Fals
                     writer.seen(item)
                 continue
             key = ChunkKey(document_id, document.content_hash, run.chunk_fingerprint)
-            if writer is not None and not writer.cache.has(key):
-                try:
-                    chunks = shared_service().chunk(document, run.strategy)
-                except Exception as exc:  # any strategy bug fails this document, not the batch
-                    _fail(result, status, item, f"chunking failed: {type(exc).__name__}: {exc}", dry_run)
-                    continue
-                writer.chunked(document, chunks)
-                result.chunked.append(document_id)
-            if writer is not None:
-                writer.processing(item)
-            result.keys.append(key)
+            if writer is None:
+                result.keys.append(key)
+                continue
+            changed.append((item, document, key))
+            size += len(document.text)
+            if size >= FLUSH_CHARS:
+                _chunk_changed(changed, run, writer, result)
+                changed, size = [], 0
         if writer is not None:
+            _chunk_changed(changed, run, writer, result)
             writer.flush()
     return result
+
+
+def _chunk_changed(
+    changed: list[tuple[SourceItem, Document, ChunkKey]],
+    run: RunConfig,
+    writer: _BatchWriter,
+    result: ChunkBatchResult,
+) -> None:
+    """Chunk the changed documents whose chunks the cache does not hold yet (one lookup for all)."""
+    cached = writer.cache.existing(key for _, _, key in changed)
+    for item, document, key in changed:
+        if key not in cached:
+            try:
+                chunks = shared_service().chunk(document, run.strategy)
+            except Exception as exc:  # any strategy bug fails this document, not the batch
+                _fail(result, writer, item, f"chunking failed: {type(exc).__name__}: {exc}")
+                continue
+            writer.chunked(document, chunks)
+            result.chunked.append(item.document_id)
+        writer.processing(item)
+        result.keys.append(key)
 
 
 class _BatchWriter:
     """Collects a batch's new chunks and status rows and writes each kind in one transaction.
 
-    Per-document commits cost more CPU than chunking a short document. Chunks are flushed every
-    FLUSH_CHARS of text, so a batch of huge files is not held in memory at once, and always before the
-    status rows that mark their documents processing.
+    Per-document commits cost more CPU than chunking a short document (and a round trip each to a
+    database server). Chunks are flushed every FLUSH_CHARS of text, so a batch of huge files is not held
+    in memory at once, and always before the status rows that mark their documents processing.
     """
 
     def __init__(self, run: RunConfig, status: StatusStore) -> None:
@@ -115,6 +140,9 @@ class _BatchWriter:
     def processing(self, item: SourceItem) -> None:
         self._rows.append((item.document_id, processing_fields(**item_fields(item))))
 
+    def failed(self, item: SourceItem, error: str) -> None:
+        self._rows.append((item.document_id, failed_fields(error, **item_fields(item))))
+
     def flush(self) -> None:
         self.cache.put_many(self._chunks, self.run.chunk_fingerprint)
         self.status.upsert_many(self._rows)
@@ -126,7 +154,8 @@ def _load_error(exc: Exception) -> str:
     return str(exc) if isinstance(exc, UnichunkError) else f"{type(exc).__name__}: {exc}"
 
 
-def _fail(result: ChunkBatchResult, status: StatusStore, item: SourceItem, error: str, dry_run: bool) -> None:
+def _fail(result: ChunkBatchResult, writer: _BatchWriter | None, item: SourceItem, error: str) -> None:
+    """The document failed alone; its error is written with the batch's rows (not on a dry run)."""
     result.failed[item.document_id] = error
-    if not dry_run:
-        status.mark_failed(item.document_id, error, **item_fields(item))
+    if writer is not None:
+        writer.failed(item, error)

@@ -25,36 +25,55 @@ The rules, each for a reason:
 - The ttl is a safety net, not a clock a live run races against: the flows renew from a heartbeat thread,
   so a slow batch (LLM extraction) never loses its leases while its process lives.
 
-Storage: one SQLite file under the data dir (`<data_dir>/leases.sqlite3`, beside `sources.sqlite3` and the
-generation registry), WAL, one short `BEGIN IMMEDIATE` transaction per call, so concurrent runs queue for
-microseconds, never for a whole batch. Times are wall-clock seconds (`time.time()`): every process on the
-machine reads the same clock.
+Storage (`sinks.database`): embedded, one SQLite file under the data dir (`<data_dir>/leases.sqlite3`,
+beside `sources.sqlite3` and the generation registry), WAL, one short `BEGIN IMMEDIATE` transaction per
+call, so concurrent runs queue for microseconds, never for a whole batch; times are this machine's
+wall-clock seconds (`time.time()`), which every process on it reads alike.
 
-Moving it to PostgreSQL (issue 14) keeps this interface (`acquire`, `renew`, `release`, `release_all`,
-`held_by_others`, `held`), which is all the flows use: the two tables map one to one; `acquire` is the same
-`INSERT ... ON CONFLICT DO UPDATE ... WHERE <the lease is free> RETURNING document_id` in one transaction;
-expiry compares against the database's `now()` instead of each client's clock; and the dead-process
-takeover still applies only to holders recorded with this machine's identity, the ttl covering holders on
-other workers (a session-scoped advisory lock per holder, freed with its connection, could replace both).
+In server mode (PostgreSQL), the same two tables in the `unichunk` schema, shared by every worker:
+- Time is the database's (`statement_timestamp()` as epoch seconds), never a worker's: expiry is compared
+  and set against one clock, so a worker whose clock is off neither steals live leases nor loses its own.
+- `acquire` is the same one statement, `INSERT ... ON CONFLICT DO UPDATE ... WHERE <the lease is free>
+  RETURNING document_id`, in one transaction. But "free" reads the other table (`holders`), and under READ
+  COMMITTED a statement does not see a holder row another transaction is renewing or creating at that
+  moment; and burying a dead holder is a read-modify-write decided in Python. So every write transaction
+  on the table first takes one transaction-level advisory lock (`Database.write(lock=...)`), as SQLite's
+  BEGIN IMMEDIATE serialises them: the statements after it see every transaction that held it. They last
+  milliseconds (one per batch of documents per run), so the lock is never what a run waits on. It also
+  makes row-lock deadlocks between a release and an acquire impossible. Reads (`held_by_others`, `held`)
+  take no lock.
+- The dead-process takeover applies only to holders recorded with this machine's identity (host name,
+  boot ID, PID namespace), exactly as embedded; holders on other workers are freed by their ttl.
+  A session-level advisory lock per holder (freed when its connection closes) was not used instead: it
+  needs a connection held open for the whole run, outside the pool, and a network blip would end a live
+  run's leases.
+- Document IDs and labels are BYTEA there (`Database.pack`), so any text round-trips.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterable
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from sinks.config import SinkSettings
+from sinks.database import Database, open_database
 
 # How long a lease outlives its holder's last renewal: what a holder the machine cannot check (another
 # host) blocks a document for after it died. Live holders renew well within it.
 DEFAULT_TTL_SECONDS = 600.0
 
-_SCHEMA = """
+# The embedded tables, exactly as data dirs made before server mode have them.
+_SQLITE_SCHEMA = [
+    """
 CREATE TABLE IF NOT EXISTS holders (
     holder TEXT PRIMARY KEY,
     label TEXT NOT NULL,
@@ -62,25 +81,44 @@ CREATE TABLE IF NOT EXISTS holders (
     pid INTEGER NOT NULL,
     pid_started TEXT NOT NULL,
     expires_at REAL NOT NULL
-);
+)""",
+    """
 CREATE TABLE IF NOT EXISTS leases (
     generation TEXT NOT NULL,
     document_id TEXT NOT NULL,
     holder TEXT NOT NULL,
     PRIMARY KEY (generation, document_id)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS leases_by_holder ON leases (holder);
-"""
-
-# Rows per multi-row statement: 3 parameters each, well under SQLite's bound-parameter limit.
-_CHUNK = 300
+) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS leases_by_holder ON leases (holder)",
+]
+_POSTGRES_SCHEMA = [
+    """
+CREATE TABLE IF NOT EXISTS holders (
+    holder TEXT PRIMARY KEY,
+    label BYTEA NOT NULL,
+    machine TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    pid_started TEXT NOT NULL,
+    expires_at DOUBLE PRECISION NOT NULL
+)""",
+    """
+CREATE TABLE IF NOT EXISTS leases (
+    generation TEXT NOT NULL,
+    document_id BYTEA NOT NULL,
+    holder TEXT NOT NULL,
+    PRIMARY KEY (generation, document_id)
+)""",
+    _SQLITE_SCHEMA[2],
+]
+# The lock every write transaction holds on PostgreSQL (see the module docstring).
+_LOCK = "leases"
 
 # A lease is free to take when its holder is this one, or is not a live holder row (expired or removed).
 _TAKE = (
-    "INSERT INTO leases (generation, document_id, holder) VALUES {values} "
+    "INSERT INTO leases (generation, document_id, holder) {rows} "
     "ON CONFLICT (generation, document_id) DO UPDATE SET holder = excluded.holder "
     "WHERE leases.holder = excluded.holder OR NOT EXISTS "
-    "(SELECT 1 FROM holders h WHERE h.holder = leases.holder AND h.expires_at > ?) "
+    "(SELECT 1 FROM holders h WHERE h.holder = leases.holder AND h.expires_at > {now}) "
     "RETURNING document_id"
 )
 
@@ -149,53 +187,44 @@ def _start_time(pid: int) -> str:
 
 
 class DocumentLeases:
-    """`<data_dir>/leases.sqlite3`: which holder may write which (generation, document) now.
+    """Which holder may write which (generation, document) now (see the module docstring for where).
 
     A holder is an opaque string unique per run (the flows use a uuid4); the process that calls `acquire`
-    is recorded as its process. Cheap to construct; each call opens its own connection, so one instance
+    is recorded as its process. Cheap to construct; each call is its own transaction, so one instance
     may be used from several threads (a run's heartbeat renews while its batches acquire and release).
+    `clock` (seconds) replaces the time a test moves by hand; by default it is this machine's clock on
+    SQLite and the database's on PostgreSQL.
     """
 
     def __init__(
         self,
-        path: str | Path,
+        database: Database,
         *,
         process: ProcessIdentity | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
     ) -> None:
-        self.path = Path(path)
+        self.db = database
         self.process = process or ProcessIdentity.current()
-        self.clock = clock  # wall-clock seconds shared by every process on the machine (tests move it)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=30)
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(_SCHEMA)
-        finally:
-            conn.close()
+        self.clock = clock
+        database.ensure(_POSTGRES_SCHEMA if database.dialect == "postgresql" else _SQLITE_SCHEMA)
+        # The time of a statement: a parameter on SQLite (this machine's clock), the server's on PostgreSQL
+        # unless a test clock gives one.
+        self._now = (
+            "COALESCE(CAST(:now AS DOUBLE PRECISION), EXTRACT(EPOCH FROM statement_timestamp()))"
+            if database.dialect == "postgresql"
+            else ":now"
+        )
 
     @classmethod
-    def in_data_dir(cls, data_dir: str | Path) -> DocumentLeases:
-        return cls(Path(data_dir) / "leases.sqlite3")
+    def of(cls, settings: SinkSettings, **options: Any) -> DocumentLeases:
+        return cls(open_database(settings, settings.data_dir / "leases.sqlite3"), **options)
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken at once (`BEGIN IMMEDIATE`): a read that later upgrades to a write
-        could fail with "database is locked" where waiting for the writer first never does."""
-        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        try:
-            # WAL + NORMAL cannot corrupt; a power loss may undo the last commits, and it ends every
-            # holder anyway.
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
+    def _time(self) -> float | None:
+        """The `:now` parameter: the test clock, else this machine's clock on SQLite, else None (the
+        database's clock, see `_now`)."""
+        if self.clock is not None:
+            return self.clock()
+        return time.time() if self.db.dialect == "sqlite" else None
 
     # --- writes --------------------------------------------------------------------------------------
 
@@ -213,9 +242,9 @@ class DocumentLeases:
 
         `label` says who the holder is in other runs' logs ("flow run 'x' (pid 12)")."""
         wanted = list(dict.fromkeys(document_ids))
-        now = self.clock()
-        with self._transaction() as conn:
-            self._register(conn, holder, label, now + ttl)
+        now = self._time()
+        with self.db.write(lock=_LOCK) as conn:
+            self._register(conn, holder, label, now, ttl)
             got = self._take(conn, holder, generation, wanted, now)
             refused = [d for d in wanted if d not in got]
             if refused and self._bury_dead(conn, generation, refused, now):
@@ -229,35 +258,42 @@ class DocumentLeases:
         of `document_ids` it still holds. One missing means the holder was silent past its ttl and another
         run took the document over."""
         wanted = list(dict.fromkeys(document_ids))
-        with self._transaction() as conn:
-            conn.execute("UPDATE holders SET expires_at = ? WHERE holder = ?", (self.clock() + ttl, holder))
+        with self.db.write(lock=_LOCK) as conn:
+            conn.execute(
+                text(f"UPDATE holders SET expires_at = {self._now} + :ttl WHERE holder = :holder"),
+                {"now": self._time(), "ttl": ttl, "holder": holder},
+            )
             return self._held(conn, holder, generation, wanted)
 
     def release(self, holder: str, generation: str, document_ids: Iterable[str]) -> None:
         """Give up `holder`'s leases of `document_ids` (another holder's are left alone)."""
-        ids = list(dict.fromkeys(document_ids))
+        ids = [self.db.pack(d) for d in dict.fromkeys(document_ids)]
         if not ids:
             return
-        with self._transaction() as conn:
-            for part in _parts(ids):
-                marks = ",".join("?" * len(part))
-                conn.execute(
-                    f"DELETE FROM leases WHERE holder = ? AND generation = ? AND document_id IN ({marks})",
-                    [holder, generation, *part],
-                )
+        statement = self.db.statement(
+            "DELETE FROM leases WHERE holder = :holder AND generation = :g AND "
+            + self.db.any_of("document_id", "ids"),
+            "ids",
+        )
+        with self.db.write(lock=_LOCK) as conn:
+            for part in self.db.parts(ids):
+                conn.execute(statement, {"holder": holder, "g": generation, "ids": list(part)})
 
     def release_all(self, holder: str) -> None:
         """End `holder`: its leases in every generation and its row go. Also sweeps what expired holders
         left behind (their leases are free already; this only keeps the table small)."""
-        now = self.clock()
-        with self._transaction() as conn:
-            conn.execute("DELETE FROM leases WHERE holder = ?", (holder,))
-            conn.execute("DELETE FROM holders WHERE holder = ?", (holder,))
+        params = {"holder": holder, "now": self._time()}
+        with self.db.write(lock=_LOCK) as conn:
+            conn.execute(text("DELETE FROM leases WHERE holder = :holder"), params)
+            conn.execute(text("DELETE FROM holders WHERE holder = :holder"), params)
             conn.execute(
-                "DELETE FROM leases WHERE holder IN (SELECT holder FROM holders WHERE expires_at <= ?)",
-                (now,),
+                text(
+                    "DELETE FROM leases WHERE holder IN "
+                    f"(SELECT holder FROM holders WHERE expires_at <= {self._now})"
+                ),
+                params,
             )
-            conn.execute("DELETE FROM holders WHERE expires_at <= ?", (now,))
+            conn.execute(text(f"DELETE FROM holders WHERE expires_at <= {self._now}"), params)
 
     # --- reads ---------------------------------------------------------------------------------------
 
@@ -266,94 +302,100 @@ class DocumentLeases:
 
         Read only: what a waiting run polls. A lease whose holder expired or whose process is gone is not
         listed (the next `acquire` takes it over)."""
-        ids = list(dict.fromkeys(document_ids))
-        now = self.clock()
+        ids = [self.db.pack(d) for d in dict.fromkeys(document_ids)]
+        statement = self.db.statement(
+            "SELECT l.document_id, h.holder, h.label, h.machine, h.pid, h.pid_started "
+            "FROM leases l JOIN holders h ON h.holder = l.holder "
+            f"WHERE l.generation = :g AND {self.db.any_of('l.document_id', 'ids')} AND h.holder != :holder "
+            f"AND h.expires_at > {self._now}",
+            "ids",
+        )
         found: dict[str, str] = {}
-        conn = sqlite3.connect(self.path, timeout=30)
-        try:
-            for part in _parts(ids):
-                marks = ",".join("?" * len(part))
-                rows = conn.execute(
-                    "SELECT l.document_id, h.holder, h.label, h.machine, h.pid, h.pid_started "
-                    "FROM leases l JOIN holders h ON h.holder = l.holder "
-                    f"WHERE l.generation = ? AND l.document_id IN ({marks}) AND h.holder != ? "
-                    "AND h.expires_at > ?",
-                    [generation, *part, holder, now],
-                ).fetchall()
-                alive: dict[str, bool] = {}
-                for document_id, other, label, machine, pid, started in rows:
+        alive: dict[str, bool] = {}
+        with self.db.read() as conn:
+            for part in self.db.parts(ids):
+                params = {"g": generation, "ids": list(part), "holder": holder, "now": self._time()}
+                for document_id, other, label, machine, pid, started in conn.execute(statement, params):
                     if other not in alive:
                         alive[other] = not ProcessIdentity(machine, pid, started).is_gone()
                     if alive[other]:
-                        found[document_id] = label or other
-        finally:
-            conn.close()
+                        found[str(self.db.unpack(document_id))] = self.db.unpack(label) or other
         return found
 
     def held(self, holder: str, generation: str) -> set[str]:
         """Every document of `generation` that `holder` holds (expired or not)."""
-        conn = sqlite3.connect(self.path, timeout=30)
-        try:
+        with self.db.read() as conn:
             rows = conn.execute(
-                "SELECT document_id FROM leases WHERE holder = ? AND generation = ?", (holder, generation)
+                text("SELECT document_id FROM leases WHERE holder = :holder AND generation = :g"),
+                {"holder": holder, "g": generation},
             )
-            return {row[0] for row in rows}
-        finally:
-            conn.close()
+            return {str(self.db.unpack(row[0])) for row in rows}
 
     # --- inside a transaction ------------------------------------------------------------------------
 
-    def _register(self, conn: sqlite3.Connection, holder: str, label: str, expires_at: float) -> None:
+    def _register(self, conn: Connection, holder: str, label: str, now: float | None, ttl: float) -> None:
         process = self.process
         conn.execute(
-            "INSERT INTO holders (holder, label, machine, pid, pid_started, expires_at) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (holder) DO UPDATE SET expires_at = excluded.expires_at, "
-            "label = excluded.label",
-            (holder, label, process.machine, process.pid, process.started, expires_at),
+            text(
+                "INSERT INTO holders (holder, label, machine, pid, pid_started, expires_at) "
+                f"VALUES (:holder, :label, :machine, :pid, :started, {self._now} + :ttl) ON CONFLICT (holder) "
+                "DO UPDATE SET expires_at = excluded.expires_at, label = excluded.label"
+            ),
+            {
+                "holder": holder,
+                "label": self.db.pack(label),
+                "machine": process.machine,
+                "pid": process.pid,
+                "started": process.started,
+                "now": now,
+                "ttl": ttl,
+            },
         )
 
-    @staticmethod
-    def _take(conn: sqlite3.Connection, holder: str, generation: str, ids: list[str], now: float) -> set[str]:
+    def _take(
+        self, conn: Connection, holder: str, generation: str, ids: list[str], now: float | None
+    ) -> set[str]:
         got: set[str] = set()
-        for part in _parts(ids):
-            values = ",".join("(?, ?, ?)" for _ in part)
-            params: list[object] = [v for d in part for v in (generation, d, holder)]
-            got.update(row[0] for row in conn.execute(_TAKE.format(values=values), [*params, now]))
+        for part in self.db.parts(ids):
+            params: dict[str, Any] = {"g": generation, "holder": holder, "now": now}
+            if self.db.dialect == "postgresql":
+                rows = "SELECT :g, d, :holder FROM unnest(CAST(:ids AS bytea[])) AS d"
+                params["ids"] = [self.db.pack(d) for d in part]
+            else:
+                rows = "VALUES " + ", ".join(f"(:g, :d{i}, :holder)" for i in range(len(part)))
+                params.update({f"d{i}": d for i, d in enumerate(part)})
+            statement = text(_TAKE.format(rows=rows, now=self._now))
+            got.update(str(self.db.unpack(row[0])) for row in conn.execute(statement, params))
         return got
 
-    @staticmethod
-    def _held(conn: sqlite3.Connection, holder: str, generation: str, ids: list[str]) -> set[str]:
+    def _held(self, conn: Connection, holder: str, generation: str, ids: list[str]) -> set[str]:
+        statement = self.db.statement(
+            "SELECT document_id FROM leases WHERE holder = :holder AND generation = :g AND "
+            + self.db.any_of("document_id", "ids"),
+            "ids",
+        )
         held: set[str] = set()
-        for part in _parts(ids):
-            marks = ",".join("?" * len(part))
-            rows = conn.execute(
-                f"SELECT document_id FROM leases WHERE holder = ? AND generation = ? AND document_id IN ({marks})",
-                [holder, generation, *part],
-            )
-            held.update(row[0] for row in rows)
+        for part in self.db.parts([self.db.pack(d) for d in ids]):
+            rows = conn.execute(statement, {"holder": holder, "g": generation, "ids": list(part)})
+            held.update(str(self.db.unpack(row[0])) for row in rows)
         return held
 
-    @staticmethod
-    def _bury_dead(conn: sqlite3.Connection, generation: str, ids: list[str], now: float) -> bool:
+    def _bury_dead(self, conn: Connection, generation: str, ids: list[str], now: float | None) -> bool:
         """Remove the holders of `ids` whose process is gone (with all their leases); True if any was."""
+        statement = self.db.statement(
+            "SELECT DISTINCT h.holder, h.machine, h.pid, h.pid_started "
+            "FROM leases l JOIN holders h ON h.holder = l.holder "
+            f"WHERE l.generation = :g AND {self.db.any_of('l.document_id', 'ids')} AND h.expires_at > {self._now}",
+            "ids",
+        )
         holders: dict[str, ProcessIdentity] = {}
-        for part in _parts(ids):
-            marks = ",".join("?" * len(part))
-            rows = conn.execute(
-                "SELECT DISTINCT h.holder, h.machine, h.pid, h.pid_started "
-                "FROM leases l JOIN holders h ON h.holder = l.holder "
-                f"WHERE l.generation = ? AND l.document_id IN ({marks}) AND h.expires_at > ?",
-                [generation, *part, now],
-            )
-            for holder, machine, pid, started in rows:
+        for part in self.db.parts([self.db.pack(d) for d in ids]):
+            for holder, machine, pid, started in conn.execute(
+                statement, {"g": generation, "ids": list(part), "now": now}
+            ):
                 holders[holder] = ProcessIdentity(machine, pid, started)
-        dead = [holder for holder, process in holders.items() if process.is_gone()]
-        for holder in dead:
-            conn.execute("DELETE FROM leases WHERE holder = ?", (holder,))
-            conn.execute("DELETE FROM holders WHERE holder = ?", (holder,))
+        dead = [{"holder": holder} for holder, process in holders.items() if process.is_gone()]
+        if dead:
+            conn.execute(text("DELETE FROM leases WHERE holder = :holder"), dead)
+            conn.execute(text("DELETE FROM holders WHERE holder = :holder"), dead)
         return bool(dead)
-
-
-def _parts(ids: list[str]) -> Iterator[list[str]]:
-    for start in range(0, len(ids), _CHUNK):
-        yield ids[start : start + _CHUNK]

@@ -26,6 +26,7 @@ from index.run import RunConfig
 from index.status import DocumentStatus, State, StatusStore
 from sinks.base import SINK_NAMES, AliasedCollection, Sink
 from sinks.config import SinkSettings
+from sinks.database import open_database
 from sinks.factory import open_sinks
 from sinks.pool import release_sinks
 
@@ -34,7 +35,7 @@ DEFAULT_RETENTION_HOURS = 168.0
 
 
 def registry_of(settings: SinkSettings) -> GenerationRegistry:
-    return GenerationRegistry.in_data_dir(settings.data_dir)
+    return GenerationRegistry.of(settings)
 
 
 def live_generation(settings: SinkSettings) -> Generation | None:
@@ -193,7 +194,8 @@ def ensure_live_alias(run: RunConfig, sinks: Mapping[str, Sink]) -> None:
 
 
 def drop_generation(settings: SinkSettings, generation_id: str) -> None:
-    """Delete a generation's collection, BM25 index, graph and status table, then forget it."""
+    """Delete a generation's collection, BM25 index, graph and status table (its directory, or its schema
+    in server mode), then forget it."""
     registry = registry_of(settings)
     found = registry.get(generation_id)
     if found is None:
@@ -211,6 +213,9 @@ def drop_generation(settings: SinkSettings, generation_id: str) -> None:
             sink.close()
     if pinned.generation_dir is not None:
         shutil.rmtree(pinned.generation_dir, ignore_errors=True)
+    # Server mode: the generation's schema, and every table in it, goes (a no-op on SQLite: its files went
+    # with the directory). Read-only, so nothing is created on SQLite to open it.
+    open_database(pinned, pinned.status_path, generation=generation_id, readonly=True).drop_schema()
     registry.forget(generation_id)
     _forget_cached_chunks(settings, found)
 
@@ -223,7 +228,7 @@ def _forget_cached_chunks(settings: SinkSettings, dropped: Generation) -> None:
         return
     if any(g.description.get("chunk_fingerprint") == fingerprint for g in registry_of(settings).all()):
         return
-    ChunkCache.in_data_dir(settings.data_dir).delete_fingerprint(str(fingerprint))
+    ChunkCache.of(settings).delete_fingerprint(str(fingerprint))
 
 
 def expired_generations(settings: SinkSettings) -> list[str]:

@@ -3,8 +3,9 @@
 Chunk IDs and vectors depend on the chunking settings, the embedder and the extractor; change any of them
 and every stored chunk is stale although no document changed. So each such fingerprint gets its own
 generation of stores (a Qdrant collection `<collection>__<id>`, a BM25 index and status table under
-`generations/<id>/`, a graph `<graph>__<id>`), built beside the live one. This registry, one SQLite file
-under the data dir, says which generation is live; switching is one transaction, so a reader that resolves
+`generations/<id>/` or the generation's PostgreSQL schema, a graph `<graph>__<id>`), built beside the live
+one. This registry (one SQLite file under the data dir, or a table of the server-mode database) says which
+generation is live; switching is one transaction, so a reader that resolves
 the registry once gets all three stores from the same generation. The Qdrant alias (`<collection>` ->
 live collection) is kept in step for readers outside unichunk.
 
@@ -15,20 +16,22 @@ this table for the live generation.
 from __future__ import annotations
 
 import json
-import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, Literal
 
+from sqlalchemy import Connection, text
+
 from chunking.errors import UnichunkError
+from sinks.config import SinkSettings
+from sinks.database import Database, open_database
 
 # building -> (failed | ready) -> live -> retired -> dropped (row deleted); failed and ready can be resumed.
 GenerationState = Literal["building", "failed", "ready", "live", "retired"]
 
-_SCHEMA = """
+# The embedded table, exactly as data dirs made before server mode have it.
+_SQLITE_SCHEMA = [
+    """
 CREATE TABLE IF NOT EXISTS generations (
     generation_id TEXT PRIMARY KEY,
     fingerprint TEXT NOT NULL,
@@ -40,8 +43,26 @@ CREATE TABLE IF NOT EXISTS generations (
     drop_after TEXT,
     listed INTEGER,
     last_error TEXT
-);
-"""
+)"""
+]
+# The same on PostgreSQL, where the database itself also refuses a second live generation. `description`
+# is JSON with every non-ASCII character escaped (`json.dumps`), so TEXT holds it; an error is BYTEA.
+_POSTGRES_SCHEMA = [
+    """
+CREATE TABLE IF NOT EXISTS generations (
+    generation_id TEXT PRIMARY KEY,
+    fingerprint TEXT NOT NULL,
+    state TEXT NOT NULL,
+    description TEXT NOT NULL DEFAULT '{}',
+    created_at TEXT NOT NULL,
+    live_since TEXT,
+    retired_at TEXT,
+    drop_after TEXT,
+    listed BIGINT,
+    last_error BYTEA
+)""",
+    "CREATE UNIQUE INDEX IF NOT EXISTS generations_one_live ON generations (state) WHERE state = 'live'",
+]
 _COLUMNS = (
     "generation_id",
     "fingerprint",
@@ -54,6 +75,9 @@ _COLUMNS = (
     "listed",
     "last_error",
 )
+# Every registry write takes this lock on PostgreSQL (SQLite's BEGIN IMMEDIATE does the same): a bootstrap
+# and a switch read the table, then write it, and two of them at once must not both decide.
+_LOCK = "generations"
 
 
 def _now() -> datetime:
@@ -89,55 +113,51 @@ class GenerationMismatch(GenerationError):
 
 
 class GenerationRegistry:
-    """`<data_dir>/generations.sqlite3`. Reads of a registry that does not exist yet create nothing."""
+    """The data dir's registry: `<data_dir>/generations.sqlite3`, or the table `generations` of the
+    `unichunk` schema in server mode. Reads of a registry that does not exist yet create nothing.
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+    Every write is one transaction holding the registry's lock (`_LOCK`), so concurrent bootstraps agree
+    on one live generation and a switch is atomic: a reader sees the old live generation or the new one,
+    never none or two (on PostgreSQL a unique index on the live state enforces it besides)."""
+
+    def __init__(self, settings: SinkSettings) -> None:
+        self.settings = settings
+        self._path = settings.data_dir / "generations.sqlite3"
+        self._reader = open_database(settings, self._path, readonly=True)
 
     @classmethod
-    def in_data_dir(cls, data_dir: str | Path) -> GenerationRegistry:
-        return cls(Path(data_dir) / "generations.sqlite3")
+    def of(cls, settings: SinkSettings) -> GenerationRegistry:
+        return cls(settings)
 
-    @contextmanager
-    def _connect(self, *, write: bool) -> Iterator[sqlite3.Connection]:
-        if write:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+    def create(self) -> Database:
+        """The registry's database with its table created (the only place that may create the file or the
+        table: reads never do)."""
+        writer = open_database(self.settings, self._path)
+        writer.ensure(_POSTGRES_SCHEMA if writer.dialect == "postgresql" else _SQLITE_SCHEMA)
+        return writer
+
+    def _write(self) -> Any:
+        """A locked write transaction on the registry, its table created first."""
+        return self.create().write(lock=_LOCK)
+
+    def _select(self, where: str = "", params: dict[str, Any] | None = None) -> list[Generation]:
+        statement = text(
+            f"SELECT {', '.join(_COLUMNS)} FROM generations {where} ORDER BY created_at, generation_id"
+        )
         try:
-            if write:
-                conn.executescript(_SCHEMA)
-                conn.execute("BEGIN IMMEDIATE")  # one writer decides; concurrent bootstraps agree
-            try:
-                yield conn
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            if conn.in_transaction:
-                conn.execute("COMMIT")
-        finally:
-            conn.close()
-
-    def _select(self, where: str = "", params: tuple[Any, ...] = ()) -> list[Generation]:
-        if not self.path.exists():
-            return []
-        with self._connect(write=False) as conn:
-            try:
-                rows = conn.execute(
-                    f"SELECT {', '.join(_COLUMNS)} FROM generations {where} ORDER BY created_at, generation_id",
-                    params,
-                ).fetchall()
-            except sqlite3.OperationalError as exc:  # created but never written
-                if "no such table" in str(exc):
-                    return []
-                raise
+            with self._reader.read() as conn:
+                rows = conn.execute(statement, params or {}).all()
+        except Exception as exc:
+            if self._reader.missing(exc):  # no registry yet: nothing was ever ingested
+                return []
+            raise
         return [_generation(row) for row in rows]
 
     def all(self) -> list[Generation]:
         return self._select()
 
     def get(self, generation_id: str) -> Generation | None:
-        found = self._select("WHERE generation_id = ?", (generation_id,))
+        found = self._select("WHERE generation_id = :g", {"g": generation_id})
         return found[0] if found else None
 
     def live(self) -> Generation | None:
@@ -149,14 +169,17 @@ class GenerationRegistry:
 
     def bootstrap(self, generation_id: str, fingerprint: str, description: dict[str, Any]) -> Generation:
         """The live generation, making `generation_id` live first if there is none (a first ingest)."""
-        with self._connect(write=True) as conn:
-            if conn.execute("SELECT 1 FROM generations WHERE state = 'live'").fetchone() is None:
+        with self._write() as conn:
+            if conn.execute(text("SELECT 1 FROM generations WHERE state = 'live'")).first() is None:
                 now = _stamp(_now())
                 conn.execute(
-                    "INSERT INTO generations (generation_id, fingerprint, state, description, created_at, "
-                    "live_since) VALUES (?, ?, 'live', ?, ?, ?) ON CONFLICT (generation_id) DO UPDATE SET "
-                    "state = 'live', live_since = excluded.live_since, retired_at = NULL, drop_after = NULL",
-                    (generation_id, fingerprint, json.dumps(description), now, now),
+                    text(
+                        "INSERT INTO generations (generation_id, fingerprint, state, description, created_at, "
+                        "live_since) VALUES (:g, :f, 'live', :d, :now, :now) ON CONFLICT (generation_id) DO "
+                        "UPDATE SET state = 'live', live_since = excluded.live_since, retired_at = NULL, "
+                        "drop_after = NULL"
+                    ),
+                    {"g": generation_id, "f": fingerprint, "d": json.dumps(description), "now": now},
                 )
         live = self.live()
         assert live is not None
@@ -166,18 +189,23 @@ class GenerationRegistry:
         self, generation_id: str, fingerprint: str, description: dict[str, Any], listed: int
     ) -> Generation:
         """Register (or resume) a generation being built; its stores may already hold a partial build."""
-        with self._connect(write=True) as conn:
-            row = conn.execute(
-                "SELECT state FROM generations WHERE generation_id = ?", (generation_id,)
-            ).fetchone()
-            if row is not None and row[0] == "live":
+        with self._write() as conn:
+            if _state(conn, generation_id) == "live":
                 raise GenerationError(f"generation {generation_id} is already live")
             conn.execute(
-                "INSERT INTO generations (generation_id, fingerprint, state, description, created_at, listed) "
-                "VALUES (?, ?, 'building', ?, ?, ?) ON CONFLICT (generation_id) DO UPDATE SET "
-                "state = 'building', listed = excluded.listed, last_error = NULL, retired_at = NULL, "
-                "drop_after = NULL",
-                (generation_id, fingerprint, json.dumps(description), _stamp(_now()), listed),
+                text(
+                    "INSERT INTO generations (generation_id, fingerprint, state, description, created_at, listed) "
+                    "VALUES (:g, :f, 'building', :d, :now, :listed) ON CONFLICT (generation_id) DO UPDATE SET "
+                    "state = 'building', listed = excluded.listed, last_error = NULL, retired_at = NULL, "
+                    "drop_after = NULL"
+                ),
+                {
+                    "g": generation_id,
+                    "f": fingerprint,
+                    "d": json.dumps(description),
+                    "now": _stamp(_now()),
+                    "listed": listed,
+                },
             )
         found = self.get(generation_id)
         assert found is not None
@@ -185,62 +213,77 @@ class GenerationRegistry:
 
     def mark_failed(self, generation_id: str, error: str) -> None:
         """A build that must not go live as it is; its stores stay, so a re-run resumes."""
-        with self._connect(write=True) as conn:
+        with self._write() as conn:
             conn.execute(
-                "UPDATE generations SET state = 'failed', last_error = ? "
-                "WHERE generation_id = ? AND state = 'building'",
-                (error, generation_id),
+                text(
+                    "UPDATE generations SET state = 'failed', last_error = :error "
+                    "WHERE generation_id = :g AND state = 'building'"
+                ),
+                {"error": self._reader.pack(error), "g": generation_id},
             )
 
     def mark_ready(self, generation_id: str) -> None:
         """Built and verified but not switched to (a rebuild run with switch off)."""
-        with self._connect(write=True) as conn:
+        with self._write() as conn:
             conn.execute(
-                "UPDATE generations SET state = 'ready' WHERE generation_id = ? AND state = 'building'",
-                (generation_id,),
+                text(
+                    "UPDATE generations SET state = 'ready' WHERE generation_id = :g AND state = 'building'"
+                ),
+                {"g": generation_id},
             )
 
     def switch_live(self, generation_id: str, retention: timedelta) -> Generation | None:
         """Make `generation_id` live in one transaction; the previous live one is retired, kept for
         `retention`, and returned."""
         now = _now()
-        with self._connect(write=True) as conn:
-            row = conn.execute(
-                "SELECT state FROM generations WHERE generation_id = ?", (generation_id,)
-            ).fetchone()
-            if row is None:
+        with self._write() as conn:
+            state = _state(conn, generation_id)
+            if state is None:
                 raise GenerationError(f"no generation {generation_id}")
-            if row[0] == "live":
+            if state == "live":
                 return None
             live_row = conn.execute(
-                f"SELECT {', '.join(_COLUMNS)} FROM generations WHERE state = 'live'"
-            ).fetchone()
+                text(f"SELECT {', '.join(_COLUMNS)} FROM generations WHERE state = 'live'")
+            ).first()
             previous = None if live_row is None else _generation(live_row)
             conn.execute(
-                "UPDATE generations SET state = 'retired', retired_at = ?, drop_after = ? WHERE state = 'live'",
-                (_stamp(now), _stamp(now + retention)),
+                text(
+                    "UPDATE generations SET state = 'retired', retired_at = :now, drop_after = :drop "
+                    "WHERE state = 'live'"
+                ),
+                {"now": _stamp(now), "drop": _stamp(now + retention)},
             )
             conn.execute(
-                "UPDATE generations SET state = 'live', live_since = ?, retired_at = NULL, drop_after = NULL, "
-                "last_error = NULL WHERE generation_id = ?",
-                (_stamp(now), generation_id),
+                text(
+                    "UPDATE generations SET state = 'live', live_since = :now, retired_at = NULL, "
+                    "drop_after = NULL, last_error = NULL WHERE generation_id = :g"
+                ),
+                {"now": _stamp(now), "g": generation_id},
             )
         return previous
 
     def expired(self, now: datetime | None = None) -> list[Generation]:
         """Retired generations whose retention has run out."""
         moment = _stamp(now or _now())
-        return self._select("WHERE state = 'retired' AND drop_after <= ?", (moment,))
+        return self._select("WHERE state = 'retired' AND drop_after <= :moment", {"moment": moment})
 
     def forget(self, generation_id: str) -> None:
         """Remove a dropped generation's row (never the live one)."""
-        with self._connect(write=True) as conn:
+        with self._write() as conn:
             conn.execute(
-                "DELETE FROM generations WHERE generation_id = ? AND state != 'live'", (generation_id,)
+                text("DELETE FROM generations WHERE generation_id = :g AND state != 'live'"),
+                {"g": generation_id},
             )
 
 
-def _generation(row: tuple[Any, ...]) -> Generation:
+def _state(conn: Connection, generation_id: str) -> str | None:
+    return conn.execute(
+        text("SELECT state FROM generations WHERE generation_id = :g"), {"g": generation_id}
+    ).scalar()
+
+
+def _generation(row: Any) -> Generation:
     values = dict(zip(_COLUMNS, row, strict=True))
     values["description"] = json.loads(values["description"] or "{}")
+    values["last_error"] = Database.unpack(values["last_error"])
     return Generation(**values)

@@ -110,7 +110,7 @@ class RunConfig:
         return StatusStore.of(self.settings, readonly=readonly)
 
     def chunk_cache(self) -> ChunkCache:
-        return ChunkCache.in_data_dir(self.settings.data_dir)
+        return ChunkCache.of(self.settings)
 
     def open_sinks(self) -> dict[str, Sink]:
         """The run's sinks from the process-wide pool (opened on first use)."""

@@ -76,7 +76,7 @@ def record_outcome(
     """Record the batch's outcome in one transaction: processed rows get their chunk IDs, failed rows their
     error; then drop the older cached versions of the processed documents.
 
-    Called by the flow as a plain function, not a task: a few SQLite writes per batch, where a Prefect task
+    Called by the flow as a plain function, not a task: a few record writes per batch, where a Prefect task
     run would cost more in orchestration than the work (timed as `mark_status` in the task metrics)."""
     with metrics.timed("mark_status"):
         status, cache = run.status_store(), run.chunk_cache()
@@ -142,10 +142,15 @@ def delete_documents(run: RunConfig, document_ids: Sequence[str]) -> dict[str, i
     with metrics.timed("delete_documents"):
         sinks = run.open_sinks()
         status, cache = run.status_store(), run.chunk_cache()
-        for document_id in document_ids:
-            for name, sink in sinks.items():
-                removed[name] += sink.delete(document_id)
-            cache.delete_document(document_id)
-            status.delete(document_id)
-            metrics.DOCUMENTS.labels(outcome="deleted").inc()
+        gone: list[str] = []
+        try:
+            for document_id in document_ids:
+                for name, sink in sinks.items():
+                    removed[name] += sink.delete(document_id)
+                gone.append(document_id)
+                metrics.DOCUMENTS.labels(outcome="deleted").inc()
+        finally:  # the records of every document the sinks let go, in one transaction each, even if one
+            # sink failed on a later document (whose records stay: the next run deletes it again)
+            cache.delete_documents(gone)
+            status.delete_many(gone)
     return dict(removed)

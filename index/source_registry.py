@@ -3,21 +3,27 @@
 Each successful listing of a directory or path source records how to list it again (its kind, root,
 patterns or paths). The nightly `reindex` with no source then keeps every source in step, and nothing
 else: a service started without `UNICHUNK_SOURCE_ROOT` no longer scans a folder nobody asked for. One
-SQLite file under the data dir, beside the generation registry (sources do not depend on the generation).
+SQLite file under the data dir, beside the generation registry (sources do not depend on the generation),
+or the table `sources` of the `unichunk` schema in server mode (`sinks.database`). Recording is one
+atomic upsert; the name and root are BYTEA on PostgreSQL, patterns and paths JSON with every non-ASCII
+character escaped, so any text round-trips.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Literal
 
-_SCHEMA = """
+from sqlalchemy import text
+
+from sinks.config import SinkSettings
+from sinks.database import Database, open_database
+
+# The embedded table, exactly as data dirs made before server mode have it.
+_SQLITE_SCHEMA = [
+    """
 CREATE TABLE IF NOT EXISTS sources (
     name TEXT PRIMARY KEY,
     kind TEXT NOT NULL,
@@ -27,8 +33,21 @@ CREATE TABLE IF NOT EXISTS sources (
     follow_symlinks INTEGER NOT NULL DEFAULT 0,
     first_seen TEXT NOT NULL,
     last_listed TEXT NOT NULL
-);
-"""
+)"""
+]
+_POSTGRES_SCHEMA = [
+    """
+CREATE TABLE IF NOT EXISTS sources (
+    name BYTEA PRIMARY KEY,
+    kind TEXT NOT NULL,
+    root BYTEA,
+    patterns TEXT NOT NULL DEFAULT '[]',
+    paths TEXT NOT NULL DEFAULT '[]',
+    follow_symlinks INTEGER NOT NULL DEFAULT 0,
+    first_seen TEXT NOT NULL,
+    last_listed TEXT NOT NULL
+)"""
+]
 
 
 @dataclass(frozen=True)
@@ -46,60 +65,65 @@ class SourceRecord:
 
 
 class SourceRegistry:
-    """`<data_dir>/sources.sqlite3`. Reading a registry that does not exist yet creates nothing."""
+    """The sources of a data dir (see the module docstring for where). Reading a registry that does not
+    exist yet creates nothing."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+    def __init__(self, settings: SinkSettings) -> None:
+        self.settings = settings
+        self._path = settings.data_dir / "sources.sqlite3"
+        self._reader = open_database(settings, self._path, readonly=True)
 
     @classmethod
-    def in_data_dir(cls, data_dir: str | Path) -> SourceRegistry:
-        return cls(Path(data_dir) / "sources.sqlite3")
+    def of(cls, settings: SinkSettings) -> SourceRegistry:
+        return cls(settings)
 
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=30)
-        try:
-            conn.executescript(_SCHEMA)
-            with conn:
-                yield conn
-        finally:
-            conn.close()
+    def create(self) -> Database:
+        """The registry's database with its table created (reads never create it)."""
+        writer = open_database(self.settings, self._path)
+        writer.ensure(_POSTGRES_SCHEMA if writer.dialect == "postgresql" else _SQLITE_SCHEMA)
+        return writer
 
     def record(self, source: SourceRecord) -> None:
         """Remember (or refresh) how to list `source`; the latest listing's settings win."""
+        writer = self.create()
         now = datetime.now(UTC).isoformat(timespec="seconds")
-        with self._connect() as conn:
+        with writer.write() as conn:
             conn.execute(
-                "INSERT INTO sources (name, kind, root, patterns, paths, follow_symlinks, first_seen, last_listed) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, "
-                "root = excluded.root, patterns = excluded.patterns, paths = excluded.paths, "
-                "follow_symlinks = excluded.follow_symlinks, last_listed = excluded.last_listed",
-                (
-                    source.name,
-                    source.kind,
-                    source.root,
-                    json.dumps(list(source.patterns)),
-                    json.dumps(list(source.paths)),
-                    int(source.follow_symlinks),
-                    now,
-                    now,
+                text(
+                    "INSERT INTO sources (name, kind, root, patterns, paths, follow_symlinks, first_seen, "
+                    "last_listed) VALUES (:name, :kind, :root, :patterns, :paths, :follow, :now, :now) "
+                    "ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, root = excluded.root, "
+                    "patterns = excluded.patterns, paths = excluded.paths, "
+                    "follow_symlinks = excluded.follow_symlinks, last_listed = excluded.last_listed"
                 ),
+                {
+                    "name": writer.pack(source.name),
+                    "kind": source.kind,
+                    "root": writer.pack(source.root),
+                    "patterns": json.dumps(list(source.patterns)),
+                    "paths": json.dumps(list(source.paths)),
+                    "follow": int(source.follow_symlinks),
+                    "now": now,
+                },
             )
 
     def all(self) -> list[SourceRecord]:
-        if not self.path.exists():
-            return []
-        with self._connect() as conn:
-            rows = conn.execute(
-                "SELECT name, kind, root, patterns, paths, follow_symlinks, first_seen, last_listed "
-                "FROM sources ORDER BY name"
-            ).fetchall()
+        statement = text(
+            "SELECT name, kind, root, patterns, paths, follow_symlinks, first_seen, last_listed "
+            "FROM sources ORDER BY name"
+        )
+        try:
+            with self._reader.read() as conn:
+                rows = conn.execute(statement).all()
+        except Exception as exc:
+            if self._reader.missing(exc):
+                return []
+            raise
         return [
             SourceRecord(
-                name,
+                str(Database.unpack(name)),
                 kind,
-                root,
+                Database.unpack(root),
                 tuple(json.loads(patterns)),
                 tuple(json.loads(paths)),
                 bool(follow),

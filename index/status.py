@@ -1,28 +1,36 @@
 """Durable per-document status, so re-runs skip what is done and reindex knows which chunks should exist.
 
-One SQLite file under the data dir, in WAL mode with one short transaction per call, so concurrent flow
-runs (a cron reindex and a webhook ingest) never block each other for long. `chunk_ids` is the set of IDs
-the sinks should hold for the document (those of its last successful write): `verify_alignment` compares
-the stores against their union.
+One table per index generation (`sinks.database`): embedded, `status.sqlite3` in the generation's directory,
+in WAL mode with one short transaction per call, so concurrent flow runs (a cron reindex and a webhook
+ingest) never block each other for long; in server mode, the table `documents` of the generation's
+PostgreSQL schema, which every worker shares. `chunk_ids` is the set of IDs the sinks should hold for the
+document (those of its last successful write): `verify_alignment` compares the stores against their union.
+
+Writes are single statements (`INSERT ... ON CONFLICT DO UPDATE` of the given columns), a batch's rows in
+one transaction; no read-modify-write, so concurrent runs need no lock here (two runs never write one
+document at once: `index.document_leases`). On PostgreSQL the user's text (document IDs, source names and
+IDs, paths, errors) is BYTEA, so a NUL or a lone surrogate round-trips (`Database.pack`).
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
+
+from sqlalchemy import Connection, text
 
 from sinks.config import SinkSettings
+from sinks.database import Database, open_database
 
 State = Literal["pending", "processing", "processed", "failed"]
 STATES: tuple[State, ...] = ("pending", "processing", "processed", "failed")
 
-_SCHEMA = """
+# The embedded table, exactly as data dirs made before server mode have it.
+_SQLITE_SCHEMA = [
+    """
 CREATE TABLE IF NOT EXISTS documents (
     document_id TEXT PRIMARY KEY,
     source_system TEXT,
@@ -41,10 +49,34 @@ CREATE TABLE IF NOT EXISTS documents (
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL,
     last_success_at TEXT
-);
-CREATE INDEX IF NOT EXISTS documents_source ON documents (source_system, source_id);
-CREATE INDEX IF NOT EXISTS documents_state ON documents (state);
-"""
+)""",
+    "CREATE INDEX IF NOT EXISTS documents_source ON documents (source_system, source_id)",
+    "CREATE INDEX IF NOT EXISTS documents_state ON documents (state)",
+]
+# The same on PostgreSQL: user text as BYTEA (see the module docstring), sizes and mtimes 64-bit.
+_POSTGRES_SCHEMA = [
+    """
+CREATE TABLE IF NOT EXISTS documents (
+    document_id BYTEA PRIMARY KEY,
+    source_system BYTEA,
+    source_id BYTEA,
+    path BYTEA,
+    state TEXT NOT NULL,
+    error BYTEA,
+    chunk_count INTEGER NOT NULL DEFAULT 0,
+    chunk_ids TEXT NOT NULL DEFAULT '[]',
+    content_hash TEXT,
+    fingerprint TEXT,
+    chunk_fingerprint TEXT,
+    strategy TEXT,
+    size BIGINT,
+    mtime_ns BIGINT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    last_success_at TEXT
+)""",
+    *_SQLITE_SCHEMA[1:],
+]
 
 _COLUMNS = [
     "document_id",
@@ -65,6 +97,11 @@ _COLUMNS = [
     "updated_at",
     "last_success_at",
 ]
+# Columns that hold the user's text: BYTEA on PostgreSQL.
+_USER_TEXT = frozenset({"document_id", "source_system", "source_id", "path", "error"})
+_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM documents"
+
+T = TypeVar("T")
 
 
 def _now() -> str:
@@ -94,8 +131,8 @@ class DocumentStatus:
     last_success_at: str | None = None
 
     @classmethod
-    def from_row(cls, row: sqlite3.Row) -> DocumentStatus:
-        data = dict(row)
+    def from_row(cls, row: Mapping[str, Any]) -> DocumentStatus:
+        data = {name: Database.unpack(value) if name in _USER_TEXT else value for name, value in row.items()}
         data["chunk_ids"] = json.loads(data["chunk_ids"] or "[]")
         return cls(**data)
 
@@ -104,61 +141,39 @@ class DocumentStatus:
 
 
 class StatusStore:
-    """Document states of one index generation, in `<data_dir>/generations/<id>/status.sqlite3`.
+    """Document states of one index generation (`generations/<id>/status.sqlite3`, or its schema).
 
     Each generation has its own table, so a rebuild's progress never touches the live generation's rows
-    (webhook runs keep updating those while the rebuild runs). Cheap to construct; each call opens a
-    connection. A read-only store of a table not created yet reads as empty.
+    (webhook runs keep updating those while the rebuild runs). Cheap to construct; each call is one
+    transaction. A read-only store of a table not created yet reads as empty and creates nothing.
     """
 
-    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
-        self.path = Path(path)
+    def __init__(self, database: Database, *, readonly: bool = False) -> None:
+        self.db = database
         self.readonly = readonly
         if not readonly:
-            self._ensure_schema()
+            database.ensure(_POSTGRES_SCHEMA if database.dialect == "postgresql" else _SQLITE_SCHEMA)
 
     @classmethod
     def of(cls, settings: SinkSettings, *, readonly: bool = False) -> StatusStore:
         """The status table of the generation `settings` is pinned to (see `index.generations`)."""
-        return cls(settings.status_path, readonly=readonly)
+        database = open_database(
+            settings, settings.status_path, generation=settings.generation, readonly=readonly
+        )
+        return cls(database, readonly=readonly)
 
-    def _ensure_schema(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=30)
+    def _read(self, query: Callable[[Connection], T], empty: T) -> T:
+        """`query` in one read transaction; `empty` while there is no table yet. A reader may look while
+        the first run of a generation is creating it (the SQLite file can exist a moment before its
+        table), so the table's absence itself is what counts; once created it is dropped only with its
+        generation."""
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(_SCHEMA)
-        finally:
-            conn.close()
-
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        if self.readonly:
-            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
-        else:
-            conn = sqlite3.connect(self.path, timeout=30)
-            # WAL + NORMAL cannot corrupt; a power loss may only undo the last commits, which the next
-            # run redoes (every sink write is idempotent). It saves an fsync per transaction.
-            conn.execute("PRAGMA synchronous=NORMAL")
-        conn.row_factory = sqlite3.Row
-        try:
-            with conn:  # one transaction: commit on success, roll back on error
-                yield conn
-        finally:
-            conn.close()
-
-    def _exists(self) -> bool:
-        """Whether there is a table to read. A read-only reader may look while the first run of a
-        generation is creating it: the file can exist a moment before its table does (seen as `no such
-        table` from a status poll during a first ingest), so the table itself is looked for; once created
-        it is never dropped, so the check cannot go stale."""
-        if not self.readonly:
-            return True
-        if not self.path.exists():
-            return False
-        with self._connect() as conn:
-            found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'documents'")
-            return found.fetchone() is not None
+            with self.db.read() as conn:
+                return query(conn)
+        except Exception as exc:
+            if self.db.missing(exc):
+                return empty
+            raise
 
     # --- reads ---------------------------------------------------------------------------------------
 
@@ -166,52 +181,53 @@ class StatusStore:
         return self.get_many([document_id]).get(document_id)
 
     def get_many(self, document_ids: Iterable[str]) -> dict[str, DocumentStatus]:
-        ids = list(dict.fromkeys(document_ids))
-        found: dict[str, DocumentStatus] = {}
-        if not ids or not self._exists():
+        """The rows of `document_ids` that exist, in one statement per few hundred IDs."""
+        ids = [self.db.pack(d) for d in dict.fromkeys(document_ids)]
+        if not ids:
+            return {}
+        statement = self.db.statement(f"{_SELECT} WHERE {self.db.any_of('document_id', 'ids')}", "ids")
+
+        def query(conn: Connection) -> dict[str, DocumentStatus]:
+            found: dict[str, DocumentStatus] = {}
+            for part in self.db.parts(ids):
+                for row in conn.execute(statement, {"ids": list(part)}).mappings():
+                    status = DocumentStatus.from_row(row)
+                    found[status.document_id] = status
             return found
-        with self._connect() as conn:
-            for start in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
-                part = ids[start : start + 500]
-                marks = ",".join("?" * len(part))
-                for row in conn.execute(f"SELECT * FROM documents WHERE document_id IN ({marks})", part):
-                    found[row["document_id"]] = DocumentStatus.from_row(row)
-        return found
+
+        return self._read(query, {})
 
     def rows(self, *, source_system: str | None = None, state: State | None = None) -> list[DocumentStatus]:
-        if not self._exists():
-            return []
-        clauses, args = [], []
+        clauses, args = [], {}
         if source_system is not None:
-            clauses.append("source_system = ?")
-            args.append(source_system)
+            clauses.append("source_system = :source_system")
+            args["source_system"] = self.db.pack(source_system)
         if state is not None:
-            clauses.append("state = ?")
-            args.append(state)
+            clauses.append("state = :state")
+            args["state"] = state
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        with self._connect() as conn:
-            cursor = conn.execute(f"SELECT * FROM documents {where} ORDER BY source_system, source_id", args)
-            return [DocumentStatus.from_row(row) for row in cursor]
+        # NULLS FIRST: SQLite's order, which PostgreSQL reverses unless told.
+        statement = text(f"{_SELECT} {where} ORDER BY source_system NULLS FIRST, source_id NULLS FIRST")
+        return self._read(
+            lambda conn: [DocumentStatus.from_row(r) for r in conn.execute(statement, args).mappings()], []
+        )
 
     def counts(self) -> dict[str, int]:
         """Documents per state (every state present, zero when none)."""
-        result = dict.fromkeys(STATES, 0)
-        if not self._exists():
-            return result
-        with self._connect() as conn:
-            for row in conn.execute("SELECT state, COUNT(*) AS n FROM documents GROUP BY state"):
-                result[row["state"]] = row["n"]
-        return result
+        statement = text("SELECT state, COUNT(*) AS n FROM documents GROUP BY state")
+        found = self._read(lambda conn: {r.state: r.n for r in conn.execute(statement)}, {})
+        return {**dict.fromkeys(STATES, 0), **found}
 
     def expected_chunk_ids(self) -> set[str]:
         """Every chunk ID the sinks should hold: the last successfully written chunks of each document."""
-        expected: set[str] = set()
-        if not self._exists():
+
+        def query(conn: Connection) -> set[str]:
+            expected: set[str] = set()
+            for (chunk_ids,) in conn.execute(text("SELECT chunk_ids FROM documents")):
+                expected.update(json.loads(chunk_ids or "[]"))
             return expected
-        with self._connect() as conn:
-            for row in conn.execute("SELECT chunk_ids FROM documents"):
-                expected.update(json.loads(row["chunk_ids"] or "[]"))
-        return expected
+
+        return self._read(query, set())
 
     @staticmethod
     def is_current(row: DocumentStatus | None, content_hash: str, fingerprint: str) -> bool:
@@ -230,13 +246,22 @@ class StatusStore:
         self.upsert_many([(document_id, fields)])
 
     def upsert_many(self, rows: Iterable[tuple[str, dict[str, Any]]]) -> None:
-        """`upsert` for several rows in one transaction (a batch costs one commit, not one per document)."""
-        statements = [_upsert_statement(document_id, dict(fields)) for document_id, fields in rows]
-        if not statements:
+        """`upsert` for several rows in one transaction (a batch costs one commit, not one per document).
+
+        Rows that set the same columns share one statement, executed for all of them at once (one round
+        trip to a server); in document order, so two transactions meeting on rows lock them in one order."""
+        merged: dict[str, dict[str, Any]] = {}
+        for document_id, fields in rows:  # a document given twice: as if upserted twice, in order
+            merged.setdefault(document_id, {}).update(fields)
+        groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[dict[str, Any]]] = {}
+        for document_id, fields in sorted(merged.items()):
+            values, updated = self._row_values(document_id, fields)
+            groups.setdefault((tuple(values), updated), []).append(values)
+        if not groups:
             return
-        with self._connect() as conn:
-            for sql, values in statements:
-                conn.execute(sql, values)
+        with self.db.write() as conn:
+            for (names, updated), params in groups.items():
+                conn.execute(text(_upsert_statement(names, updated)), params)
 
     def mark_processing(self, document_id: str, **fields: Any) -> None:
         self.upsert(document_id, **processing_fields(**fields))
@@ -249,8 +274,39 @@ class StatusStore:
         self.upsert(document_id, **failed_fields(error, **fields))
 
     def delete(self, document_id: str) -> bool:
-        with self._connect() as conn:
-            return conn.execute("DELETE FROM documents WHERE document_id = ?", (document_id,)).rowcount > 0
+        return self.delete_many([document_id]) > 0
+
+    def delete_many(self, document_ids: Iterable[str]) -> int:
+        """Forget the rows of `document_ids` in one transaction; how many there were."""
+        ids = [self.db.pack(d) for d in dict.fromkeys(document_ids)]
+        if not ids:
+            return 0
+        statement = self.db.statement(
+            f"DELETE FROM documents WHERE {self.db.any_of('document_id', 'ids')}", "ids"
+        )
+        removed = 0
+        with self.db.write() as conn:
+            for part in self.db.parts(ids):
+                removed += conn.execute(statement, {"ids": list(part)}).rowcount
+        return removed
+
+    def _row_values(self, document_id: str, fields: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """The parameters of one row's upsert (the given columns, stamped, user text packed) and the
+        columns an existing row takes from them (the given ones: a new row's defaults change nothing)."""
+        unknown = set(fields) - set(_COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown status columns: {sorted(unknown)}")
+        if "chunk_ids" in fields:
+            chunk_ids = list(fields["chunk_ids"])
+            fields["chunk_ids"] = json.dumps(chunk_ids)
+            fields.setdefault("chunk_count", len(chunk_ids))
+        now = _now()
+        fields["updated_at"] = now
+        values = {"document_id": document_id, "created_at": now, "state": "pending", **fields}
+        packed = {
+            name: self.db.pack(value) if name in _USER_TEXT else value for name, value in values.items()
+        }
+        return packed, tuple(fields)
 
 
 def processing_fields(**fields: Any) -> dict[str, Any]:
@@ -268,20 +324,11 @@ def failed_fields(error: str, **fields: Any) -> dict[str, Any]:
     return {"state": "failed", "error": error, **fields}
 
 
-def _upsert_statement(document_id: str, fields: dict[str, Any]) -> tuple[str, list[Any]]:
-    """INSERT ... ON CONFLICT DO UPDATE of the given columns only (created_at is kept)."""
-    unknown = set(fields) - set(_COLUMNS)
-    if unknown:
-        raise ValueError(f"unknown status columns: {sorted(unknown)}")
-    if "chunk_ids" in fields:
-        chunk_ids = list(fields["chunk_ids"])
-        fields["chunk_ids"] = json.dumps(chunk_ids)
-        fields.setdefault("chunk_count", len(chunk_ids))
-    now = _now()
-    fields["updated_at"] = now
-    insert = {"document_id": document_id, "created_at": now, "state": "pending", **fields}
-    names = ", ".join(insert)
-    marks = ", ".join("?" * len(insert))
-    updates = ", ".join(f"{name} = excluded.{name}" for name in fields)
-    sql = f"INSERT INTO documents ({names}) VALUES ({marks}) ON CONFLICT(document_id) DO UPDATE SET {updates}"
-    return sql, list(insert.values())
+def _upsert_statement(names: tuple[str, ...], updated: tuple[str, ...]) -> str:
+    """INSERT ... ON CONFLICT DO UPDATE of the `updated` columns only (created_at is kept, and so is an
+    existing row's state when none was given)."""
+    updates = ", ".join(f"{name} = excluded.{name}" for name in updated)
+    return (
+        f"INSERT INTO documents ({', '.join(names)}) VALUES ({', '.join(f':{n}' for n in names)}) "
+        f"ON CONFLICT (document_id) DO UPDATE SET {updates}"
+    )

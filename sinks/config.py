@@ -21,7 +21,8 @@ class SinkSettings(BaseSettings):
 
     data_dir: Path = Field(
         Path(".unichunk"),
-        description="Root of every embedded store, the status tables, the chunk cache and the generation registry.",
+        description="Root of every embedded store and, unless database_url is set, of the pipeline's records "
+        "(status tables, chunk cache, generation registry, leases, sources).",
     )
     generation: str | None = Field(
         None,

@@ -93,6 +93,32 @@ def database_url(postgres_server_url: str) -> Iterator[str]:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def records_settings(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """The pipeline's records on each backend, one test run per backend: the embedded SQLite files under a
+    fresh data dir, then server mode on a fresh PostgreSQL database. UNICHUNK_DATABASE_URL is set (or
+    unset) for the test, so code that reads the environment (`SinkSettings()`) agrees with these settings."""
+    from sinks.config import SinkSettings
+    from sinks.database import dispose_engines
+
+    if request.param == "postgresql":
+        monkeypatch.setenv("UNICHUNK_DATABASE_URL", request.getfixturevalue("database_url"))
+    else:
+        monkeypatch.delenv("UNICHUNK_DATABASE_URL", raising=False)
+    yield SinkSettings(data_dir=tmp_path / "data")
+    dispose_engines()  # before the per-test database is dropped: no pooled connection may linger
+
+
+@pytest.fixture
+def server_records(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Server mode for a whole test (flows, CLI processes): UNICHUNK_DATABASE_URL names a fresh database."""
+    from sinks.database import dispose_engines
+
+    monkeypatch.setenv("UNICHUNK_DATABASE_URL", database_url)
+    yield database_url
+    dispose_engines()
+
+
 @pytest.fixture(scope="session")
 def shared_eval_dir() -> Path:
     """../shared/eval beside the repo (third-party data is read from there, never copied in)."""

@@ -30,6 +30,7 @@ from flows.reindex import reindex
 from index.chunk_cache import ChunkCache, ChunkKey
 from index.generations import live_status
 from index.status import DocumentStatus
+from sinks.config import SinkSettings
 
 GOOD = {f"good{suffix}": seeds[0] for suffix, seeds in SEEDS.items()} | {
     "good_charset.eml": EMAIL_UNKNOWN_CHARSET,
@@ -124,7 +125,7 @@ def test_an_unknown_charset_email_is_stored_with_every_good_file_of_its_batches(
         name: "failed" if name == "c_latin1.txt" else "processed" for name in files
     }
     email = rows["b_made_up.eml"]
-    document, chunks = ChunkCache.in_data_dir(fault_env).load(
+    document, chunks = ChunkCache.of(SinkSettings(data_dir=fault_env)).load(
         ChunkKey(email.document_id, email.content_hash, email.chunk_fingerprint)
     )
     assert (

@@ -18,7 +18,6 @@ Proves:
 from __future__ import annotations
 
 import contextvars
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -131,10 +130,7 @@ def test_two_parallel_runs_with_edits_under_them_store_each_files_latest_version
 
     def editor() -> None:
         while not stop.is_set():
-            try:
-                rows = live_status(fault_env).rows(state="processing")
-            except sqlite3.OperationalError:  # the first run is creating the table
-                rows = []
+            rows = live_status(fault_env).rows(state="processing")  # empty until the first run makes it
             for row in rows:
                 path = by_id.get(row.document_id)
                 if path is not None and row.document_id not in edited and len(edited) < 12:
@@ -188,8 +184,9 @@ def _wait_until_waiting(caplog: pytest.LogCaptureFixture, thread: threading.Thre
 
 @pytest.mark.timeout(300)
 def test_a_run_waits_for_a_document_another_run_holds_then_stores_its_latest_content(
-    fault_env, tmp_path, caplog
+    fault_env, records_settings, tmp_path, caplog
 ):
+    """On both backends (`records_settings`: the leases and records in SQLite files, or in PostgreSQL)."""
     corpus = tmp_path / "corpus"
     paths = make_corpus(corpus, 4)
     first = ingest(IngestParams(source=SourceParams(root=str(corpus)), sinks=SINKS), return_state=True)
@@ -202,7 +199,7 @@ def test_a_run_waits_for_a_document_another_run_holds_then_stores_its_latest_con
     assert generation is not None
 
     # Another run (this test, as a foreign holder) is writing the document; meanwhile it is edited.
-    table = DocumentLeases.in_data_dir(fault_env)
+    table = DocumentLeases.of(SinkSettings(data_dir=fault_env))
     assert table.acquire("another-run", generation, [item.document_id], 600, label="the test") == {
         item.document_id
     }
@@ -248,10 +245,10 @@ def test_a_run_waits_for_a_document_another_run_holds_then_stores_its_latest_con
         assert sink.chunk_ids(item.document_id) == set(), name
 
 
-def test_a_slow_batch_keeps_its_leases_for_as_long_as_its_process_lives(tmp_path):
+def test_a_slow_batch_keeps_its_leases_for_as_long_as_its_process_lives(records_settings):
     """The heartbeat renews: a run holding a document far longer than the ttl still holds it."""
-    run = RunConfig(ChunkStrategy(), SinkSettings(data_dir=tmp_path, generation="g1"), tuple(SINKS))
-    table = DocumentLeases.in_data_dir(tmp_path)
+    run = RunConfig(ChunkStrategy(), records_settings.for_generation("g1"), tuple(SINKS))
+    table = DocumentLeases.of(records_settings)
     with RunLeases(run, ttl=0.4) as leases:
         assert leases.take_ids(["doc"]) == {"doc"}
         time.sleep(1.5)  # almost four ttls without a batch

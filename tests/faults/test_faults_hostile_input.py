@@ -25,6 +25,7 @@ from flows.ingest import ingest
 from flows.params import IngestParams, SourceParams
 from index.chunk_cache import ChunkCache, ChunkKey
 from index.generations import live_status, reading_settings
+from sinks.config import SinkSettings
 from sinks.pool import get_sinks
 
 PNG = (
@@ -109,7 +110,7 @@ def test_hostile_files_fail_alone_with_clear_errors_and_the_rest_ingests(fault_e
         assert rows[name].state == "failed" and message in rows[name].error, (name, rows[name].error)
         assert rows[name].error.startswith("load failed:") and rows[name].chunk_ids == []
     store = live_status(fault_env)
-    chunks = ChunkCache.in_data_dir(fault_env)
+    chunks = ChunkCache.of(SinkSettings(data_dir=fault_env))
     for name, phrase in HANDLED.items():
         row = rows[name]
         assert row.state == "processed" and row.chunk_ids, (name, row.error)

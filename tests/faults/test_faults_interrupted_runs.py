@@ -81,7 +81,7 @@ def test_killed_ingest_process_resumes_from_document_states(fault_env, tmp_path)
     in_flight = {r.document_id for r in status.rows(state="processing")}
     # chunks are stored before the status row says "processing", so a kill between the two leaves a
     # stored document still "pending": the chunk store, not the status, says what needs no chunking
-    stored_not_done = ChunkCache.in_data_dir(fault_env).document_ids() - done.keys()
+    stored_not_done = ChunkCache.of(SinkSettings(data_dir=fault_env)).document_ids() - done.keys()
     assert 30 <= len(done) < DOCS
     assert in_flight <= stored_not_done
 
@@ -137,7 +137,7 @@ def test_killed_rebuild_leaves_the_live_generation_untouched_and_a_rerun_resumes
     source = SourceParams(root=str(corpus))
     assert ingest(IngestParams(source=source, batch_size=20), return_state=True).is_completed()
     live_ids = assert_converged(fault_env)
-    registry = GenerationRegistry.in_data_dir(fault_env)
+    registry = GenerationRegistry.of(SinkSettings(data_dir=fault_env))
     live = registry.live()
     new_strategy = ChunkStrategy(name="sentence", chunk_size=128, chunk_overlap=0)
     new_generation = RunConfig(new_strategy, SinkSettings(), SINK_NAMES).generation_id

@@ -93,7 +93,10 @@ def test_a_run_with_no_source_rescans_every_recorded_source_and_keeps_a_vanished
     assert _run(ingest, IngestParams(source=SourceParams(root=str(docs))))[0].is_completed()
     params = IngestParams(source=SourceParams(root=str(named), source_system="kb"))
     assert _run(ingest, params)[0].is_completed()
-    assert {r.name for r in SourceRegistry.in_data_dir(fault_env).all()} == {default_source_name(docs), "kb"}
+    assert {r.name for r in SourceRegistry.of(SinkSettings(data_dir=fault_env)).all()} == {
+        default_source_name(docs),
+        "kb",
+    }
     kb_intro = derive_document_id(source_system="kb", source_id="intro.md")
     assert live_status(fault_env).get(kb_intro) is not None  # an explicit name is the ID's source
 
@@ -115,7 +118,9 @@ def test_an_index_whose_ids_were_made_the_old_way_is_refused_not_mixed(fault_env
     docs = _folder(tmp_path / "docs", "Docs intro.")
     run = RunConfig(ChunkStrategy(), SinkSettings())
     old = {k: v for k, v in run.describe().items() if k != "document_ids"}
-    GenerationRegistry.in_data_dir(fault_env).bootstrap("gold0000000", "an-old-fingerprint", old)
+    GenerationRegistry.of(SinkSettings(data_dir=fault_env)).bootstrap(
+        "gold0000000", "an-old-fingerprint", old
+    )
     state, result = _run(ingest, IngestParams(source=SourceParams(root=str(docs))))
     assert state.is_failed()
     assert "document_ids: None -> 'source name + path'" in str(result) and "rebuild" in str(result)
@@ -150,7 +155,7 @@ def test_a_file_or_subfolder_of_an_ingested_folder_keeps_its_ids_and_the_folder_
     assert set(rows) == before - {derive_document_id(source_system=name, source_id="guide/b.md")}
     assert rows[a_id].state == "processed"
     assert "polishes the lens" in _hits("lighthouse keeper lens")[0]
-    records = SourceRegistry.in_data_dir(fault_env).all()
+    records = SourceRegistry.of(SinkSettings(data_dir=fault_env)).all()
     assert [(r.name, r.kind, r.root) for r in records] == [(name, "directory", str(docs.resolve()))]
 
     (docs / "new.md").write_text(

@@ -4,6 +4,7 @@ Proves: `acquire` takes exactly the free, expired, own and dead-holder leases in
 refused until release or expiry; renewing extends; release frees only the holder's own; a killed holder's
 leases free themselves at once, a live one's never; and concurrent acquirers (threads, and processes) never
 both hold one lease. A rule-based model check covers any interleaving of those calls against a clock.
+Every test runs on both backends (`records_settings`: the SQLite file, and PostgreSQL shared by workers).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -19,8 +19,10 @@ from pathlib import Path
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from sqlalchemy import text
 
 from index.document_leases import DocumentLeases, ProcessIdentity
+from sinks.config import SinkSettings
 
 IDS = [f"doc_{n}" for n in range(6)]
 
@@ -35,8 +37,8 @@ class Clock:
         return self.now
 
 
-def test_acquire_takes_what_is_free_and_refuses_what_another_holder_has(tmp_path):
-    leases = DocumentLeases.in_data_dir(tmp_path)
+def test_acquire_takes_what_is_free_and_refuses_what_another_holder_has(records_settings):
+    leases = DocumentLeases.of(records_settings)
     assert leases.acquire("a", "g1", ["x", "y"], 60, label="run A") == {"x", "y"}
     assert leases.acquire("b", "g1", ["x", "y", "z"], 60, label="run B") == {"z"}  # the free one only
     assert leases.held_by_others("b", "g1", ["x", "y", "z"]) == {"x": "run A", "y": "run A"}
@@ -45,8 +47,8 @@ def test_acquire_takes_what_is_free_and_refuses_what_another_holder_has(tmp_path
     assert leases.held("a", "g1") == {"x", "y"} and leases.held("b", "g1") == {"z"}
 
 
-def test_release_frees_only_the_holders_own(tmp_path):
-    leases = DocumentLeases.in_data_dir(tmp_path)
+def test_release_frees_only_the_holders_own(records_settings):
+    leases = DocumentLeases.of(records_settings)
     leases.acquire("a", "g", ["x", "y"], 60)
     leases.release("b", "g", ["x", "y"])  # not b's: nothing happens
     assert leases.acquire("b", "g", ["x", "y"], 60) == set()
@@ -57,10 +59,9 @@ def test_release_frees_only_the_holders_own(tmp_path):
     assert leases.held_by_others("c", "g", ["x", "y"]).keys() == {"x", "y"}
 
 
-def test_expired_leases_are_taken_over_and_renewing_extends_them(tmp_path):
+def test_expired_leases_are_taken_over_and_renewing_extends_them(records_settings):
     clock = Clock()
-    leases = DocumentLeases.in_data_dir(tmp_path)
-    leases.clock = clock
+    leases = DocumentLeases.of(records_settings, clock=clock)
     leases.acquire("a", "g", ["x", "y"], 10)
     clock.now += 8
     assert leases.renew("a", "g", ["x", "y"], 10) == {"x", "y"}
@@ -78,21 +79,20 @@ def test_expired_leases_are_taken_over_and_renewing_extends_them(tmp_path):
     assert leases.acquire("c", "g", ["y"], 10) == set()
 
 
-def _hold_and_exit(path: str, ready: multiprocessing.synchronize.Event) -> None:
-    DocumentLeases(path).acquire("child", "g", ["x"], 600, label="child run")
+def _hold_and_exit(settings: SinkSettings, ready: multiprocessing.synchronize.Event) -> None:
+    DocumentLeases.of(settings).acquire("child", "g", ["x"], 600, label="child run")
     ready.set()
     os._exit(0)  # as a killed run: no release of any kind
 
 
-def test_a_killed_holders_leases_are_taken_over_at_once_a_live_ones_never(tmp_path):
-    path = tmp_path / "leases.sqlite3"
+def test_a_killed_holders_leases_are_taken_over_at_once_a_live_ones_never(records_settings):
+    leases = DocumentLeases.of(records_settings)  # the parent has a connection pool before it forks
     context = multiprocessing.get_context("fork")
     ready = context.Event()
-    child = context.Process(target=_hold_and_exit, args=(str(path), ready))
+    child = context.Process(target=_hold_and_exit, args=(records_settings, ready))
     child.start()
     assert ready.wait(30)
     child.join(30)
-    leases = DocumentLeases(path)
     assert leases.held_by_others("me", "g", ["x"]) == {}  # the 600 s ttl has not run out, the process has
     assert leases.acquire("me", "g", ["x"], 600) == {"x"}
 
@@ -100,7 +100,7 @@ def test_a_killed_holders_leases_are_taken_over_at_once_a_live_ones_never(tmp_pa
     leases.acquire("other run", "g", ["y"], 600)
     assert leases.acquire("me", "g", ["y"], 600) == set()
     # A holder this machine cannot check (another host) keeps them until its ttl runs out.
-    remote = DocumentLeases(path, process=ProcessIdentity("another-host", 1, ""))
+    remote = DocumentLeases.of(records_settings, process=ProcessIdentity("another-host", 1, ""))
     remote.acquire("remote run", "g", ["z"], 600)
     assert leases.acquire("me", "g", ["z"], 600) == set()
 
@@ -112,9 +112,11 @@ def test_a_reused_pid_is_not_taken_for_the_holder():
     assert not ProcessIdentity("another-host", 1, "").is_gone()
 
 
-def _contend(path: Path, holder: str, rounds: int, owners: dict[str, str], lock: threading.Lock) -> list[str]:
+def _contend(
+    settings: SinkSettings, holder: str, rounds: int, owners: dict[str, str], lock: threading.Lock
+) -> list[str]:
     """Take random subsets of IDS; for each one held, claim it in `owners`, which must have been free."""
-    leases = DocumentLeases(path)
+    leases = DocumentLeases.of(settings)
     rng = random.Random(holder)
     clashes = []
     for _ in range(rounds):
@@ -130,14 +132,15 @@ def _contend(path: Path, holder: str, rounds: int, owners: dict[str, str], lock:
     return clashes
 
 
-def test_concurrent_threads_never_hold_one_lease_together(tmp_path):
-    path = tmp_path / "leases.sqlite3"
-    DocumentLeases(path)
+def test_concurrent_threads_never_hold_one_lease_together(records_settings):
+    DocumentLeases.of(records_settings)
     owners: dict[str, str] = {}
     lock = threading.Lock()
     results: list[list[str]] = []
     threads = [
-        threading.Thread(target=lambda h=f"t{n}": results.append(_contend(path, h, 60, owners, lock)))
+        threading.Thread(
+            target=lambda h=f"t{n}": results.append(_contend(records_settings, h, 60, owners, lock))
+        )
         for n in range(6)
     ]
     for thread in threads:
@@ -147,14 +150,14 @@ def test_concurrent_threads_never_hold_one_lease_together(tmp_path):
     assert len(results) == 6 and [c for r in results for c in r] == []
 
 
-def _contend_process(path: str, holder: str, counts, failures, start) -> None:  # type: ignore[no-untyped-def]
+def _contend_process(settings: SinkSettings, holder: str, counts, failures, start) -> None:  # type: ignore[no-untyped-def]
     """As `_contend`, across processes: `counts[i]` is how many holders think they hold IDS[i].
 
     Ends with `os._exit`: a child forked from a session that runs Prefect would otherwise run the at-exit
     hooks it inherited, and end with status 1 for reasons of its own."""
     code = 1
     try:
-        leases = DocumentLeases(path)
+        leases = DocumentLeases.of(settings)
         rng = random.Random(holder)
         start.wait()  # both at once: a process that finished before the other started would prove nothing
         for _ in range(300):
@@ -175,15 +178,14 @@ def _contend_process(path: str, holder: str, counts, failures, start) -> None:  
         os._exit(code)
 
 
-def test_concurrent_processes_never_hold_one_lease_together(tmp_path):
-    path = tmp_path / "leases.sqlite3"
-    DocumentLeases(path)
+def test_concurrent_processes_never_hold_one_lease_together(records_settings):
+    DocumentLeases.of(records_settings)
     context = multiprocessing.get_context("fork")
     counts = context.Array("i", len(IDS))
     failures = context.Value("i", 0)
     start = context.Barrier(2)
     processes = [
-        context.Process(target=_contend_process, args=(str(path), f"p{n}", counts, failures, start))
+        context.Process(target=_contend_process, args=(records_settings, f"p{n}", counts, failures, start))
         for n in range(2)
     ]
     for process in processes:
@@ -197,13 +199,15 @@ def test_concurrent_processes_never_hold_one_lease_together(tmp_path):
 class LeaseModel(RuleBasedStateMachine):
     """Any interleaving of acquire, renew, release and the clock moving, against a plain dict model."""
 
-    directory: Path  # set by the test: hypothesis builds many machines, each gets a fresh table under it
+    records: SinkSettings  # set by the test: hypothesis builds many machines, each starts on empty tables
 
     def __init__(self) -> None:
         super().__init__()
         self.clock = Clock()
-        self.leases = DocumentLeases.in_data_dir(tempfile.mkdtemp(dir=self.directory))
-        self.leases.clock = self.clock
+        self.leases = DocumentLeases.of(self.records, clock=self.clock)
+        with self.leases.db.write() as conn:
+            conn.execute(text("DELETE FROM leases"))
+            conn.execute(text("DELETE FROM holders"))
         self.owner: dict[tuple[str, str], str] = {}
         self.expiry: dict[str, float] = {}
 
@@ -260,7 +264,25 @@ class LeaseModel(RuleBasedStateMachine):
             assert seen == live
 
 
-def test_any_interleaving_matches_the_model(tmp_path):
-    LeaseModel.directory = tmp_path
+def test_any_interleaving_matches_the_model(records_settings):
+    LeaseModel.records = records_settings
     LeaseModel.TestCase.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
     LeaseModel.TestCase().runTest()
+
+
+def test_on_postgresql_expiry_is_judged_by_the_databases_clock(database_url, monkeypatch):
+    """Workers on several machines share the table: a worker whose clock is an hour fast must neither
+    take a live lease over nor see its own expire, and a ttl runs out by the server's clock."""
+    settings = SinkSettings(data_dir="/nonexistent", database_url=database_url)
+    honest = DocumentLeases.of(settings)
+    assert honest.acquire("a", "g", ["x"], 600) == {"x"}
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + 3600)  # this process's clock is off
+    fast = DocumentLeases.of(settings)
+    assert fast.acquire("b", "g", ["x"], 600) == set()
+    assert fast.held_by_others("b", "g", ["x"]) == {"x": "a"}
+    assert fast.acquire("b", "g", ["y"], 2) == {"y"}
+    assert honest.acquire("a", "g", ["y"], 600) == set()  # b's two seconds are not over by the server's clock
+    time.sleep(2.5)
+    assert honest.acquire("a", "g", ["y"], 600) == {"y"}  # now it is
+    assert not Path("/nonexistent").exists()

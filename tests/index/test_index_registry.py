@@ -10,20 +10,18 @@ import pytest
 from index.generations import drop_generation, reading_settings
 from index.registry import GenerationError, GenerationRegistry
 from index.run import generation_id_for
-from sinks.config import SinkSettings
 from sinks.graph.backends import namespaced_labels
 
 
-def test_reading_a_registry_that_does_not_exist_creates_nothing(tmp_path):
-    registry = GenerationRegistry.in_data_dir(tmp_path / "absent")
+def test_reading_a_registry_that_does_not_exist_creates_nothing(records_settings):
+    registry = GenerationRegistry.of(records_settings)
     assert registry.live() is None and registry.all() == [] and registry.expired() == []
-    assert not (tmp_path / "absent").exists()
-    settings = SinkSettings(data_dir=tmp_path / "absent")
-    assert reading_settings(settings) is settings  # nothing live: the generation-less names
+    assert not records_settings.data_dir.exists()
+    assert reading_settings(records_settings) is records_settings  # nothing live: the generation-less names
 
 
-def test_concurrent_first_ingests_agree_on_one_live_generation(tmp_path):
-    registry = GenerationRegistry.in_data_dir(tmp_path)
+def test_concurrent_first_ingests_agree_on_one_live_generation(records_settings):
+    registry = GenerationRegistry.of(records_settings)
     results: list[str] = []
 
     def bootstrap(fingerprint: str) -> None:
@@ -39,8 +37,8 @@ def test_concurrent_first_ingests_agree_on_one_live_generation(tmp_path):
     assert [g.state for g in registry.all()] == ["live"]
 
 
-def test_build_switch_retire_expire_and_forget(tmp_path):
-    registry = GenerationRegistry.in_data_dir(tmp_path)
+def test_build_switch_retire_expire_and_forget(records_settings):
+    registry = GenerationRegistry.of(records_settings)
     old = registry.bootstrap("gold", "f-old", {"chunking": {"name": "token_window"}})
     with pytest.raises(GenerationError, match="already live"):
         registry.begin_build("gold", "f-old", {}, 3)
@@ -70,8 +68,8 @@ def test_build_switch_retire_expire_and_forget(tmp_path):
         registry.switch_live("gold", timedelta(0))
 
 
-def test_a_switch_is_one_transaction_so_exactly_one_generation_is_ever_live(tmp_path):
-    registry = GenerationRegistry.in_data_dir(tmp_path)
+def test_a_switch_is_one_transaction_so_exactly_one_generation_is_ever_live(records_settings):
+    registry = GenerationRegistry.of(records_settings)
     registry.bootstrap("ga", "fa", {})
     registry.begin_build("gb", "fb", {}, 1)
     seen: list[int] = []
@@ -90,15 +88,16 @@ def test_a_switch_is_one_transaction_so_exactly_one_generation_is_ever_live(tmp_
     assert seen and set(seen) == {1}
 
 
-def test_each_generation_names_its_own_stores(tmp_path):
-    base = SinkSettings(data_dir=tmp_path, qdrant_collection="chunks", graph_name="kg")
+def test_each_generation_names_its_own_stores(records_settings):
+    tmp_path = records_settings.data_dir
+    base = records_settings.model_copy(update={"qdrant_collection": "chunks", "graph_name": "kg"})
     assert (base.collection_name, base.graph_key, base.generation_dir) == ("chunks", "kg", None)
     pinned = base.for_generation("g0123456789")
     assert pinned.collection_name == "chunks__g0123456789" and pinned.graph_key == "kg__g0123456789"
     assert pinned.bm25_path == tmp_path / "generations" / "g0123456789" / "bm25"
     # local mode: a directory per generation, so a rebuild does not lock readers of the live one out
     assert pinned.qdrant_path == tmp_path / "generations" / "g0123456789" / "qdrant" != base.qdrant_path
-    GenerationRegistry.in_data_dir(tmp_path).bootstrap("g0123456789", "f", {})
+    GenerationRegistry.of(base).bootstrap("g0123456789", "f", {})
     assert reading_settings(base).generation == "g0123456789"
     assert reading_settings(base.for_generation("gother")).generation == "gother"  # pinned stays pinned
 
@@ -116,10 +115,10 @@ def test_neo4j_generations_live_under_their_own_labels():
     assert namespaced_labels(query, None) == query
 
 
-def test_dropping_a_generation_that_does_not_exist_is_refused(tmp_path):
-    GenerationRegistry.in_data_dir(tmp_path).bootstrap("glive", "f", {})
+def test_dropping_a_generation_that_does_not_exist_is_refused(records_settings):
+    GenerationRegistry.of(records_settings).bootstrap("glive", "f", {})
     with pytest.raises(GenerationError, match="no generation gxyz"):
-        drop_generation(SinkSettings(data_dir=tmp_path), "gxyz")
+        drop_generation(records_settings, "gxyz")
     with pytest.raises(GenerationError, match="is live"):
-        drop_generation(SinkSettings(data_dir=tmp_path), "glive")
-    assert [g.generation_id for g in GenerationRegistry.in_data_dir(tmp_path).all()] == ["glive"]
+        drop_generation(records_settings, "glive")
+    assert [g.generation_id for g in GenerationRegistry.of(records_settings).all()] == ["glive"]

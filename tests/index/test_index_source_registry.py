@@ -5,9 +5,9 @@ from __future__ import annotations
 from index.source_registry import SourceRecord, SourceRegistry
 
 
-def test_recorded_sources_come_back_as_they_were_listed_last(tmp_path):
-    registry = SourceRegistry.in_data_dir(tmp_path / "data")
-    assert registry.all() == [] and not (tmp_path / "data").exists()  # reading creates nothing
+def test_recorded_sources_come_back_as_they_were_listed_last(records_settings):
+    registry = SourceRegistry.of(records_settings)
+    assert registry.all() == [] and not records_settings.data_dir.exists()  # reading creates nothing
     docs = SourceRecord("docs-1a2b3c4d", "directory", "/srv/docs", ("**/*.md",))
     files = SourceRecord("fs", "paths", None, paths=("/srv/a.txt", "/srv/b.txt"))
     registry.record(docs)

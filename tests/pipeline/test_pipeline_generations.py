@@ -74,7 +74,7 @@ def _expected_ids(root: Path, strategy: ChunkStrategy) -> set[str]:
 
 
 def _registry() -> GenerationRegistry:
-    return GenerationRegistry.in_data_dir(SinkSettings().data_dir)
+    return GenerationRegistry.of(SinkSettings())
 
 
 def _generation_of(strategy: ChunkStrategy) -> str:
@@ -183,7 +183,7 @@ def test_rebuild_serves_the_old_generation_until_a_verified_cutover_then_rolls_b
     assert vectors_a.alias_target(SinkSettings().qdrant_collection) == vectors_a.collection
 
     # Dropping B removes its collection, BM25 file, graph, status and cached chunks, and forgets it.
-    chunk_store = ChunkCache.in_data_dir(pipeline_env)
+    chunk_store = ChunkCache.of(SinkSettings(data_dir=pipeline_env))
     note = corpus / "note_0.txt"
     key = ChunkKey(
         derive_document_id(source_system=default_source_name(corpus), source_id=note.name),

@@ -49,7 +49,7 @@ def _generation_of(strategy: ChunkStrategy) -> str:
 
 
 def _live() -> str:
-    live = GenerationRegistry.in_data_dir(SinkSettings().data_dir).live()
+    live = GenerationRegistry.of(SinkSettings()).live()
     assert live is not None
     return live.generation_id
 
@@ -111,7 +111,7 @@ def test_a_document_the_live_generation_holds_that_fails_in_the_new_one_refuses_
     assert [d.source_id for d in summary.lost] == ["graph.txt"] and not summary.reported
     assert any("(real loss): graph.txt" in reason for reason in summary.reasons), summary.reasons
     assert _live() == gen_a and _held(gen_a) == held_a  # the live generation is untouched
-    assert GenerationRegistry.in_data_dir(SinkSettings().data_dir).get(gen_b).state == "failed"
+    assert GenerationRegistry.of(SinkSettings()).get(gen_b).state == "failed"
 
     # The file is fixed: the resumed rebuild reads it again (it changed), loses nothing, and switches.
     (root / "graph.txt").write_text(GOOD["graph.txt"] + "Edited since.\n", encoding="utf-8")

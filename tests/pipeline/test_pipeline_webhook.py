@@ -19,6 +19,7 @@ from chunking.ids import derive_document_id
 from deployments.settings import ServiceSettings
 from deployments.webhook import WEBHOOKS_REJECTED, PrefectEventSink, create_app
 from deployments.webhook_security import event_id_for, sign
+from sinks.config import SinkSettings
 
 SECRET = "test-secret-for-the-receiver"
 MAX_BODY = 4096
@@ -152,7 +153,10 @@ def test_prefect_drops_a_second_event_with_the_same_id(
     assert [e["id"] for e in events] == [str(event_id_for(delivery, ""))]
 
 
-def test_replay_is_still_refused_after_a_restart(settings: ServiceSettings, prefect_api_url: str) -> None:
+def test_replay_is_still_refused_after_a_restart(
+    settings: ServiceSettings, prefect_api_url: str, records_settings: SinkSettings
+) -> None:
+    """On either backend (`records_settings` sets UNICHUNK_DATABASE_URL, or not, for the receiver)."""
     body = json.dumps(payload(f"r-{uuid.uuid4().hex[:8]}.md", path="a.md")).encode()
     headers = signed_headers(body, delivery=f"dlv-{uuid.uuid4().hex}")
     with TestClient(create_app(settings, PrefectEventSink(prefect_api_url))) as before:

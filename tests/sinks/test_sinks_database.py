@@ -107,3 +107,66 @@ def test_only_postgresql_urls_are_server_mode(tmp_path: Path) -> None:
 def _dispose() -> None:
     yield
     dispose_engines()  # the per-test database is dropped after the test: no pooled connection may linger
+
+
+def test_a_kept_sqlite_connection_follows_its_file_when_the_file_is_replaced(tmp_path: Path) -> None:
+    """A dropped generation's directory is deleted under the process's kept connection, and the same
+    generation may be built again: the new rows must land in the new file, not the deleted one."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "generations" / "g1" / "records.sqlite3"
+    db = Database.sqlite(path)
+    db.ensure(_DDL)
+    _increment(db, "a")
+    reader = Database.sqlite(path, readonly=True)
+    with reader.read() as conn:
+        assert conn.execute(text("SELECT n FROM counters")).scalar() == 1
+    shutil.rmtree(tmp_path / "generations")
+    assert not reader.has_table("counters")
+    again = Database.sqlite(path)  # the directory is made again, the engine is the one kept
+    assert again.engine is db.engine
+    again.ensure(_DDL)
+    _increment(again, "b")
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT name, n FROM counters").fetchall() == [("b", 1)]
+    with reader.read() as conn:
+        assert conn.execute(text("SELECT name FROM counters")).scalars().all() == ["b"]
+
+
+def test_a_process_keeps_the_engines_of_its_most_recent_sqlite_files_only(tmp_path: Path) -> None:
+    from sinks import database
+
+    first = Database.sqlite(tmp_path / "0.sqlite3")
+    first.ensure(_DDL)
+    for n in range(1, database.SQLITE_ENGINES_KEPT + 5):
+        Database.sqlite(tmp_path / f"{n}.sqlite3").ensure(_DDL)
+    assert len(database._sqlite_engines) <= database.SQLITE_ENGINES_KEPT
+    _increment(first, "x")  # an evicted engine still works: it reconnects
+    with first.read() as conn:
+        assert conn.execute(text("SELECT n FROM counters WHERE name = 'x'")).scalar() == 1
+
+
+def test_a_schema_another_process_dropped_is_made_again_by_the_next_store(
+    database_url: str, tmp_path: Path
+) -> None:
+    """`ensure` runs its DDL once per process and schema; when another process drops the schema (a dropped
+    generation) and this one builds the generation again, the failed write forgets that, and the next
+    store made creates the tables again."""
+    import psycopg
+    from sqlalchemy.exc import ProgrammingError
+
+    settings = SinkSettings(data_dir=tmp_path, database_url=SecretStr(database_url))
+    db = open_database(settings, tmp_path / "r.sqlite3", generation="g1")
+    db.ensure(_DDL)
+    _increment(db, "a")
+    with psycopg.connect(database_url, autocommit=True) as other:
+        other.execute('DROP SCHEMA "unichunk__g1" CASCADE')
+    db.ensure(_DDL)  # remembered as done: nothing runs
+    with pytest.raises(ProgrammingError):
+        _increment(db, "a")
+    again = open_database(settings, tmp_path / "r.sqlite3", generation="g1")
+    again.ensure(_DDL)
+    _increment(again, "a")
+    with again.read() as conn:
+        assert conn.execute(text("SELECT n FROM counters")).scalar() == 1

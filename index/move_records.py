@@ -1,0 +1,93 @@
+"""Move a data dir's records into server mode: `python -m index.move_records [--data-dir DIR]`.
+
+For an index whose stores stay where they are (a Qdrant server and a graph server that several machines
+already shared, with the data dir on one of them): the records that describe those stores, the generation
+registry, each generation's status table, the chunk cache and the sources, are copied from the SQLite
+files under the data dir into the database UNICHUNK_DATABASE_URL names, so the index goes on without being
+built again. Leases and the webhook replay cache are not copied: stop every run and receiver first, which
+the move needs anyway (a run writing the files meanwhile would be lost).
+
+The registry is copied last and a database that holds one already is refused: a move that stopped half-way
+runs again (rows already copied are kept), and two indexes are never merged into one. The files are left
+as they are; delete the data dir's records once the move is checked (`unichunk status`, `unichunk verify`).
+Stores that were embedded are not moved: their files stay in the data dir, or, for a store that moves to a
+server with server mode (the BM25 terms), are written again by the next `ingest` or `reindex`, which
+repairs every store from the chunk cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from chunking.errors import UnichunkError
+from index.chunk_cache import ChunkCache
+from index.generations import registry_of
+from index.source_registry import SourceRegistry
+from index.status import StatusStore
+from sinks.config import SinkSettings
+from sinks.database import Database, DatabaseUnavailable, copy_rows, server_url
+
+
+class MoveRefused(UnichunkError):
+    """The move cannot run as asked (no database named, or it holds an index already)."""
+
+
+def move_records(data_dir: Path, target: SinkSettings) -> dict[str, int]:
+    """Copy the records of the embedded `data_dir` into `target`'s database; rows copied per record."""
+    if server_url(target) is None:
+        raise MoveRefused("set UNICHUNK_DATABASE_URL to the database to move the records into")
+    if registry_of(target).all():
+        raise MoveRefused(
+            "the database of UNICHUNK_DATABASE_URL holds an index already (its generation registry is not "
+            "empty): move into an empty database"
+        )
+    source = SinkSettings(data_dir=data_dir, database_url=None)
+    moved: dict[str, int] = {}
+    for generation in registry_of(source).all():
+        path = source.for_generation(generation.generation_id).status_path
+        if path.exists():
+            into = StatusStore.of(target.for_generation(generation.generation_id)).db
+            moved[f"status {generation.generation_id}"] = copy_rows(_file(path), into, "documents")
+    if (data_dir / "chunks.sqlite3").exists():
+        cache = ChunkCache.of(target).db
+        for table in ("documents", "chunks"):
+            moved[f"chunk cache {table}"] = copy_rows(_file(data_dir / "chunks.sqlite3"), cache, table)
+    if (data_dir / "sources.sqlite3").exists():
+        moved["sources"] = copy_rows(
+            _file(data_dir / "sources.sqlite3"), SourceRegistry.of(target).create(), "sources"
+        )
+    if (data_dir / "generations.sqlite3").exists():  # last: see the module docstring
+        registry = registry_of(target).create()
+        moved["generations"] = copy_rows(_file(data_dir / "generations.sqlite3"), registry, "generations")
+    return moved
+
+
+def _file(path: Path) -> Database:
+    return Database.sqlite(path, readonly=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", type=Path, help="the data dir to move (default: UNICHUNK_DATA_DIR)")
+    args = parser.parse_args(argv)
+    target = SinkSettings()
+    data_dir = args.data_dir or target.data_dir
+    try:
+        moved = move_records(data_dir, target)
+    except MoveRefused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except DatabaseUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    for what, rows in moved.items():
+        print(f"{what}: {rows} row(s)")
+    if "generations" not in moved:
+        print(f"warning: no generation registry in {data_dir}: nothing was ingested there", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
