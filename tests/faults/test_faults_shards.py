@@ -4,12 +4,12 @@ processes polling it, FalkorDB, the keyword index (Qdrant cannot run here; the v
 is the same client code as its local mode, and the compose stack is where it runs).
 
 Proves:
-- `ingest` with shards=4 over 200 documents: every document is processed exactly once (the workers'
+- `ingest` with shards=4 over 200 documents, in server mode (UNICHUNK_DATABASE_URL): every document is processed exactly once (the workers'
   /metrics count 200 processings in all and as many chunks written per sink as the index holds, while all
   200 documents end processed: a document processed twice would push the count past 200); the shards
   ran on more than one worker; the chunk IDs are a single-process run's; the stores agree with the status
   table and hold nothing twice; the parent's summary adds the shards' up, and a file that cannot be read
-  fails alone, in its shard, and fails the parent naming it.
+  fails alone, in its shard, and fails the parent naming it; no record is left under the data dir.
 - A worker SIGKILLed (with its flow-run processes: a lost machine) while its shard of a `reindex` runs:
   the parent sees the shard's process gone, marks that run Crashed, starts the shard again alone, another
   worker finishes it; nothing is stored twice; the reindex's alignment check, run once after the shards,
@@ -43,7 +43,7 @@ from flows.ingest import ingest
 from flows.params import IngestParams, IngestSummary, SourceParams
 from flows.reindex import reindex
 from flows.shards import SHARD_DEPLOYMENT, ShardsUnavailable, cancel_shard_runs
-from index.generations import live_status
+from index.generations import live_status, reading_settings
 from index.shard_records import ShardRecords
 from index.shards import split
 from sinks.config import SinkSettings
@@ -146,20 +146,19 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
-@pytest.fixture
-def workers(shard_pool: str, prefect_api_url: str, fault_env: Path, tmp_path: Path) -> Iterator[list[Worker]]:
-    """Three `unichunk worker`s on the module's pool, with this test's data dir and graph, each running one
-    flow run at a time; stopped (or what is left of them killed) after."""
+@contextlib.contextmanager
+def _three_workers(pool: str, prefect_api_url: str, tmp_path: Path) -> Iterator[list[Worker]]:
+    """Three `unichunk worker`s on `pool`, with this test's environment (data dir, graph, records), each
+    running one flow run at a time; stopped (or what is left of them killed) after."""
     started = [
-        Worker(f"w{n}-{uuid.uuid4().hex[:6]}", shard_pool, tmp_path / f"worker{n}.log")
-        for n in range(WORKERS)
+        Worker(f"w{n}-{uuid.uuid4().hex[:6]}", pool, tmp_path / f"worker{n}.log") for n in range(WORKERS)
     ]
     try:
         for worker in started:
             wait(f"{worker.name}'s /metrics", lambda w=worker: _answers(w), START_TIMEOUT, worker.log)
 
         def online() -> bool:
-            found = _api(prefect_api_url, "POST", f"/work_pools/{shard_pool}/workers/filter", {})
+            found = _api(prefect_api_url, "POST", f"/work_pools/{pool}/workers/filter", {})
             names = {w["name"] for w in found if w["status"] == "ONLINE"}
             return {w.name for w in started} <= names
 
@@ -174,6 +173,23 @@ def workers(shard_pool: str, prefect_api_url: str, fault_env: Path, tmp_path: Pa
         close_all_sinks()
 
 
+@pytest.fixture
+def workers(shard_pool: str, prefect_api_url: str, fault_env: Path, tmp_path: Path) -> Iterator[list[Worker]]:
+    """Three workers on the embedded records (SQLite files in the test's data dir, shared on this machine)."""
+    with _three_workers(shard_pool, prefect_api_url, tmp_path) as started:
+        yield started
+
+
+@pytest.fixture
+def server_mode_workers(
+    shard_pool: str, prefect_api_url: str, fault_env: Path, server_records: str, tmp_path: Path
+) -> Iterator[list[Worker]]:
+    """Three workers in server mode: UNICHUNK_DATABASE_URL names a fresh PostgreSQL database, as workers on
+    several machines would share it."""
+    with _three_workers(shard_pool, prefect_api_url, tmp_path) as started:
+        yield started
+
+
 def _answers(worker: Worker) -> bool:
     if worker.process.poll() is not None:
         raise AssertionError(f"{worker.name} exited: {tail(worker.log)}")
@@ -185,16 +201,17 @@ def _answers(worker: Worker) -> bool:
 
 def _single_process_chunk_ids(corpus: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> set[str]:
     """The chunk IDs a run on its own (shards=1) stores for `corpus` (keywords only: chunk IDs depend on
-    the chunking alone), in a data dir of its own."""
-    monkeypatch.setenv("UNICHUNK_DATA_DIR", str(data_dir))
-    try:
-        state = ingest(IngestParams(source=_source(corpus), sinks=["keywords"]), return_state=True)
-        summary = state.result(raise_on_failure=False)
-        assert isinstance(summary, IngestSummary) and summary.processed == DOCS
-        return live_status(data_dir).expected_chunk_ids()
-    finally:
-        close_all_sinks()
-        monkeypatch.undo()
+    the chunking alone), in a data dir of its own, on the embedded records."""
+    with monkeypatch.context() as patch:
+        patch.setenv("UNICHUNK_DATA_DIR", str(data_dir))
+        patch.delenv("UNICHUNK_DATABASE_URL", raising=False)
+        try:
+            state = ingest(IngestParams(source=_source(corpus), sinks=["keywords"]), return_state=True)
+            summary = state.result(raise_on_failure=False)
+            assert isinstance(summary, IngestSummary) and summary.processed == DOCS
+            return live_status(data_dir).expected_chunk_ids()
+        finally:
+            close_all_sinks()
 
 
 def _source(corpus: Path) -> SourceParams:
@@ -211,8 +228,11 @@ def test_without_the_shard_deployment_a_sharded_run_says_what_to_start(fault_env
 
 
 def test_ingest_in_four_shards_on_three_workers_processes_each_document_once(
-    workers: list[Worker], fault_env: Path, prefect_api_url: str, tmp_path: Path, monkeypatch
+    server_mode_workers: list[Worker], fault_env: Path, prefect_api_url: str, tmp_path: Path, monkeypatch
 ) -> None:
+    """In server mode, the configuration of workers on many machines (the killed-worker test below runs on
+    the embedded records)."""
+    workers = server_mode_workers
     corpus = tmp_path / "corpus"
     make_corpus(corpus, DOCS)
     (corpus / "broken.txt").write_bytes(b"\x00\x01binary\x00" * 50)  # fails alone, in whichever shard
@@ -248,6 +268,11 @@ def test_ingest_in_four_shards_on_three_workers_processes_each_document_once(
 
     # The stores agree with the status table, hold nothing twice, and hold what one process would store.
     assert held(SINKS) == dict.fromkeys(SINKS, expected) and duplicates(SINKS) == {}
+    # No record under the data dir: the only files there are the keyword index's own store, which stays
+    # embedded until the BM25 terms move to PostgreSQL too (issue 14's keyword part; then none at all).
+    bm25 = reading_settings().bm25_path
+    left = [p for p in fault_env.rglob("*") if p.is_file()]
+    assert [p for p in left if not p.is_relative_to(bm25)] == [], left
     assert expected == _single_process_chunk_ids(corpus, tmp_path / "alone", monkeypatch)
 
 
