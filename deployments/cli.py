@@ -5,7 +5,9 @@
 server**, which the first such command starts (detached, on a free port, recorded under
 `<data dir>/stack`) and later ones reuse, each saying so in one line (`deployments.stack` says why not
 Prefect's ephemeral server). `unichunk down` stops it and the embedded FalkorDB; `demo` ends by naming
-what it left running. `search`, `status` and `verify` read the stores directly, so they answer in seconds.
+what it left running. `search`, `status` and `delete` ask the service `unichunk serve` runs for this data
+dir (or UNICHUNK_SERVICE_URL) when there is one (`deployments.service_client`); otherwise `search`,
+`status` and `verify` read the stores directly.
 
 Output. Everything printed that comes from data (file names, source IDs, error texts, queries) is printed
 literally: the consoles interpret no Rich markup and no emoji codes, so `[red]x[bold] y.txt` or an error's
@@ -48,8 +50,10 @@ refused before any flow or Prefect server starts, and a PREFECT_API_URL that doe
 
 Imports of the flows (and so of Prefect) happen inside the commands that run a flow: measured on the
 reference machine, `import flows.ingest` takes 3.1 s (Prefect alone 1.7 s), which `status`, `search`,
-`verify` and `--help` would otherwise pay for nothing; `--version` imports `unichunk` (a few ms once the
-CLI is loaded) only when asked.
+`verify` and `--help` would otherwise pay for nothing. Likewise the stores' clients and the chunker load
+inside the paths that open them (`search` without a service, `verify`): a command answered by a running
+service imports neither (`tests/deployments/test_cli_imports.py` checks the closure), which took
+`import deployments.cli` from 2.7 s to 0.4 s. `--version` imports `unichunk` only when asked.
 """
 
 from __future__ import annotations
@@ -98,13 +102,11 @@ from rich.text import Text
 
 from chunking.config import ChunkStrategy
 from chunking.errors import UnichunkError
-from chunking.sources import DEFAULT_PATTERNS
 from deployments import stack
 from deployments.service_client import ServiceRefused, ask_service
 from deployments.service_status import generations_json as _generations_json
 from deployments.service_status import status_json
 from deployments.settings import SAMPLE_CORPUS, ServiceSettings
-from index.alignment import verify_live
 from index.generations import (
     DEFAULT_RETENTION_HOURS,
     live_generation,
@@ -116,13 +118,10 @@ from index.generations import (
 from index.registry import GenerationError
 from index.run import DEFAULT_BATCH_SIZE
 from index.status import StatusStore
-from retrieval import Readers, SearchOptions
-from retrieval import search as run_search
 from retrieval.ranking import RetrievalError
 from retrieval.results import SearchResult
 from sinks.base import InvalidRequest
 from sinks.config import SinkSettings
-from sinks.pool import flow_sinks
 
 EXIT_DOCUMENTS = 1
 EXIT_USAGE = 2
@@ -539,6 +538,7 @@ def _check_source(path: Path | None, pattern: list[str] | None, source: str | No
 
 def _source_params(path: Path | None, pattern: list[str] | None, source: str | None) -> Any:
     """PATH as flow parameters (None: every source ingested before); `--source` names it."""
+    from chunking.sources import DEFAULT_PATTERNS
     from flows.params import SourceParams
 
     _check_source(path, pattern, source)
@@ -687,6 +687,11 @@ def search(
         raise UserError("the query is empty")
     result = ask_service(lambda service: service.search(query, k, graph=False, expand=False))
     if result is None:  # no service running: load the models here
+        from retrieval.readers import Readers
+        from retrieval.search import SearchOptions
+        from retrieval.search import search as run_search
+        from sinks.pool import flow_sinks
+
         base = _startup_checks()
         if base.generation is None and live_generation(base) is None:  # nothing to open: say so
             if as_json:
@@ -797,6 +802,8 @@ def _print_generations(data: dict[str, Any]) -> None:
 
 
 def _verify(*, as_json: bool = False) -> bool:
+    from index.alignment import verify_live  # the chunker and every store's client: only when verifying
+
     report = verify_live()
     if as_json:
         _print_json(report.as_dict())

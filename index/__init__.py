@@ -9,23 +9,19 @@
   Prometheus metrics;
 - `document_leases.py`: which run may write a document now (runs in parallel never write one at once);
   `source_registry.py`: the sources a data dir has ingested.
+
+The names load on first use (`lazy_loader`): `index.registry` or `index.status` alone (what the CLI reads
+before it knows whether a service answers) must not import the run's sinks and embedders.
 """
 
-from index.generations import live_status, reading_settings, target_for_ingest
-from index.registry import Generation, GenerationError, GenerationMismatch, GenerationRegistry
-from index.run import DEFAULT_BATCH_SIZE, RunConfig
-from index.status import DocumentStatus, StatusStore
+import lazy_loader
 
-__all__ = [
-    "DEFAULT_BATCH_SIZE",
-    "DocumentStatus",
-    "Generation",
-    "GenerationError",
-    "GenerationMismatch",
-    "GenerationRegistry",
-    "RunConfig",
-    "StatusStore",
-    "live_status",
-    "reading_settings",
-    "target_for_ingest",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "generations": ["live_status", "reading_settings", "target_for_ingest"],
+        "registry": ["Generation", "GenerationError", "GenerationMismatch", "GenerationRegistry"],
+        "run": ["DEFAULT_BATCH_SIZE", "RunConfig"],
+        "status": ["DocumentStatus", "StatusStore"],
+    },
+)

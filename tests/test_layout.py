@@ -112,8 +112,15 @@ def test_the_live_generation_is_resolved_in_one_module() -> None:
 
 # Modules allowed to import inside functions, each for an import cost measured and stated in its docstring
 # or beside the import: parsers (chunking.loaders), spaCy (the graph's extractor), Prefect (the CLI, and
-# `unichunk.Pipeline`, which `import unichunk` for the chunking types alone should not pay for).
-LAZY_IMPORTERS = {"chunking.loaders", "sinks.graph.extraction", "unichunk", "deployments.cli"}
+# `unichunk.Pipeline`, which `import unichunk` for the chunking types alone should not pay for), redis-py
+# (the FalkorDB server's health checks, which `deployments.stack` and so every CLI command would pay for).
+LAZY_IMPORTERS = {
+    "chunking.loaders",
+    "sinks.graph.extraction",
+    "sinks.graph.falkordb_server",
+    "unichunk",
+    "deployments.cli",
+}
 
 
 def test_imports_sit_at_module_top_unless_a_measured_cost_says_otherwise() -> None:
