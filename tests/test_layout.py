@@ -113,11 +113,13 @@ def test_the_live_generation_is_resolved_in_one_module() -> None:
 # Modules allowed to import inside functions, each for an import cost measured and stated in its docstring
 # or beside the import: parsers (chunking.loaders), spaCy (the graph's extractor), Prefect (the CLI, and
 # `unichunk.Pipeline`, which `import unichunk` for the chunking types alone should not pay for), redis-py
-# (the FalkorDB server's health checks, which `deployments.stack` and so every CLI command would pay for).
+# (the FalkorDB server's health checks, which `deployments.stack` and so every CLI command would pay for),
+# torch (set for one query's embedding in `sinks.vectors.minilm`; it loads with the model, on first use).
 LAZY_IMPORTERS = {
     "chunking.loaders",
     "sinks.graph.extraction",
     "sinks.graph.falkordb_server",
+    "sinks.vectors.minilm",
     "unichunk",
     "deployments.cli",
 }
