@@ -11,10 +11,10 @@
 Steps: a temporary data dir; `unichunk ingest` of the bundled sample corpus into it, then again (a run
 with nothing to do: it loads no model; target under 5 s); the CLI commands cold (no service); `unichunk serve` on a free loopback port, waited for until its stores are warm; ~50
 `GET /search` over the sample questions (default options: hybrid, context, graph); the same CLI commands
-again; stop the service, `unichunk down`. The data dir's own local Prefect server and FalkorDB are used
+again, `--repeat` times each (medians); stop the service, `unichunk down`. The data dir's own local Prefect server and FalkorDB are used
 (PREFECT_API_URL and UNICHUNK_FALKORDB_URL are cleared), so nothing outside the temporary dir is touched.
 
-    .venv/bin/python -m benchmarks.service_latency [--queries 50] [--quick]
+    .venv/bin/python -m benchmarks.service_latency [--queries 50] [--repeat 5] [--quick]
 """
 
 from __future__ import annotations
@@ -65,6 +65,10 @@ def _cli(env: dict[str, str], *args: str) -> tuple[float, subprocess.CompletedPr
     return _timed([sys.executable, "-m", "deployments.cli", *args], env)
 
 
+def _floor(env: dict[str, str]) -> float:
+    return _timed([sys.executable, "-c", CLI_FLOOR], env)[0]
+
+
 def _timed(command: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[str]]:
     start = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
@@ -91,9 +95,13 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--queries", type=int, default=50, help="Warm /search requests measured.")
-    parser.add_argument("--quick", action="store_true", help="10 queries.")
+    parser.add_argument("--quick", action="store_true", help="10 queries, 2 repetitions.")
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="Timings of each CLI command with the service (median)."
+    )
     args = parser.parse_args(argv)
     count = 10 if args.quick else args.queries
+    repeat = 2 if args.quick else args.repeat
     data_dir = Path(tempfile.mkdtemp(prefix="unichunk-service-bench-"))
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "UNICHUNK_FALKORDB_URL")}
     env |= {"UNICHUNK_DATA_DIR": str(data_dir), "HF_HUB_OFFLINE": "1"}
@@ -111,9 +119,14 @@ def main(argv: list[str] | None = None) -> None:
     if done.returncode != 0:
         raise SystemExit(f"ingest failed ({done.returncode}): {done.stderr[-2000:]}")
     print(f"ingest {seconds:.1f} s", file=sys.stderr)
-    idle, done = _cli(env, "ingest", str(SAMPLE_CORPUS))  # nothing changed: no model, only the bookkeeping
-    if done.returncode != 0 or "0 processed" not in done.stdout:
-        raise SystemExit(f"the no-change ingest did something ({done.returncode}): {done.stdout[-2000:]}")
+    idle: list[float] = []
+    idle_floor: list[float] = []
+    for _ in range(max(1, repeat // 2)):  # nothing changed: no model, only the bookkeeping
+        idle_floor.append(_floor(env))
+        seconds, done = _cli(env, "ingest", str(SAMPLE_CORPUS))
+        if done.returncode != 0 or "0 processed" not in done.stdout:
+            raise SystemExit(f"the no-change ingest did something ({done.returncode}): {done.stdout[-2000:]}")
+        idle.append(seconds)
     cold = {name: _cli(env, *cmd)[0] for name, cmd in commands.items()}
 
     service = subprocess.Popen(
@@ -139,11 +152,12 @@ def main(argv: list[str] | None = None) -> None:
                 embedder.embed_query(query)
                 floor.append((time.perf_counter() - start) * 1000)
         embedder.close()
-        warm, cli_floor = {}, []
-        for name, cmd in commands.items():
-            cli_floor.append(_timed([sys.executable, "-c", CLI_FLOOR], env)[0])
-            seconds, done = _cli(env, *cmd)
-            warm[name] = seconds
+        warm: dict[str, list[float]] = {name: [] for name in commands}
+        cli_floor: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(repeat):  # each command right after a floor sample: both see the same load
+            for name, cmd in commands.items():
+                cli_floor[name].append(_floor(env))
+                warm[name].append(_cli(env, *cmd)[0])
     finally:
         os.killpg(service.pid, signal.SIGTERM)
         service.wait(timeout=60)
@@ -157,15 +171,22 @@ def main(argv: list[str] | None = None) -> None:
         f"floor (one query's embedding alone, same run): p50 {embed_p50:.1f} ms; "
         f"p50 / floor {p50 / embed_p50:.1f}x"
     )
-    cli_base = statistics.median(cli_floor)
-    print(f"\nCLI floor (a process importing typer, rich, httpx, pydantic-settings): {cli_base:.2f} s")
-    print(f"no-change `unichunk ingest` without a service: {idle:.2f} s ({idle / cli_base:.1f}x the floor)")
-    print("\n| CLI command | without service (s) | with service (s) | with service / floor | speed-up |")
+    median = statistics.median
+    print(
+        f"\nno-change `unichunk ingest` without a service: {median(idle):.2f} s, "
+        f"{median(idle) / median(idle_floor):.1f}x the CLI floor ({median(idle_floor):.2f} s; "
+        f"medians of {len(idle)}; target under 5 s)"
+    )
+    print(
+        f"\nCLI with the service, medians of {repeat}, each beside the CLI floor (a process importing "
+        "typer, rich, httpx and pydantic-settings) timed just before it:"
+    )
+    print("\n| CLI command | without service (s) | with service (s) | floor (s) | with service / floor |")
     print("|---|---|---|---|---|")
     for name in commands:
         print(
-            f"| {name} | {cold[name]:.2f} | {warm[name]:.2f} | {warm[name] / cli_base:.1f}x "
-            f"| {cold[name] / warm[name]:.1f}x |"
+            f"| {name} | {cold[name]:.2f} | {median(warm[name]):.2f} | {median(cli_floor[name]):.2f} "
+            f"| {median(warm[name]) / median(cli_floor[name]):.1f}x |"
         )
 
 
