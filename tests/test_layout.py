@@ -4,6 +4,7 @@ generation?", thin tasks, no benchmark code shipped, and a README that lists eve
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import tomllib
 from collections.abc import Iterator
@@ -134,6 +135,16 @@ def test_imports_sit_at_module_top_unless_a_measured_cost_says_otherwise() -> No
             ):
                 inner.add(module)
     assert inner <= LAZY_IMPORTERS, inner - LAZY_IMPORTERS
+
+
+@pytest.mark.parametrize("face", ["chunking", "index", "retrieval", "sinks.vectors", "sinks.graph"])
+def test_lazy_package_faces_resolve_every_name_they_list(face: str) -> None:
+    """The faces load their modules on first use (`lazy_loader`); a name listed under the wrong module
+    would fail only when first used, so every listed name is resolved here."""
+    module = importlib.import_module(face)
+    assert module.__all__, face
+    for name in module.__all__:
+        assert getattr(module, name) is not None, f"{face}.{name}"
 
 
 def test_sinks_never_read_the_registry() -> None:
