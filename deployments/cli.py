@@ -104,20 +104,8 @@ from chunking.config import ChunkStrategy
 from chunking.errors import UnichunkError
 from deployments import stack
 from deployments.service_client import ServiceRefused, ask_service
-from deployments.service_status import generations_json as _generations_json
-from deployments.service_status import status_json
 from deployments.settings import SAMPLE_CORPUS, ServiceSettings
-from index.generations import (
-    DEFAULT_RETENTION_HOURS,
-    live_generation,
-    reading_settings,
-    registry_of,
-    rollback_target,
-    switchable,
-)
-from index.registry import GenerationError
-from index.run import DEFAULT_BATCH_SIZE
-from index.status import StatusStore
+from index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_RETENTION_HOURS
 from retrieval.ranking import RetrievalError
 from retrieval.results import SearchResult
 from sinks.base import InvalidRequest
@@ -184,13 +172,12 @@ class Unreachable(UnichunkError):
 
 
 # Errors that mean "the command cannot run as given" (exit 2); anything else that ends a command is an
-# infrastructure failure (exit 3). See the module docstring for why GenerationMismatch (a GenerationError)
-# is here.
+# infrastructure failure (exit 3). `index.registry.GenerationError` is one too (`exit_code_for`); see the
+# module docstring for why GenerationMismatch (a GenerationError) is.
 USAGE_ERRORS: tuple[type[BaseException], ...] = (
     UserError,
     ServiceRefused,  # a running service's 4xx (no such document, a bad token)
     ValidationError,
-    GenerationError,
     InvalidRequest,
     RetrievalError,
 )
@@ -198,7 +185,9 @@ USAGE_ERRORS: tuple[type[BaseException], ...] = (
 
 def exit_code_for(exc: BaseException) -> int:
     """2 for a usage error, 3 for everything else (a store, a service, Prefect, a crash, a bug)."""
-    return EXIT_USAGE if isinstance(exc, USAGE_ERRORS) else EXIT_INFRASTRUCTURE
+    from index.registry import GenerationError  # the records' module: loaded once a command has failed
+
+    return EXIT_USAGE if isinstance(exc, (*USAGE_ERRORS, GenerationError)) else EXIT_INFRASTRUCTURE
 
 
 def _one_line(exc: BaseException) -> str:
@@ -480,10 +469,6 @@ def _prefect(*, route_logs: bool = True) -> Iterator[None]:
             os.environ.pop("PREFECT_API_URL", None)
 
 
-def _live_status(settings: SinkSettings) -> StatusStore:
-    return StatusStore.of(settings, readonly=True)
-
-
 def _print_json(data: Any) -> None:
     """`--json`: one JSON document on stdout, and nothing else there. ASCII-escaped, so any file name
     (undecodable bytes included) prints on any terminal encoding and parses back exactly."""
@@ -687,6 +672,7 @@ def search(
         raise UserError("the query is empty")
     result = ask_service(lambda service: service.search(query, k, graph=False, expand=False))
     if result is None:  # no service running: load the models here
+        from index.generations import live_generation, reading_settings
         from retrieval.readers import Readers
         from retrieval.search import SearchOptions
         from retrieval.search import search as run_search
@@ -703,17 +689,14 @@ def search(
             return
         with flow_sinks(("keywords", "vectors"), reading_settings(base)) as sinks:  # closed at the end
             result = run_search(Readers.of(sinks), query, k, SearchOptions(graph=False, expand=False))
-    settings = reading_settings()
     if as_json:
         _print_json(result.model_dump(mode="json"))
         return
     if not result.hits:
         console.print("no results")
         return
-    rows = _live_status(settings).get_many(h.document_id for h in result.hits)
     for hit in result.hits:
-        row = rows.get(hit.document_id)
-        where = row.source_id if row and row.source_id else hit.document_id
+        where = hit.source_id or hit.document_id
         ranks = " ".join(f"{name}#{rank}" for name, rank in sorted(hit.ranks.items()))
         heading = " > ".join(hit.heading_chain) or "-"
         preview = " ".join(hit.content.split())[:200]
@@ -730,7 +713,11 @@ def status(
 ) -> None:
     """The index generations (live, being built, retained) and the live one's document states; then each
     failed document with its whole error, one line each."""
-    data = ask_service(lambda service: service.status(failed=failed)) or status_json(failed=failed)
+    data = ask_service(lambda service: service.status(failed=failed))
+    if data is None:  # no service running: read the records here
+        from deployments.service_status import status_json
+
+        data = status_json(failed=failed)
     if as_json:
         _print_json(data)
         return
@@ -836,9 +823,13 @@ def verify(as_json: JsonOption = False) -> None:
 
 def _known_document(settings: SinkSettings, document_id: str) -> bool:
     """Whether a generation a deletion reaches (live, or being built) records `document_id`."""
+    from index.generations import registry_of
+    from index.status import StatusStore
+
     return any(
         g.state in ("live", "building", "failed", "ready")
-        and _live_status(settings.for_generation(g.generation_id)).get(document_id) is not None
+        and StatusStore.of(settings.for_generation(g.generation_id), readonly=True).get(document_id)
+        is not None
         for g in registry_of(settings).all()
     )
 
@@ -934,10 +925,13 @@ app.add_typer(generations_app, name="generations")
 @friendly_errors
 def generations_list(as_json: JsonOption = False) -> None:
     """Every index generation: live, being built, ready, retained for rollback."""
+    from deployments.service_status import generations_json
+    from index.generations import reading_settings
+
     if as_json:
-        _print_json(_generations_json(reading_settings()))
+        _print_json(generations_json(reading_settings()))
         return
-    _print_generations(_generations_json(reading_settings()))
+    _print_generations(generations_json(reading_settings()))
 
 
 @generations_app.command("switch")
@@ -950,6 +944,8 @@ def generations_switch(
     as_json: JsonOption = False,
 ) -> None:
     """Roll back (or forward): verify a retained or ready generation, then make it live."""
+    from index.generations import rollback_target, switchable
+
     settings = _startup_checks()
     # Before any flow or Prefect server starts: a generation that does not exist or may not go live.
     switchable(settings, generation_id or rollback_target(settings))
@@ -970,6 +966,8 @@ def generations_drop(
     as_json: JsonOption = False,
 ) -> None:
     """Delete a generation's stores now, without waiting for its retention."""
+    from index.generations import registry_of
+
     settings = _startup_checks()
     found = registry_of(settings).get(generation_id)  # before any flow or Prefect server starts
     if found is None:

@@ -1,6 +1,6 @@
 """The pipeline's own records and plain steps, no Prefect: what the flows orchestrate.
 
-- `run.py`: a run's settings and fingerprints (`RunConfig`);
+- `run.py`: a run's settings and fingerprints (`RunConfig`); `defaults.py`: batch size and retention;
 - `registry.py`: the table of index generations; `generations.py`: **the one place** that decides which
   generation a reader or a run uses, and the switch and drop operations;
 - `status.py`: per-document status of one generation; `chunk_cache.py`: chunks keyed by what made them;
@@ -19,9 +19,10 @@ import lazy_loader
 __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
     submod_attrs={
+        "defaults": ["DEFAULT_BATCH_SIZE", "DEFAULT_RETENTION_HOURS"],
         "generations": ["live_status", "reading_settings", "target_for_ingest"],
         "registry": ["Generation", "GenerationError", "GenerationMismatch", "GenerationRegistry"],
-        "run": ["DEFAULT_BATCH_SIZE", "RunConfig"],
+        "run": ["RunConfig"],
         "status": ["DocumentStatus", "StatusStore"],
     },
 )

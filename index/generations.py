@@ -29,9 +29,6 @@ from sinks.config import SinkSettings
 from sinks.factory import open_sinks
 from sinks.pool import release_sinks
 
-# How long a replaced generation is kept for rollback before the next rebuild or reindex drops it.
-DEFAULT_RETENTION_HOURS = 168.0
-
 
 def registry_of(settings: SinkSettings) -> GenerationRegistry:
     return GenerationRegistry.in_data_dir(settings.data_dir)

@@ -20,12 +20,6 @@ from sinks.base import SINK_NAMES, Sink, SinkName
 from sinks.config import SinkSettings
 from sinks.pool import get_sinks
 
-# Documents per chunk/prepare/write round. Each round is 7 Prefect task runs whose bookkeeping shares the
-# cores with the models; 64 measured 1.16-1.22x model time on 500 documents where 32 measured 1.25-1.38x
-# (benchmarks/README.md, "Pipeline"), while the pipelined rounds keep the unoverlapped first and last small.
-DEFAULT_BATCH_SIZE = 64
-
-
 # How document IDs are made (a generation's fingerprint covers it): the source's name and the path in it.
 # Before, every file source was "fs", so two folders with the same relative paths overwrote each other.
 DOCUMENT_IDS = "source name + path"

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 # What a command answered by a service must not load: the models and their runtimes, the stores' clients,
-# the flows' orchestrator, the API server, the chunker's parsers and numeric libraries.
+# the records' database layer, the flows' orchestrator, the API server, the chunker's parsers and numeric
+# libraries.
 HEAVY_LIBRARIES = frozenset(
     {
         "torch",
@@ -41,6 +42,8 @@ HEAVY_LIBRARIES = frozenset(
         "pypdf",
         "trafilatura",
         "llama_index",
+        "sqlalchemy",
+        "psycopg",
     }
 )
 
@@ -86,6 +89,9 @@ def test_importing_the_cli_loads_no_store_model_or_flow_library() -> None:
     loaded = json.loads(done.stdout)
     assert "deployments.cli" in loaded
     assert heavy_loaded(loaded) == set()
+    # Nor the pipeline's records (status, registry), whatever they are stored in: a command the service
+    # answers needs none of them, even when the service runs on another machine.
+    assert not {"index.status", "index.registry", "index.generations"} & set(loaded)
 
 
 def test_the_recording_cli_sees_what_a_command_loads(tmp_path: Path) -> None:
