@@ -2,42 +2,29 @@
 with exact offsets and deterministic IDs. Plain Python: no Prefect, no stores.
 
 Kept light on import (no bs4, pypdf or LlamaIndex): parsers load when a file of their kind is loaded.
+
+Every name below loads on first use (`lazy_loader`): `import chunking.errors` or `chunking.config` must not
+pay for numpy, pathspec, tiktoken and the loaders (about 0.8 s), which the CLI's service path does not need.
 """
 
-from chunking.config import ChunkStrategy
-from chunking.errors import (
-    ChunkingError,
-    DocumentLoadError,
-    EmptyDocumentError,
-    UndecodableTextError,
-    UnichunkError,
-    UnsupportedFormatError,
-)
-from chunking.loaders import load_bytes, load_document
-from chunking.models import Block, Chunk, Document
-from chunking.service import ChunkingService, resolve_strategy_name
-from chunking.sources import DirectorySource, PathsSource, Source, SourceItem, default_source_name
-from chunking.token_window import should_chunk
+import lazy_loader
 
-__all__ = [
-    "Block",
-    "Chunk",
-    "ChunkStrategy",
-    "ChunkingError",
-    "ChunkingService",
-    "DirectorySource",
-    "Document",
-    "DocumentLoadError",
-    "EmptyDocumentError",
-    "PathsSource",
-    "Source",
-    "SourceItem",
-    "UndecodableTextError",
-    "UnichunkError",
-    "UnsupportedFormatError",
-    "default_source_name",
-    "load_bytes",
-    "load_document",
-    "resolve_strategy_name",
-    "should_chunk",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "config": ["ChunkStrategy"],
+        "errors": [
+            "ChunkingError",
+            "DocumentLoadError",
+            "EmptyDocumentError",
+            "UndecodableTextError",
+            "UnichunkError",
+            "UnsupportedFormatError",
+        ],
+        "loaders": ["load_bytes", "load_document"],
+        "models": ["Block", "Chunk", "Document"],
+        "service": ["ChunkingService", "resolve_strategy_name"],
+        "sources": ["DirectorySource", "PathsSource", "Source", "SourceItem", "default_source_name"],
+        "token_window": ["should_chunk"],
+    },
+)

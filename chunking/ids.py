@@ -7,8 +7,11 @@ in two documents never collides, and the content hash suffix makes an edited chu
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+from pathlib import Path
 
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")  # what a source name may not hold
 _CHUNK_ID = re.compile(r"^(?P<doc>.+)::chunk::(?P<index>\d{3,})::(?P<sha>[0-9a-f]{8})$")
 
 
@@ -49,3 +52,13 @@ def parse_chunk_id(chunk_id: str) -> tuple[str, int, str]:
     if not match:
         raise ValueError(f"not a unichunk chunk ID: {chunk_id!r}")
     return match["doc"], int(match["index"]), match["sha"]
+
+
+def default_source_name(root: str | os.PathLike[str]) -> str:
+    """`<folder name>-<8 hex of the absolute root>`: readable in `unichunk status`, unique per folder.
+
+    It is a valid webhook `source_system` (letters, digits, `.`, `_`, `-`; starts with a letter or digit).
+    """
+    absolute = Path(root).expanduser().resolve()
+    slug = _UNSAFE.sub("-", absolute.name).strip("-._")[:40] or "root"
+    return f"{slug}-{sha256_hex(absolute.as_posix())[:8]}"

@@ -12,7 +12,6 @@ bucket or a list of URLs would be another `Source` subclass yielding the same `S
 from __future__ import annotations
 
 import os
-import re
 import stat
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
@@ -21,11 +20,10 @@ from pathlib import Path, PurePosixPath
 
 import pathspec
 
-from chunking.ids import derive_document_id, sha256_hex
+from chunking.ids import default_source_name, derive_document_id
 from chunking.loaders import load_document
 from chunking.models import Document
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 # What a source name may be: it travels in webhook payloads, Prefect event payloads and `unichunk status`.
 SOURCE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$"
 
@@ -62,16 +60,6 @@ class SourceItem:
 def load_item(item: SourceItem) -> Document:
     """Read and decode one item; raises `chunking.errors.DocumentLoadError` on unreadable content."""
     return load_document(Path(item.path), source_system=item.source_system, source_id=item.source_id)
-
-
-def default_source_name(root: str | os.PathLike[str]) -> str:
-    """`<folder name>-<8 hex of the absolute root>`: readable in `unichunk status`, unique per folder.
-
-    It is a valid webhook `source_system` (letters, digits, `.`, `_`, `-`; starts with a letter or digit).
-    """
-    absolute = Path(root).expanduser().resolve()
-    slug = _UNSAFE.sub("-", absolute.name).strip("-._")[:40] or "root"
-    return f"{slug}-{sha256_hex(absolute.as_posix())[:8]}"
 
 
 class Source(ABC):

@@ -5,7 +5,9 @@
 server**, which the first such command starts (detached, on a free port, recorded under
 `<data dir>/stack`) and later ones reuse, each saying so in one line (`deployments.stack` says why not
 Prefect's ephemeral server). `unichunk down` stops it and the embedded FalkorDB; `demo` ends by naming
-what it left running. `search`, `status` and `verify` read the stores directly, so they answer in seconds.
+what it left running. `search`, `status` and `delete` ask the service `unichunk serve` runs for this data
+dir (or UNICHUNK_SERVICE_URL) when there is one (`deployments.service_client`); otherwise `search`,
+`status` and `verify` read the stores directly.
 
 Output. Everything printed that comes from data (file names, source IDs, error texts, queries) is printed
 literally: the consoles interpret no Rich markup and no emoji codes, so `[red]x[bold] y.txt` or an error's
@@ -48,8 +50,10 @@ refused before any flow or Prefect server starts, and a PREFECT_API_URL that doe
 
 Imports of the flows (and so of Prefect) happen inside the commands that run a flow: measured on the
 reference machine, `import flows.ingest` takes 3.1 s (Prefect alone 1.7 s), which `status`, `search`,
-`verify` and `--help` would otherwise pay for nothing; `--version` imports `unichunk` (a few ms once the
-CLI is loaded) only when asked.
+`verify` and `--help` would otherwise pay for nothing. Likewise the stores' clients and the chunker load
+inside the paths that open them (`search` without a service, `verify`): a command answered by a running
+service imports neither (`tests/deployments/test_cli_imports.py` checks the closure), which took
+`import deployments.cli` from 2.7 s to 0.4 s. `--version` imports `unichunk` only when asked.
 """
 
 from __future__ import annotations
@@ -98,31 +102,14 @@ from rich.text import Text
 
 from chunking.config import ChunkStrategy
 from chunking.errors import UnichunkError
-from chunking.sources import DEFAULT_PATTERNS
 from deployments import stack
 from deployments.service_client import ServiceRefused, ask_service
-from deployments.service_status import generations_json as _generations_json
-from deployments.service_status import status_json
 from deployments.settings import SAMPLE_CORPUS, ServiceSettings
-from index.alignment import verify_live
-from index.generations import (
-    DEFAULT_RETENTION_HOURS,
-    live_generation,
-    reading_settings,
-    registry_of,
-    rollback_target,
-    switchable,
-)
-from index.registry import GenerationError
-from index.run import DEFAULT_BATCH_SIZE
-from index.status import StatusStore
-from retrieval import Readers, SearchOptions
-from retrieval import search as run_search
+from index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_RETENTION_HOURS
 from retrieval.ranking import RetrievalError
 from retrieval.results import SearchResult
 from sinks.base import InvalidRequest
 from sinks.config import SinkSettings
-from sinks.pool import flow_sinks
 
 EXIT_DOCUMENTS = 1
 EXIT_USAGE = 2
@@ -185,13 +172,12 @@ class Unreachable(UnichunkError):
 
 
 # Errors that mean "the command cannot run as given" (exit 2); anything else that ends a command is an
-# infrastructure failure (exit 3). See the module docstring for why GenerationMismatch (a GenerationError)
-# is here.
+# infrastructure failure (exit 3). `index.registry.GenerationError` is one too (`exit_code_for`); see the
+# module docstring for why GenerationMismatch (a GenerationError) is.
 USAGE_ERRORS: tuple[type[BaseException], ...] = (
     UserError,
     ServiceRefused,  # a running service's 4xx (no such document, a bad token)
     ValidationError,
-    GenerationError,
     InvalidRequest,
     RetrievalError,
 )
@@ -199,7 +185,9 @@ USAGE_ERRORS: tuple[type[BaseException], ...] = (
 
 def exit_code_for(exc: BaseException) -> int:
     """2 for a usage error, 3 for everything else (a store, a service, Prefect, a crash, a bug)."""
-    return EXIT_USAGE if isinstance(exc, USAGE_ERRORS) else EXIT_INFRASTRUCTURE
+    from index.registry import GenerationError  # the records' module: loaded once a command has failed
+
+    return EXIT_USAGE if isinstance(exc, (*USAGE_ERRORS, GenerationError)) else EXIT_INFRASTRUCTURE
 
 
 def _one_line(exc: BaseException) -> str:
@@ -481,10 +469,6 @@ def _prefect(*, route_logs: bool = True) -> Iterator[None]:
             os.environ.pop("PREFECT_API_URL", None)
 
 
-def _live_status(settings: SinkSettings) -> StatusStore:
-    return StatusStore.of(settings, readonly=True)
-
-
 def _print_json(data: Any) -> None:
     """`--json`: one JSON document on stdout, and nothing else there. ASCII-escaped, so any file name
     (undecodable bytes included) prints on any terminal encoding and parses back exactly."""
@@ -539,6 +523,7 @@ def _check_source(path: Path | None, pattern: list[str] | None, source: str | No
 
 def _source_params(path: Path | None, pattern: list[str] | None, source: str | None) -> Any:
     """PATH as flow parameters (None: every source ingested before); `--source` names it."""
+    from chunking.sources import DEFAULT_PATTERNS
     from flows.params import SourceParams
 
     _check_source(path, pattern, source)
@@ -698,6 +683,12 @@ def search(
         raise UserError("the query is empty")
     result = ask_service(lambda service: service.search(query, k, graph=False, expand=False))
     if result is None:  # no service running: load the models here
+        from index.generations import live_generation, reading_settings
+        from retrieval.readers import Readers
+        from retrieval.search import SearchOptions
+        from retrieval.search import search as run_search
+        from sinks.pool import flow_sinks
+
         base = _startup_checks()
         if base.generation is None and live_generation(base) is None:  # nothing to open: say so
             if as_json:
@@ -709,17 +700,14 @@ def search(
             return
         with flow_sinks(("keywords", "vectors"), reading_settings(base)) as sinks:  # closed at the end
             result = run_search(Readers.of(sinks), query, k, SearchOptions(graph=False, expand=False))
-    settings = reading_settings()
     if as_json:
         _print_json(result.model_dump(mode="json"))
         return
     if not result.hits:
         console.print("no results")
         return
-    rows = _live_status(settings).get_many(h.document_id for h in result.hits)
     for hit in result.hits:
-        row = rows.get(hit.document_id)
-        where = row.source_id if row and row.source_id else hit.document_id
+        where = hit.source_id or hit.document_id
         ranks = " ".join(f"{name}#{rank}" for name, rank in sorted(hit.ranks.items()))
         heading = " > ".join(hit.heading_chain) or "-"
         preview = " ".join(hit.content.split())[:200]
@@ -736,7 +724,11 @@ def status(
 ) -> None:
     """The index generations (live, being built, retained) and the live one's document states; then each
     failed document with its whole error, one line each."""
-    data = ask_service(lambda service: service.status(failed=failed)) or status_json(failed=failed)
+    data = ask_service(lambda service: service.status(failed=failed))
+    if data is None:  # no service running: read the records here
+        from deployments.service_status import status_json
+
+        data = status_json(failed=failed)
     if as_json:
         _print_json(data)
         return
@@ -808,6 +800,8 @@ def _print_generations(data: dict[str, Any]) -> None:
 
 
 def _verify(*, as_json: bool = False) -> bool:
+    from index.alignment import verify_live  # the chunker and every store's client: only when verifying
+
     report = verify_live()
     if as_json:
         _print_json(report.as_dict())
@@ -840,9 +834,13 @@ def verify(as_json: JsonOption = False) -> None:
 
 def _known_document(settings: SinkSettings, document_id: str) -> bool:
     """Whether a generation a deletion reaches (live, or being built) records `document_id`."""
+    from index.generations import registry_of
+    from index.status import StatusStore
+
     return any(
         g.state in ("live", "building", "failed", "ready")
-        and _live_status(settings.for_generation(g.generation_id)).get(document_id) is not None
+        and StatusStore.of(settings.for_generation(g.generation_id), readonly=True).get(document_id)
+        is not None
         for g in registry_of(settings).all()
     )
 
@@ -938,10 +936,13 @@ app.add_typer(generations_app, name="generations")
 @friendly_errors
 def generations_list(as_json: JsonOption = False) -> None:
     """Every index generation: live, being built, ready, retained for rollback."""
+    from deployments.service_status import generations_json
+    from index.generations import reading_settings
+
     if as_json:
-        _print_json(_generations_json(reading_settings()))
+        _print_json(generations_json(reading_settings()))
         return
-    _print_generations(_generations_json(reading_settings()))
+    _print_generations(generations_json(reading_settings()))
 
 
 @generations_app.command("switch")
@@ -954,6 +955,8 @@ def generations_switch(
     as_json: JsonOption = False,
 ) -> None:
     """Roll back (or forward): verify a retained or ready generation, then make it live."""
+    from index.generations import rollback_target, switchable
+
     settings = _startup_checks()
     # Before any flow or Prefect server starts: a generation that does not exist or may not go live.
     switchable(settings, generation_id or rollback_target(settings))
@@ -974,6 +977,8 @@ def generations_drop(
     as_json: JsonOption = False,
 ) -> None:
     """Delete a generation's stores now, without waiting for its retention."""
+    from index.generations import registry_of
+
     settings = _startup_checks()
     found = registry_of(settings).get(generation_id)  # before any flow or Prefect server starts
     if found is None:

@@ -231,8 +231,8 @@ class _Tools:
         rows = self._rows(hit.document_id for hit in result.hits)
         hits = [
             SearchHitOut(
-                **hit.model_dump(include=set(SearchHitOut.model_fields)),
-                **_source(rows.get(hit.document_id)),
+                **hit.model_dump(include=set(SearchHitOut.model_fields) - set(SOURCE_FIELDS)),
+                **_source(rows.get(hit.document_id)),  # the records' source fields, both of them
             )
             for hit in result.hits
         ]
@@ -345,6 +345,9 @@ class _Tools:
             except WebhookRejected as exc:
                 raise ToolError(exc.detail) from None
         return path
+
+
+SOURCE_FIELDS = ("source_system", "source_id")
 
 
 def _source(row: DocumentStatus | None) -> dict[str, str | None]:

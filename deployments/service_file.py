@@ -5,7 +5,7 @@ pid is not alive (a service killed with SIGKILL) is stale and ignored. UNICHUNK_
 
 In server mode (UNICHUNK_DATABASE_URL) nothing is written under the data dir: the service records itself as
 a row of `services` in the database's `unichunk` schema, with its process identity
-(`index.document_leases.ProcessIdentity`), and a CLI uses the row of a live service on its own machine
+(`index.process_identity.ProcessIdentity`), and a CLI uses the row of a live service on its own machine
 only: the URL is a loopback one, meaningless elsewhere (a CLI on another machine sets
 UNICHUNK_SERVICE_URL).
 """
@@ -16,13 +16,14 @@ import atexit
 import json
 import os
 from pathlib import Path
-
-from sqlalchemy import text
+from typing import TYPE_CHECKING
 
 from deployments.settings import ServiceSettings
-from index.document_leases import ProcessIdentity
+from index.process_identity import ProcessIdentity
 from sinks.config import SinkSettings
-from sinks.database import Database, open_database, server_url
+
+if TYPE_CHECKING:
+    from sinks.database import Database
 
 SERVICE_FILE = "service.json"
 
@@ -44,8 +45,10 @@ def connect_host(host: str) -> str:
 def _services(data_dir: Path | None) -> Database | None:
     """The server-mode database's service table; None on the embedded default (the file is used)."""
     settings = SinkSettings() if data_dir is None else SinkSettings(data_dir=Path(data_dir))
-    if server_url(settings) is None:
+    if settings.database_url is None:
         return None
+    from sinks.database import open_database  # SQLAlchemy (~0.16 s) only in server mode: the CLI starts light
+
     return open_database(settings, settings.data_dir / "services.sqlite3")
 
 
@@ -60,7 +63,7 @@ def announce(host: str, port: int, data_dir: Path | None = None) -> Path | None:
         me = ProcessIdentity.current()
         with database.write() as conn:
             conn.execute(
-                text(
+                database.statement(
                     "INSERT INTO services (machine, pid, pid_started, url) VALUES (:m, :p, :s, :u) "
                     "ON CONFLICT (machine, pid) DO UPDATE SET pid_started = excluded.pid_started, url = excluded.url"
                 ),
@@ -96,7 +99,8 @@ def _withdraw_row(database: Database) -> None:
     try:
         with database.write() as conn:
             conn.execute(
-                text("DELETE FROM services WHERE machine = :m AND pid = :p"), {"m": me.machine, "p": me.pid}
+                database.statement("DELETE FROM services WHERE machine = :m AND pid = :p"),
+                {"m": me.machine, "p": me.pid},
             )
     except Exception:  # at exit, with the database gone: the row is stale, and readers check the process
         pass
@@ -131,7 +135,9 @@ def _live_row(database: Database) -> str | None:
     try:
         with database.read() as conn:
             rows = conn.execute(
-                text("SELECT pid, pid_started, url FROM services WHERE machine = :m ORDER BY pid"),
+                database.statement(
+                    "SELECT pid, pid_started, url FROM services WHERE machine = :m ORDER BY pid"
+                ),
                 {"m": machine},
             ).all()
     except Exception as exc:

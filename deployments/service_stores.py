@@ -56,7 +56,9 @@ class WarmStores:
 
     def __init__(self, busy_wait: float, settings: SinkSettings | None = None) -> None:
         self.busy_wait = busy_wait
-        self._base = settings
+        # Read from the environment once, at start, not per search (about 5 ms each); the live
+        # generation is still resolved per search, from the registry, so a switch is followed.
+        self._base = settings or SinkSettings()
         self._cond = threading.Condition()
         self._active = 0  # searches holding the readers
         self._readers: Readers | None = None
@@ -95,8 +97,7 @@ class WarmStores:
     def warm(self) -> None:
         """Open the readers and load the embedder now (the service calls it at start, in the background);
         nothing while nothing is ingested (the first search after the first run loads them)."""
-        base = self._base or SinkSettings()
-        if base.generation is None and live_generation(base) is None:
+        if self._base.generation is None and live_generation(self._base) is None:
             return
         with self.readers() as readers:
             if readers.vectors is not None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from chunking.sources import default_source_name
+from chunking.ids import default_source_name
 
 SAMPLE_CORPUS = Path(__file__).resolve().parent / "sample_corpus"
 

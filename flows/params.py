@@ -8,8 +8,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from chunking.config import ChunkStrategy
 from chunking.sources import DEFAULT_PATTERNS, SOURCE_NAME_PATTERN, DirectorySource, PathsSource, Source
-from index.generations import DEFAULT_RETENTION_HOURS
-from index.run import DEFAULT_BATCH_SIZE
+from index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_RETENTION_HOURS
 from index.shards import MAX_SHARDS
 from index.source_registry import SourceRecord
 from sinks.base import SINK_NAMES, SinkName

@@ -17,7 +17,8 @@ from flows.pipeline import sinks_context
 from flows.reports import failed_state
 from flows.run_names import drop_run_name, switch_run_name
 from flows.store_access import exclusive_store_access
-from index.generations import DEFAULT_RETENTION_HOURS, rollback_target, switchable
+from index.defaults import DEFAULT_RETENTION_HOURS
+from index.generations import rollback_target, switchable
 from index.run import RunConfig
 from sinks.base import SINK_NAMES
 from sinks.config import SinkSettings

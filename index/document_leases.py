@@ -52,18 +52,13 @@ In server mode (PostgreSQL), the same two tables in the `unichunk` schema, share
 
 from __future__ import annotations
 
-import os
-import socket
 import time
 from collections.abc import Callable, Iterable
-from contextlib import suppress
-from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, text
 
+from index.process_identity import ProcessIdentity
 from sinks.config import SinkSettings
 from sinks.database import Database, open_database
 
@@ -121,69 +116,6 @@ _TAKE = (
     "(SELECT 1 FROM holders h WHERE h.holder = leases.holder AND h.expires_at > {now}) "
     "RETURNING document_id"
 )
-
-
-@dataclass(frozen=True)
-class ProcessIdentity:
-    """Which process holds a lease, precisely enough to tell later that it has exited.
-
-    `machine` is the host name plus, where Linux exposes them, the boot ID and the PID namespace: a PID
-    means the same process only within one boot of one namespace (two containers may share a host name
-    with `network_mode: host`). `started` is the process start time, so a PID reused after the holder
-    exited is not mistaken for it. Empty where the platform does not say.
-    """
-
-    machine: str
-    pid: int
-    started: str
-
-    @classmethod
-    def current(cls) -> ProcessIdentity:
-        pid = os.getpid()
-        return cls(_machine(), pid, _start_time(pid))
-
-    def is_gone(self) -> bool:
-        """True only when this machine can tell that the process has exited; False when unsure."""
-        if self.machine != _machine():
-            return False  # another machine's process: only its ttl can free its leases
-        if self.pid == os.getpid():
-            return self.started != _start_time(self.pid)
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            pass  # exists, owned by another user
-        stat = _proc_stat(self.pid)
-        if stat is None:
-            return False  # alive as far as this platform can tell
-        state, started = stat
-        return state == "Z" or (bool(self.started) and started != self.started)  # zombie, or PID reused
-
-
-@cache
-def _machine() -> str:
-    parts = [socket.gethostname()]
-    with suppress(OSError):
-        parts.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
-    with suppress(OSError):
-        parts.append(os.readlink("/proc/self/ns/pid"))
-    return "|".join(parts)
-
-
-def _proc_stat(pid: int) -> tuple[str, str] | None:
-    """(state, start time) from /proc/<pid>/stat, or None where there is no such file."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text.rsplit(")", 1)[1].split()  # the command name, in parentheses, may hold spaces
-    return fields[0], fields[19]  # fields 3 (state) and 22 (starttime) of proc(5)
-
-
-def _start_time(pid: int) -> str:
-    stat = _proc_stat(pid)
-    return stat[1] if stat is not None else ""
 
 
 class DocumentLeases:

@@ -30,9 +30,6 @@ from sinks.database import open_database
 from sinks.factory import open_sinks
 from sinks.pool import release_sinks
 
-# How long a replaced generation is kept for rollback before the next rebuild or reindex drops it.
-DEFAULT_RETENTION_HOURS = 168.0
-
 
 def registry_of(settings: SinkSettings) -> GenerationRegistry:
     return GenerationRegistry.of(settings)

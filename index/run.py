@@ -19,13 +19,6 @@ from index.status import StatusStore
 from sinks.base import SINK_NAMES, Sink, SinkName
 from sinks.config import SinkSettings
 from sinks.pool import get_sinks
-from sinks.vectors.embedders import embedding_budget
-
-# Documents per chunk/prepare/write round. Each round is 7 Prefect task runs whose bookkeeping shares the
-# cores with the models; 64 measured 1.16-1.22x model time on 500 documents where 32 measured 1.25-1.38x
-# (benchmarks/README.md, "Pipeline"), while the pipelined rounds keep the unoverlapped first and last small.
-DEFAULT_BATCH_SIZE = 64
-
 
 # How document IDs are made (a generation's fingerprint covers it): the source's name and the path in it.
 # Before, every file source was "fs", so two folders with the same relative paths overwrote each other.
@@ -56,8 +49,8 @@ class RunConfig:
     """Everything a task needs to know about its run, small enough to pass to every task.
 
     `settings.generation` says which generation's stores the run writes; `index.generations` pins it.
-    The strategy's embedding budget is always the configured embedder's (`embedding_budget`), so `auto`
-    cuts chunks that embedder reads whole, whatever budget the given strategy carried.
+    The strategy's embedding budget is always the configured embedder's (`SinkSettings.embedding_budget`),
+    so `auto` cuts chunks that embedder reads whole, whatever budget the given strategy carried.
     """
 
     strategy: ChunkStrategy
@@ -65,7 +58,7 @@ class RunConfig:
     sinks: tuple[SinkName, ...] = SINK_NAMES
 
     def __post_init__(self) -> None:
-        budget = embedding_budget(self.settings)
+        budget = self.settings.embedding_budget()
         if self.strategy.embedding != budget:
             object.__setattr__(self, "strategy", self.strategy.model_copy(update={"embedding": budget}))
 

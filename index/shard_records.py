@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, text
 
 from chunking.sources import SourceItem
-from index.document_leases import ProcessIdentity
+from index.process_identity import ProcessIdentity
 from sinks.config import SinkSettings
 from sinks.database import Database, open_database
 

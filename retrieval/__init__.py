@@ -7,17 +7,18 @@
 - `ranking.py` (BM25 / vectors / hybrid, routing) over `fusion.py` (reciprocal-rank fusion);
 - `context.py` (neighbours, merge by offsets, token budget), `graph_context.py` (entities and relations);
 - `results.py`: the typed results; `readers.py`: which stores are read, always of one generation.
+
+The names load on first use (`lazy_loader`): `retrieval.results`, the typed answer a service client
+parses, must not open the index's modules and the stores' clients behind `readers` and `search`.
 """
 
-from retrieval.readers import Readers, open_readers
-from retrieval.results import SearchHit, SearchResult
-from retrieval.search import SearchOptions, search
+import lazy_loader
 
-__all__ = [
-    "Readers",
-    "SearchHit",
-    "SearchOptions",
-    "SearchResult",
-    "open_readers",
-    "search",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "readers": ["Readers", "open_readers"],
+        "results": ["SearchHit", "SearchResult"],
+        "search": ["SearchOptions", "search"],
+    },
+)

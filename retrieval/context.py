@@ -12,7 +12,7 @@ Steps, each for a reason:
   neighbour and is cut at the last whole sentence that fits, never mid-sentence.
 
 Neighbours come from any store of the read side (`ChunkSearch.chunks_at`); titles from what the store keeps
-beside each chunk (`StoredChunk.title`).
+beside each chunk (`StoredChunk.title`, found by `document_records`).
 """
 
 from __future__ import annotations
@@ -229,22 +229,24 @@ def merge_order(spans: Sequence[ContextSpan]) -> list[ContextSpan]:
     return sorted(spans, key=lambda s: (doc_rank[s.document_id], s.document_id, s.start_char))
 
 
-def titles_for(hits: Sequence[Hit], stores: Sequence[ChunkSearch] = ()) -> dict[str, str]:
-    """Document titles as the stores know them (title, else source ID, else path), by document.
+def document_records(hits: Sequence[Hit], stores: Sequence[ChunkSearch] = ()) -> dict[str, StoredChunk]:
+    """For each hit's document, a stored chunk of it that carries what the store keeps beside the chunks
+    (`StoredChunk.extra`: Qdrant's title, source ID and path; `.title` reads them), by document.
 
-    A hit's own record is used first; a document whose hit came from a store that keeps no title (BM25)
-    is looked up, by one of its chunks, in the other `stores` (Qdrant keeps the source fields)."""
-    titles: dict[str, str] = {}
+    A hit's own record is used first; a document whose hit came from a store that keeps no such fields
+    (BM25) is looked up, by one of its chunks, in the other `stores`. A document no store describes is
+    absent."""
+    records: dict[str, StoredChunk] = {}
     first: dict[str, str] = {}
     for hit in hits:
         first.setdefault(hit.document_id, hit.chunk_id)
-        if hit.document_id not in titles and (title := hit.chunk.title):
-            titles[hit.document_id] = title
+        if hit.document_id not in records and hit.chunk.title:
+            records[hit.document_id] = hit.chunk
     for store in stores:
-        missing = [chunk_id for document_id, chunk_id in first.items() if document_id not in titles]
+        missing = [chunk_id for document_id, chunk_id in first.items() if document_id not in records]
         if not missing:
             break
         for chunk in store.get_chunks(missing).values():
             if chunk.title:
-                titles.setdefault(chunk.document_id, chunk.title)
-    return titles
+                records.setdefault(chunk.document_id, chunk)
+    return records

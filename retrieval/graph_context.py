@@ -24,7 +24,8 @@ def graph_context(
 
     Direct entities come first, ranked by how well-ranked the retrieved chunks mentioning them are
     (sum of 1/rank), then by the weight of their relations; the `hop_entities` best of them are expanded
-    one hop. Relations (direct and one-hop, deduplicated) are ordered by weight.
+    one hop: each brings its `max_relations` heaviest relations. Relations (direct and one-hop,
+    deduplicated) are ordered by weight.
     """
     if not chunk_ids:
         return GraphContext()
@@ -45,13 +46,10 @@ def graph_context(
 
     ranked = sorted(direct.entities, key=relevance)
     entities: dict[str, GraphEntity] = {e.name: e for e in ranked}
-    for e in ranked[:hop_entities]:
-        around = graph.neighbourhood(e.name, hops=1, limit=max_relations)
+    if ranked:  # one read for every expanded entity
+        around = graph.strongest_relations([e.name for e in ranked[:hop_entities]], limit=max_relations)
         for r in around.relations:
-            if e.name in (r.source, r.target):
-                key = (r.source, r.target)
-                if key not in relations or relations[key].weight < r.weight:
-                    relations[key] = r
+            relations.setdefault((r.source, r.target), r)  # one relation per pair: the same record
         for n in around.entities:
             entities.setdefault(n.name, n)
     kept = sorted(relations.values(), key=lambda r: (-r.weight, r.source, r.target))[:max_relations]

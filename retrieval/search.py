@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from retrieval.context import DEFAULT_BUDGET, AssembledContext, assemble_context, titles_for
+from retrieval.context import DEFAULT_BUDGET, AssembledContext, assemble_context, document_records
 from retrieval.fusion import Hit
 from retrieval.graph_context import graph_context
 from retrieval.ranking import Mode, RetrievalSettings, retrieve
@@ -23,7 +23,7 @@ from retrieval.results import (
     SearchHit,
     SearchResult,
 )
-from sinks.base import GraphContext, SearchFilter
+from sinks.base import GraphContext, SearchFilter, StoredChunk
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,8 @@ def search(readers: Readers, query: str, k: int = 5, options: SearchOptions | No
         ),
         filter=options.filter,
     )
-    titles = titles_for(found.hits, list(readers.searchers().values()))
+    records = document_records(found.hits, list(readers.searchers().values()))
+    titles = {document_id: str(record.title) for document_id, record in records.items()}
     context = None
     if options.context:
         context = assemble_context(
@@ -71,18 +72,20 @@ def search(readers: Readers, query: str, k: int = 5, options: SearchOptions | No
         k=k,
         route=found.route,
         keyword_top_score=found.keyword_top_score,
-        hits=[_hit(rank, hit, titles) for rank, hit in enumerate(found.hits, start=1)],
+        hits=[_hit(rank, hit, records.get(hit.document_id)) for rank, hit in enumerate(found.hits, start=1)],
         context=None if context is None else _context(context),
         graph=None if graph is None else _graph(graph),
     )
 
 
-def _hit(rank: int, hit: Hit, titles: dict[str, str]) -> SearchHit:
+def _hit(rank: int, hit: Hit, record: StoredChunk | None) -> SearchHit:
+    source_id = None if record is None else record.extra.get("source_id")
     return SearchHit(
         rank=rank,
         chunk_id=hit.chunk_id,
         document_id=hit.document_id,
-        title=titles.get(hit.document_id),
+        title=None if record is None else record.title,
+        source_id=None if source_id is None else str(source_id),
         start_char=hit.start_char,
         end_char=hit.end_char,
         score=hit.score,

@@ -188,6 +188,11 @@ class GraphReader(Protocol):
         """Entities within `hops` relation steps of one entity, with the strongest relations among them."""
         ...
 
+    def strongest_relations(self, entity_names: Iterable[str], limit: int = 50) -> GraphContext:
+        """Each entity's `limit` heaviest relations (either direction), heaviest first, with the entities at
+        their ends."""
+        ...
+
 
 # --- write side ------------------------------------------------------------------------------------------
 

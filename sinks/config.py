@@ -13,6 +13,8 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from chunking.config import MINILM_MAX_TOKENS, MINILM_TOKENIZER, EmbeddingBudget
+
 
 class SinkSettings(BaseSettings):
     """Store and model settings. Env: UNICHUNK_<FIELD>, e.g. UNICHUNK_QDRANT_URL."""
@@ -113,6 +115,14 @@ class SinkSettings(BaseSettings):
     def for_generation(self, generation_id: str | None) -> SinkSettings:
         """The same settings, naming the physical stores of `generation_id` (None: the base names)."""
         return self.model_copy(update={"generation": generation_id})
+
+    def embedding_budget(self) -> EmbeddingBudget:
+        """The input limit of the configured embedder, counted as it counts (`OpenAICompatibleEmbedder` and
+        `MiniLMEmbedder.count_tokens`): what `auto` fits its chunks to. Known from the settings alone, so a
+        run's fingerprint (`index.run`) needs no embedder module."""
+        if self.embedder == "openai":
+            return EmbeddingBudget(max_tokens=self.embedding_max_tokens, tokenizer="cl100k_base")
+        return EmbeddingBudget(max_tokens=MINILM_MAX_TOKENS, tokenizer=MINILM_TOKENIZER)
 
     @property
     def qdrant_path(self) -> Path:

@@ -40,8 +40,8 @@ from flows.params import (
 )
 from flows.rebuild import rebuild as rebuild_flow
 from index.alignment import AlignmentReport, verify_live
-from index.generations import DEFAULT_RETENTION_HOURS, reading_settings
-from index.run import DEFAULT_BATCH_SIZE
+from index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_RETENTION_HOURS
+from index.generations import reading_settings
 from index.status import StatusStore
 from retrieval.context import DEFAULT_BUDGET
 from retrieval.ranking import Mode

@@ -1,18 +1,17 @@
-"""The knowledge graph: its sink, its Cypher, the two servers it runs on, and the entity extractors."""
+"""The knowledge graph: its sink, its Cypher, the two servers it runs on, and the entity extractors.
 
-from sinks.graph.backends import FalkorDBBackend, GraphBackend, Neo4jBackend, open_backend
-from sinks.graph.extraction import EntityExtractor, ExtractionError, SpacyExtractor
-from sinks.graph.llm_extraction import LLMExtractor
-from sinks.graph.sink import KnowledgeGraphSink
+The names load on first use (`lazy_loader`): `sinks.graph.falkordb_server` (starting the embedded server)
+must not import both graph clients (about 0.3 s).
+"""
 
-__all__ = [
-    "EntityExtractor",
-    "ExtractionError",
-    "FalkorDBBackend",
-    "GraphBackend",
-    "KnowledgeGraphSink",
-    "LLMExtractor",
-    "Neo4jBackend",
-    "SpacyExtractor",
-    "open_backend",
-]
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "backends": ["FalkorDBBackend", "GraphBackend", "Neo4jBackend", "open_backend"],
+        "extraction": ["EntityExtractor", "ExtractionError", "SpacyExtractor"],
+        "llm_extraction": ["LLMExtractor"],
+        "sink": ["KnowledgeGraphSink"],
+    },
+)

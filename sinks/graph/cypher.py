@@ -264,5 +264,20 @@ ORDER BY x.weight DESC, a.name, b.name
 LIMIT $limit
 """
 
+# Each named entity's `$limit` heaviest relations, either direction, in one statement (graph context asks
+# for several entities per search). Sorted before `collect`, which keeps that order (Neo4j's manual shows
+# sorting before collect; FalkorDB does the same), so the slice keeps the heaviest of each entity.
+RELATIONS_OF_ENTITIES = """
+UNWIND $names AS hub
+MATCH (:Entity {name: hub})-[x:RELATED]-(:Entity)
+WITH hub, x, startNode(x) AS a, endNode(x) AS b
+ORDER BY x.weight DESC, a.name, b.name
+WITH hub, collect({source: a.name, target: b.name, keywords: x.keywords, description: x.description,
+                   weight: x.weight, source_chunk_ids: x.source_chunk_ids})[..$limit] AS top
+UNWIND top AS r
+RETURN r.source AS source, r.target AS target, r.keywords AS keywords, r.description AS description,
+       r.weight AS weight, r.source_chunk_ids AS source_chunk_ids
+"""
+
 COUNT_NODES = "MATCH (n:{label}) RETURN count(n) AS n"
 COUNT_RELATIONSHIPS = "MATCH ()-[r:{type}]->() RETURN count(r) AS n"

@@ -306,6 +306,27 @@ class KnowledgeGraphSink(Sink):
         entities.sort(key=lambda e: (e.name != key, e.name))
         return GraphContext(tuple(entities), tuple(relations))
 
+    def strongest_relations(self, entity_names: Iterable[str], limit: int = 50) -> GraphContext:
+        """Each entity's `limit` heaviest relations (either direction), deduplicated and heaviest first, with
+        the entities at their ends: two statements for any number of entities (a search's graph context
+        expands several; one `neighbourhood` each took three)."""
+        keys = sorted({entity_key(name) for name in entity_names})
+        if not keys:
+            return GraphContext()
+        rows = self.backend.run(
+            cypher.RELATIONS_OF_ENTITIES, {"names": keys, "limit": int(limit)}, write=False
+        )
+        relations = {(r.source, r.target): r for r in map(_relation, rows)}
+        ordered = sorted(relations.values(), key=lambda r: (-r.weight, r.source, r.target))
+        ends = {name for r in ordered for name in (r.source, r.target)}
+        entities = [
+            _entity(r)
+            for r in self.backend.run(
+                cypher.ENTITIES_BY_NAME, {"names": sorted(set(keys) | ends)}, write=False
+            )
+        ]
+        return GraphContext(tuple(sorted(entities, key=lambda e: e.name)), tuple(ordered))
+
     def entity(self, name: str) -> GraphEntity | None:
         """One entity by any spelling of its name."""
         rows = self.backend.run(cypher.ENTITIES_BY_NAME, {"names": [entity_key(name)]}, write=False)

@@ -1,17 +1,18 @@
-"""The vector store (Qdrant, local mode or a server) and the embedders that feed it."""
+"""The vector store (Qdrant, local mode or a server) and the embedders that feed it.
 
-from sinks.vectors.base import Embedder, EmbedderError
-from sinks.vectors.embedders import make_embedder
-from sinks.vectors.minilm import MiniLMEmbedder
-from sinks.vectors.openai_compatible import OpenAICompatibleEmbedder
-from sinks.vectors.qdrant import QdrantSink, point_id
+The names load on first use (`lazy_loader`): `sinks.vectors.embedders` (what a run's fingerprint needs)
+must not import qdrant_client (about 1 s).
+"""
 
-__all__ = [
-    "Embedder",
-    "EmbedderError",
-    "MiniLMEmbedder",
-    "OpenAICompatibleEmbedder",
-    "QdrantSink",
-    "make_embedder",
-    "point_id",
-]
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "base": ["Embedder", "EmbedderError"],
+        "embedders": ["make_embedder"],
+        "minilm": ["MiniLMEmbedder"],
+        "openai_compatible": ["OpenAICompatibleEmbedder"],
+        "qdrant": ["QdrantSink", "point_id"],
+    },
+)

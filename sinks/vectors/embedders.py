@@ -6,7 +6,6 @@ import), so choosing the OpenAI embedder never loads torch.
 
 from __future__ import annotations
 
-from chunking.config import MINILM_MAX_TOKENS, MINILM_TOKENIZER, EmbeddingBudget
 from sinks.config import SinkSettings
 from sinks.vectors.base import Embedder
 from sinks.vectors.minilm import MiniLMEmbedder
@@ -28,11 +27,3 @@ def make_embedder(settings: SinkSettings) -> Embedder:
     return MiniLMEmbedder(
         batch_size=settings.embedding_batch_size, model_batch_size=settings.embedding_model_batch_size
     )
-
-
-def embedding_budget(settings: SinkSettings) -> EmbeddingBudget:
-    """The input limit of the configured embedder, counted as it counts (`OpenAICompatibleEmbedder` and
-    `MiniLMEmbedder.count_tokens`): what `auto` fits its chunks to. Known without opening the embedder."""
-    if settings.embedder == "openai":
-        return EmbeddingBudget(max_tokens=settings.embedding_max_tokens, tokenizer="cl100k_base")
-    return EmbeddingBudget(max_tokens=MINILM_MAX_TOKENS, tokenizer=MINILM_TOKENIZER)

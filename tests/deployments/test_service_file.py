@@ -8,7 +8,7 @@ import json
 from sqlalchemy import text
 
 from deployments.service_file import announce, running_service_url, service_file, withdraw
-from index.document_leases import ProcessIdentity
+from index.process_identity import ProcessIdentity
 from sinks.database import open_database
 
 

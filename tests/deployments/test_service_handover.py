@@ -5,7 +5,8 @@ in its single-writer mode, and the service in this process over a real uvicorn l
 Proves: a served ingest run proceeds while the service holds warm readers (they are handed over and
 reopened), searches before and after answer; /documents, /status and the source filter read what the runs
 wrote; the CLI's search/status/delete talk to the running service (found through its `service.json`) and
-load nothing themselves; a stale service file is ignored.
+load nothing themselves (no model, no store client, not Prefect: their processes' modules are checked);
+a stale service file is ignored.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import os
 import socket
 import subprocess
-import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ from deployments.service_status import status_json
 from deployments.service_stores import WarmStores
 from deployments.settings import ServiceSettings
 from deployments.webhook import PrefectEventSink, create_app
+from tests.deployments.test_cli_imports import run_recording_cli
 from tests.pipeline.test_pipeline_deployments import RUN_TIMEOUT, served  # noqa: F401  (the fixture)
 
 TOKEN = "handover-token"
@@ -96,7 +98,8 @@ def service(served, prefect_api_url: str, falkordb_url: str, monkeypatch: pytest
         service_file(data_dir).unlink(missing_ok=True)
 
 
-def _cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(data_dir: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """`unichunk *args` for this data dir: its result and the heavy libraries its process loaded."""
     env = dict(os.environ) | {
         "UNICHUNK_DATA_DIR": str(data_dir),
         "UNICHUNK_API_TOKEN": TOKEN,
@@ -106,9 +109,8 @@ def _cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     }
     env.pop("UNICHUNK_EMBEDDING_API_KEY", None)
     env.pop("UNICHUNK_EMBEDDING_BASE_URL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "deployments.cli", *args], env=env, capture_output=True, text=True, timeout=300
-    )
+    with tempfile.TemporaryDirectory() as scratch:
+        return run_recording_cli(Path(scratch) / "modules.json", *args, env=env)
 
 
 def _ids(result: dict) -> set[str]:
@@ -147,27 +149,31 @@ def test_served_runs_take_the_store_from_the_warm_service_and_the_cli_asks_it(se
     assert _ids(in_source) == {ada, babbage}
     assert client.get("/search", params={"q": "Engine", "source": "elsewhere"}).json()["hits"] == []
 
-    # The CLI finds the service through service.json and asks it; same output as in-process.
+    # The CLI finds the service through service.json and asks it; same output as in-process; the command
+    # loads no model, store client or Prefect (`test_cli_imports.HEAVY_LIBRARIES`).
     seen.clear()
-    found = _cli(data_dir, "search", "Difference Engine designed", "--json")
+    found, heavy = _cli(data_dir, "search", "Difference Engine designed", "--json")
     assert found.returncode == 0, found.stderr
-    assert babbage in _ids(json.loads(found.stdout)) and "GET /search" in seen
-    human = _cli(data_dir, "search", "Difference Engine designed")
-    assert human.returncode == 0 and "babbage.md" in human.stdout
-    status = _cli(data_dir, "status", "--json")
+    assert babbage in _ids(json.loads(found.stdout)) and "GET /search" in seen and heavy == set()
+    human, heavy = _cli(data_dir, "search", "Difference Engine designed")
+    assert human.returncode == 0 and "babbage.md" in human.stdout and heavy == set()
+    status, heavy = _cli(data_dir, "status", "--json")
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout) == json.loads(json.dumps(status_json())) and "GET /status" in seen
-    unknown = _cli(data_dir, "delete", "no-such-document")
-    assert unknown.returncode == 2 and "no such document" in unknown.stderr
-    deleted = _cli(data_dir, "delete", babbage)  # the served delete-document run does it, under the lock
+    assert heavy == set()
+    unknown, heavy = _cli(data_dir, "delete", "no-such-document")
+    assert unknown.returncode == 2 and "no such document" in unknown.stderr and heavy == set()
+    # the served delete-document run deletes it, under the store lock
+    deleted, heavy = _cli(data_dir, "delete", babbage)
     assert deleted.returncode == 0, deleted.stderr
     assert f"deleted {babbage}" in deleted.stdout and f"DELETE /documents/{babbage}" in seen
+    assert heavy == set()
     assert client.get(f"/documents/{babbage}").status_code == 404
     assert babbage not in _ids(client.get("/search", params={"q": "Difference Engine", "k": 3}).json())
 
     # A service file whose process is gone is ignored: the CLI works in-process.
     service_file(data_dir).write_text(json.dumps({"url": "http://127.0.0.1:9", "pid": 2**22 + 17}))
     seen.clear()
-    alone = _cli(data_dir, "status", "--json")
+    alone, _ = _cli(data_dir, "status", "--json")
     assert alone.returncode == 0, alone.stderr
     assert json.loads(alone.stdout)["counts"]["processed"] == 1 and seen == []

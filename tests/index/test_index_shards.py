@@ -23,7 +23,7 @@ from pydantic import SecretStr
 
 from chunking.sources import SourceItem
 from index import shard_records
-from index.document_leases import ProcessIdentity
+from index.process_identity import ProcessIdentity
 from index.shard_records import ShardRecords, SupersededAttempt
 from index.shards import MAX_SHARDS, shard_of, split
 from sinks.config import SinkSettings

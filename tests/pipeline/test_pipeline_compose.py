@@ -230,6 +230,20 @@ def test_published_unichunk_ports_require_the_api_token() -> None:
             )
 
 
+def test_the_cli_in_any_of_our_containers_asks_the_api_service() -> None:
+    """`unichunk serve` announces itself to CLI users through `<data dir>/service.json` (URL and pid); the
+    compose receiver is uvicorn alone and a pid means nothing across containers, so every container of our
+    image names the service by URL, with the token its API takes: `docker compose exec worker unichunk
+    search ...` asks the warm service instead of loading the models."""
+    receiver = SERVICES["webhook"]
+    port = receiver["command"][receiver["command"].index("--port") + 1]
+    assert f"{port}:{port}" in receiver["ports"]
+    for name in _ours():
+        env = _environment(SERVICES[name])
+        assert env["UNICHUNK_SERVICE_URL"] == f"http://webhook:{port}", name
+        assert env["UNICHUNK_API_TOKEN"] == _environment(receiver)["UNICHUNK_API_TOKEN"], name
+
+
 def test_prefect_server_keeps_its_state_in_postgres() -> None:
     url = _environment(SERVICES["prefect-server"])["PREFECT_API_DATABASE_CONNECTION_URL"]
     match = re.fullmatch(r"postgresql\+asyncpg://([^:]+):(\$\{[^}]+\})@([a-z0-9-]+):5432/(\w+)", url)

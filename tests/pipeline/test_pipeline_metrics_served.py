@@ -2,7 +2,11 @@
 a real Prometheus scrapes the serving process's /metrics (the metrics port and the receiver's route), and
 its HTTP API must show the processed counter rising by exactly the documents each run processed, while
 the run processes are separate subprocesses that push nothing. Then every dashboard panel must return
-data, and the alert rules load and evaluate."""
+data, and the alert rules load and evaluate.
+
+The same served runs are the issue's screenshot-free check of what Prefect shows: read from Prefect's API,
+each run has its templated name (`ingest · <source>`), INFO lines per batch, and both artifacts (the
+markdown summary with the run's counts, the failures table, empty after a clean run)."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import pytest
 import servers
 from faults.served import FINAL, run_state, serve_process, start_run, stop_process, wait
 
+from chunking.ids import default_source_name
 from deployments.serve import DEPLOYMENT_NAMES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -123,13 +128,39 @@ def _deployment_id(api: str, name: str) -> str | None:
     return response.json()["id"] if response.status_code == 200 else None
 
 
-def _ingest(svc: Service, source: Path) -> None:
-    """One run of the served `ingest` deployment; it must complete."""
+def _ingest(svc: Service, source: Path) -> str:
+    """One run of the served `ingest` deployment; it must complete. Its flow run ID."""
     deployment_id = _deployment_id(svc.api, "ingest")
     assert deployment_id
     run_id = start_run(svc.api, deployment_id, {"params": {"source": {"root": str(source)}}})
     state = wait("the ingest run to finish", lambda: run_state(svc.api, run_id) in FINAL, 600, svc.log)
     assert state and run_state(svc.api, run_id) == "COMPLETED", svc.log.read_text()[-3000:]
+    return run_id
+
+
+def _shown_in_prefect(svc: Service, run_id: str, source: Path, processed: int) -> None:
+    """What the Prefect UI shows of a served ingest run, read from Prefect's API: its name, its INFO batch
+    lines, its summary artifact (with the run's processed count) and its failures table (empty)."""
+    assert httpx.get(f"{svc.api}/flow_runs/{run_id}", timeout=10).json()["name"] == (
+        f"ingest · {default_source_name(source)}"
+    )
+    found = httpx.post(
+        f"{svc.api}/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run_id]}}}, timeout=15
+    ).json()
+    artifacts = {a["key"]: a for a in found}
+    assert set(artifacts) == {"ingest-summary", "ingest-failures"}, found
+    summary = artifacts["ingest-summary"]
+    assert summary["type"] == "markdown" and "### ingest: Completed" in summary["data"], summary
+    assert f"| processed | {processed} ({processed} chunked) |" in summary["data"], summary["data"]
+    assert artifacts["ingest-failures"]["type"] == "table"
+    assert json.loads(artifacts["ingest-failures"]["data"])["document"] == []
+
+    def batch_lines() -> list[str]:  # the run process sends its logs in batches
+        body = {"logs": {"flow_run_id": {"any_": [run_id]}, "level": {"ge_": 20}}, "limit": 200}
+        logs = httpx.post(f"{svc.api}/logs/filter", json=body, timeout=15).json()
+        return [log["message"] for log in logs if "chunks written graph=" in log["message"]]
+
+    assert wait("the run's INFO batch lines", batch_lines, 60, svc.log)
 
 
 def test_served_runs_add_up_in_prometheus_and_feed_every_dashboard_panel(service: Service, tmp_path: Path):
@@ -144,8 +175,9 @@ def test_served_runs_add_up_in_prometheus_and_feed_every_dashboard_panel(service
     page = httpx.get(svc.metrics, timeout=10).text
     assert "_created" not in page
 
-    _ingest(svc, source)  # every document is new
+    first = _ingest(svc, source)  # every document is new
     _settles_at(svc, PROCESSED, documents)
+    _shown_in_prefect(svc, first, source, documents)
 
     # HTTP metrics on the API: a rejected (unsigned) webhook and a /health, by route template and status.
     httpx.get(f"{svc.receiver}/health", timeout=10)
@@ -180,8 +212,9 @@ def test_served_runs_add_up_in_prometheus_and_feed_every_dashboard_panel(service
 
     changed = sorted(p for p in source.rglob("*.md"))[0]
     changed.write_text(changed.read_text() + "\n\nOne more paragraph, so this document changed.\n")
-    _ingest(svc, source)  # a new run process: only the changed document is processed again
+    second = _ingest(svc, source)  # a new run process: only the changed document is processed again
     _settles_at(svc, PROCESSED, documents + 1)
+    _shown_in_prefect(svc, second, source, 1)
     _settles_at(svc, SKIPPED, documents - 1)
 
     # The issue's query: it stayed 0 while runs pushed counters that each started from zero.

@@ -235,15 +235,17 @@ def test_search_is_ranking_plus_context_in_one_typed_result(stores, corpus):
     ranked = retrieve(sinks, query, 4, RetrievalSettings(candidates=20))
     assert [h.chunk_id for h in result.hits] == [h.chunk_id for h in ranked.hits]
     assert [h.rank for h in result.hits] == [1, 2, 3, 4] and result.route == "hybrid"
-    texts = {d.document_id: (d.text, d.title) for d in corpus}
+    texts = {d.document_id: (d.text, d.title, d.source_id) for d in corpus}
     for hit in result.hits:
-        text, title = texts[hit.document_id]
+        text, title, source_id = texts[hit.document_id]
         assert text[hit.start_char : hit.end_char] == hit.content
         assert hit.title == title  # from the vector store's record, whichever retriever found the hit
+        assert hit.source_id == source_id  # likewise: what the CLI prints, also through a service
     assert result.context is not None and result.context.tokens <= result.context.budget
     assert {c for s in result.context.spans for c in s.hit_chunk_ids} == {h.chunk_id for h in result.hits}
     assert result.graph is None
     only_keywords = search(Readers(keywords=sinks["keywords"]), query, 2, SearchOptions(context=False))
     assert only_keywords.route == "keywords" and only_keywords.context is None
     assert only_keywords.hits[0].title is None  # the keyword store keeps no title, and none is invented
+    assert only_keywords.hits[0].source_id is None
     assert SearchResult.model_validate_json(result.model_dump_json()) == result  # JSON round trip is exact

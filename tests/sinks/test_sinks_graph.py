@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from itertools import pairwise
 
 import pytest
 
 from chunking.models import Chunk
-from sinks.base import SinkError
+from sinks.base import GraphContext, SinkError
 from sinks.graph.backends import GraphBackend
 from sinks.graph.extraction import EntityExtractor, ExtractedEntity, ExtractedRelation, Extraction, entity_key
 from sinks.graph.sink import KnowledgeGraphSink
@@ -235,6 +236,39 @@ def test_context_and_neighbourhood(sink: KnowledgeGraphSink, make_doc) -> None:
     assert sink.neighbourhood("Nobody At All").relations == ()
     with pytest.raises(ValueError):
         sink.neighbourhood("Tim Cook", hops=9)
+
+
+def test_strongest_relations_are_each_entitys_heaviest_in_one_read(sink: KnowledgeGraphSink) -> None:
+    """Against the relations computed here from every stored one: for each entity its `limit` heaviest
+    (ties by source then target name), either direction; many equal weights test the tie-break."""
+    rng = random.Random(16)
+    names = [f"entity {i:02d}" for i in range(25)]
+    pairs = {tuple(sorted(rng.sample(names, 2))) for _ in range(90)}
+    sink.backend.run("UNWIND $names AS n CREATE (:Entity {name: n, display_name: n})", {"names": names})
+    rows = [
+        {"a": a, "b": b, "w": float(rng.randint(1, 4)), "k": f"{a}/{b}", "c": [f"chunk {a} {b}"]}
+        for a, b in sorted(pairs)
+    ]
+    sink.backend.run(
+        "UNWIND $rows AS r MATCH (a:Entity {name: r.a}), (b:Entity {name: r.b}) "
+        "CREATE (a)-[:RELATED {weight: r.w, keywords: r.k, description: '', source_chunk_ids: r.c}]->(b)",
+        {"rows": rows},
+    )
+    order = sorted(rows, key=lambda r: (-r["w"], r["a"], r["b"]))
+    for hubs, limit in ((["entity 03"], 3), (["Entity 03", "entity 07", "entity 11"], 4), (names[:6], 50)):
+        keys = {entity_key(h) for h in hubs}
+        expected = set()
+        for key in keys:
+            expected |= {(r["a"], r["b"]) for r in [r for r in order if key in (r["a"], r["b"])][:limit]}
+        found = sink.strongest_relations(hubs, limit=limit)
+        assert [(r.source, r.target) for r in found.relations] == [
+            (r["a"], r["b"]) for r in order if (r["a"], r["b"]) in expected
+        ]
+        assert all(r.keywords == f"{r.source}/{r.target}" for r in found.relations)  # each its own record
+        ends = {n for r in found.relations for n in (r.source, r.target)}
+        assert {e.name for e in found.entities} == keys | ends
+    assert sink.strongest_relations(["nobody at all"]) == GraphContext()
+    assert sink.strongest_relations([]) == GraphContext()
 
 
 class _Failing(EntityExtractor):
