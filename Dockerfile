@@ -1,5 +1,6 @@
-# One image for the worker (`unichunk serve --no-webhook`) and the webhook receiver
-# (`uvicorn --factory deployments.webhook:create_app`). Every package pyproject.toml installs is copied:
+# One image for the workers (`unichunk worker`), the one-shot `prefect deploy` of prefect.yaml (hence
+# prefect.yaml in /app: the deployments run their flows from /app), and the webhook receiver
+# (`uvicorn --factory deployments.webhook:create_app`); `unichunk serve` for a single machine. Every package pyproject.toml installs is copied:
 # a missing one (index, retrieval, unichunk once were) installs fine and fails at the first import.
 FROM python:3.11-slim
 
@@ -14,7 +15,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 # Pass e.g. --build-arg PIP_EXTRA_INDEX_URL=<a CPU-only torch index> to avoid the multi-GB CUDA torch.
 ARG PIP_EXTRA_INDEX_URL=""
-COPY pyproject.toml constraints.txt README.md ./
+COPY pyproject.toml constraints.txt README.md prefect.yaml ./
 COPY chunking ./chunking
 COPY sinks ./sinks
 COPY index ./index

@@ -633,6 +633,16 @@ def ingest(
         bool, typer.Option("--dry-run", help="Show what would happen; write nothing.")
     ] = False,
     batch_size: BatchSizeOption = DEFAULT_BATCH_SIZE,
+    shards: Annotated[
+        int,
+        typer.Option(
+            "--shards",
+            min=1,
+            max=64,
+            help="Split the run into this many `ingest-shard` runs on the workers of the work pool (or "
+            "`unichunk serve`); 1: this process does everything.",
+        ),
+    ] = 1,
     as_json: JsonOption = False,
 ) -> None:
     """Ingest PATH into every sink, re-doing only new and changed documents.
@@ -652,6 +662,7 @@ def ingest(
                 delete_missing=delete_missing,
                 dry_run=dry_run,
                 batch_size=batch_size,
+                shards=shards,
                 **({"sinks": sink} if sink else {}),
             )
         summary = _run_ingest(params, as_json=as_json)
@@ -1029,6 +1040,47 @@ def serve(
             threading.Thread(target=run_receiver, args=(host, port), name="webhook", daemon=True).start()
             err_console.print(f"webhook receiver on http://{host}:{port}")
         serve_all()
+
+
+@app.command()
+@friendly_errors
+def worker(
+    pool: Annotated[str, typer.Option("--pool", "-p", help="The Prefect work pool to poll.")] = "unichunk",
+    limit: Annotated[
+        int | None,
+        typer.Option(min=1, max=64, help="Flow runs at once (default: UNICHUNK_SERVE_RUN_LIMIT)."),
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            min=0,
+            max=65535,
+            help="/metrics port; 0 = off (default: UNICHUNK_METRICS_PORT).",
+        ),
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="The worker's name in the Prefect UI.")] = None,
+) -> None:
+    """Run the flow runs of a work pool (a Prefect process worker), with one /metrics for all of them.
+
+    For many machines: `prefect deploy --all` registers the deployments (prefect.yaml) on the pool, and
+    every machine runs `unichunk worker` with the same UNICHUNK_* settings (docs/operations.md, "Scaling
+    out"). The first SIGTERM or Ctrl-C stops polling and lets runs in flight finish; a second kills."""
+    _startup_checks()
+    from deployments.multiprocess_metrics import enter_multiprocess_mode
+
+    # re-executes this command once, in multiprocess mode, with a temporary metrics directory of its own
+    enter_multiprocess_mode(SinkSettings().data_dir, temporary=True)
+    service = ServiceSettings()
+    with _prefect(route_logs=False):
+        from deployments.worker import run_worker
+
+        run_worker(
+            pool,
+            limit=limit or service.serve_run_limit,
+            metrics_port=service.metrics_port if metrics_port is None else metrics_port,
+            name=name,
+        )
 
 
 @app.command()

@@ -107,6 +107,11 @@ OTHER_VARIABLES: tuple[tuple[str, str, str], ...] = (
         "Host directory mounted at /sources for the worker and the receiver (default: the sample corpus).",
     ),
     ("POSTGRES_PASSWORD", "docker-compose.yml", "Password of the Prefect server's Postgres database."),
+    (
+        "UNICHUNK_DB_PASSWORD",
+        "docker-compose.yml",
+        "Password of unichunk's own PostgreSQL (`unichunk-db`, the records behind UNICHUNK_DATABASE_URL).",
+    ),
     ("GRAFANA_ADMIN_PASSWORD", "docker-compose.yml", "Grafana's admin password (default: `admin`)."),
     (
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS",

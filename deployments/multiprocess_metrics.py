@@ -1,4 +1,5 @@
-"""One /metrics for the serving process and every flow run it spawns (prometheus_client multiprocess mode).
+"""One /metrics for the serving process (or a worker) and every flow run it spawns (prometheus_client
+multiprocess mode).
 
 `unichunk serve` runs each flow run in a subprocess (Prefect's Runner). Without this, each run counted from
 zero in its own memory and pushed that to the Pushgateway, so `increase()` saw nothing and the serving
@@ -18,6 +19,10 @@ processes inherit it. A directory named by the user's PROMETHEUS_MULTIPROC_DIR i
 otherwise be summed into this one's counters. In server mode (UNICHUNK_DATABASE_URL), where nothing may be
 written under the data dir, the default is a fresh directory in the system's temporary space instead,
 removed when the service exits: these files are scratch of one service's life, not records.
+
+`unichunk worker` (a Prefect process worker, `deployments.worker`) does the same for the runs it spawns
+from a work pool, always in such a temporary directory of its own: several workers may share a machine
+(and a data dir), and each must sum only its own runs, or two workers would count each run twice.
 """
 
 from __future__ import annotations
@@ -44,9 +49,12 @@ DEFAULT_SUBDIR = "prometheus-multiproc"
 TEMPORARY_ENV = "UNICHUNK_METRICS_TEMPORARY"
 
 
-def enter_multiprocess_mode(data_dir: Path) -> Path:
+def enter_multiprocess_mode(data_dir: Path, *, temporary: bool = False) -> Path:
     """Return the multiprocess directory once this process records into it; else clear it, set the
-    variable and re-execute this command line (does not return). See the module docstring."""
+    variable and re-execute this command line (does not return). See the module docstring.
+
+    The directory is PROMETHEUS_MULTIPROC_DIR if set, else a temporary one removed at exit (`temporary`,
+    as a `unichunk worker` asks, or server mode), else `<data_dir>/prometheus-multiproc`."""
     if os.environ.get(PREPARED_ENV) == str(os.getpid()) and multiprocess_mode():
         initialize_series(SINK_NAMES)  # every known counter series at 0, so the first run's increase counts
         directory = Path(os.environ[MULTIPROC_ENV])
@@ -55,7 +63,7 @@ def enter_multiprocess_mode(data_dir: Path) -> Path:
         return directory
     if os.environ.get(MULTIPROC_ENV):
         directory = Path(os.environ[MULTIPROC_ENV])
-    elif SinkSettings().database_url is not None:
+    elif temporary or SinkSettings().database_url is not None:
         directory = Path(tempfile.mkdtemp(prefix="unichunk-metrics-"))
         os.environ[TEMPORARY_ENV] = str(os.getpid())
     else:

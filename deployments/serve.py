@@ -6,6 +6,8 @@
   one and switches readers when it is verified.
 - `switch-generation/switch-generation`: roll back to a retained generation (or on to a ready one).
 - `reindex/reindex`: the nightly safety net, on the cron in UNICHUNK_REINDEX_CRON (default "0 2 * * *").
+- `ingest-shard/ingest-shard`: one shard of an `ingest` or `reindex` run given `shards=N`, started by that
+  run (`flows.shards`), never by hand; served here so one machine can run shards in parallel processes.
 - `ingest-document/ingest-document` and `delete-document/delete-document`: fired by the Prefect events
   "document.updated" / "document.deleted" that the webhook receiver emits; their parameters are Jinja
   templates over the event payload, rendered by the Prefect server when the trigger fires.
@@ -25,16 +27,13 @@ the repo root instead, which declares the same deployments for a process work po
 
     prefect work-pool create unichunk --type process
     prefect deploy --all                       # from the repo root, registers the deployments
-    prefect worker start --pool unichunk       # on each machine, as many as you like
+    unichunk worker --pool unichunk            # on each machine, as many as you like
 
-Every worker polls the pool and runs flow runs as local subprocesses, so adding workers adds
-throughput; the triggers and the cron live on the server and do not care which worker picks a run up.
-Within one large run, the tasks themselves can be spread across a cluster by giving the flow a
-distributed task runner, e.g. `ingest.with_options(task_runner=DaskTaskRunner(address="tcp://sched:8786"))`
-from prefect-dask or `RayTaskRunner(address="ray://head:10001")` from prefect-ray (neither is installed by
-default; add the package and set the runner where the deployment is built). Every worker needs the same
-UNICHUNK_* settings pointing at shared stores (Qdrant, Neo4j/FalkorDB servers, a shared data dir for
-BM25 and the status store), since embedded stores are per machine.
+Every worker polls the pool and runs flow runs as local subprocesses (`deployments.worker`: one /metrics
+for all of them), so adding workers adds throughput; the triggers and the cron live on the server and do
+not care which worker picks a run up, and one large `ingest`/`reindex` given `shards=N` is split across
+them (`flows.shards`). Every worker needs the same UNICHUNK_* settings pointing at shared stores
+(UNICHUNK_DATABASE_URL, Qdrant and Neo4j servers): docs/operations.md, "Scaling out".
 """
 
 from __future__ import annotations
@@ -60,6 +59,7 @@ from deployments.multiprocess_metrics import enter_multiprocess_mode, exposition
 from deployments.settings import ServiceSettings
 from flows.documents import delete_document, ingest_document
 from flows.ingest import ingest
+from flows.ingest_shard import ingest_shard
 from flows.rebuild import rebuild
 from flows.reindex import reindex
 from flows.switch import switch_generation
@@ -71,6 +71,7 @@ DOCUMENT_RESOURCE = "unichunk.document.*"
 DEPLOYMENT_NAMES = (
     "ingest",
     "reindex",
+    "ingest-shard",
     "ingest-document",
     "delete-document",
     "rebuild",
@@ -82,6 +83,7 @@ DEPLOYMENT_NAMES = (
 TAGS: dict[str, list[str]] = {
     "ingest": ["unichunk", "ingest", "ad-hoc"],
     "reindex": ["unichunk", "ingest", "scheduled"],
+    "ingest-shard": ["unichunk", "ingest", "shard"],
     "ingest-document": ["unichunk", "ingest", "webhook"],
     "delete-document": ["unichunk", "delete", "webhook"],
     "rebuild": ["unichunk", "generations", "ad-hoc"],
@@ -94,7 +96,9 @@ TAGS: dict[str, list[str]] = {
 # a `reindex` that finds the last one still running is cancelled (CANCEL_NEW), since the running one
 # covers the same ground. The webhook flows have none: their bursts are throttled by the serving process
 # (`UNICHUNK_SERVE_RUN_LIMIT`, `prefect worker start --limit`), which starts a waiting run at its next
-# poll, not 30 s later, and document leases already keep two runs off one document. Prefect 3.8.8 keeps
+# poll, not 30 s later, and document leases already keep two runs off one document. Neither has
+# `ingest-shard`: a sharded run's shards must run side by side (the parent's own slot is its limit), each
+# worker taking as many as its `--limit` allows. Prefect 3.8.8 keeps
 # the slot's lease in the server's memory by default: a server restart ends a limited run that is in
 # flight (its lease renewal fails; the next run redoes its documents) unless the server is given
 # PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE=prefect.server.concurrency.lease_storage.filesystem.
@@ -160,6 +164,11 @@ def build_deployments(
             parameters=source,
             description="Scheduled full incremental scan plus alignment check and repair.",
             **options("reindex"),
+        ),
+        "ingest-shard": lambda: ingest_shard.to_deployment(
+            "ingest-shard",
+            description="One shard of a sharded ingest or reindex run (started by that run).",
+            **options("ingest-shard"),
         ),
         "ingest-document": lambda: ingest_document.to_deployment(
             "ingest-document",

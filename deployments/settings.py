@@ -37,11 +37,16 @@ class ServiceSettings(BaseSettings):
         2,
         ge=1,
         le=64,
-        description="Flow runs the served process runs at once; more wait, queued (runs on one embedded store "
-        "run one at a time anyway, and each run process holds its models in memory).",
+        description="Flow runs the served process (and a `unichunk worker`, unless `--limit`) runs at once; "
+        "more wait, queued (runs on one embedded store run one at a time anyway, and each run process holds "
+        "its models in memory). Above 1 where runs are sharded: a sharded run's parent holds a slot.",
     )
     metrics_port: int = Field(
-        9464, ge=0, le=65535, description="/metrics port of the served process; 0 = off."
+        9464,
+        ge=0,
+        le=65535,
+        description="/metrics port of the served process (and a `unichunk worker`, unless `--metrics-port`); "
+        "0 = off.",
     )
     webhook_secret: SecretStr | None = Field(None, description="Shared HMAC secret; unset = refuse all.")
     webhook_max_body: int = Field(1024 * 1024, ge=1, description="Largest accepted webhook body in bytes.")

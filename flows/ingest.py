@@ -1,5 +1,5 @@
 """The `ingest` flow: bring the sinks in line with a source (or every source ingested before), re-doing
-only what changed."""
+only what changed; with `shards=N`, split across workers (`flows.shards`)."""
 
 from __future__ import annotations
 
@@ -9,35 +9,41 @@ from prefect.states import State
 from flows.params import IngestParams, IngestSummary
 from flows.pipeline import finish, sinks_context, timed_summary
 from flows.run_names import ingest_run_name
-from flows.sources import list_sources, sync_listed
+from flows.shards import cancel_shard_runs
+from flows.sources import list_sources, sync_in_shards, sync_listed
 from index.generations import target_for_ingest
 from index.run import RunConfig
 from sinks.config import SinkSettings
 
 
-def sync_source(flow_name: str, params: IngestParams) -> tuple[IngestSummary, RunConfig]:
-    """List the source (or every recorded one), process new and changed documents, delete vanished ones."""
+def sync_source(flow_name: str, params: IngestParams) -> tuple[IngestSummary, RunConfig, list[str]]:
+    """List the source (or every recorded one), process new and changed documents, delete vanished ones;
+    returns the summary, the run and the problems that fail it (a shard lost on every attempt)."""
     summary = IngestSummary(flow=flow_name, dry_run=params.dry_run)
     run = target_for_ingest(
         RunConfig(params.strategy, SinkSettings(), tuple(params.sinks)), dry_run=params.dry_run
     )
+    problems: list[str] = []
     with timed_summary(summary, flow_name):
         listed = list_sources(params.source, run.settings, record=not params.dry_run)
         summary.listed = sum(len(entry.items) for entry in listed)
-        with sinks_context(run, params.dry_run):
-            sync_listed(
-                listed,
-                run,
-                summary,
-                batch_size=params.batch_size,
-                dry_run=params.dry_run,
-                delete=params.delete_missing,
-            )
-    return summary, run
+        if params.shards > 1:
+            problems = sync_in_shards(listed, run, summary, params)
+        else:
+            with sinks_context(run, params.dry_run):
+                sync_listed(
+                    listed,
+                    run,
+                    summary,
+                    batch_size=params.batch_size,
+                    dry_run=params.dry_run,
+                    delete=params.delete_missing,
+                )
+    return summary, run, problems
 
 
-@flow(name="ingest", flow_run_name=ingest_run_name)
+@flow(name="ingest", flow_run_name=ingest_run_name, on_cancellation=[cancel_shard_runs])
 def ingest(params: IngestParams) -> IngestSummary | State:
     """Ingest a directory or a list of files into every sink; Failed if any document failed."""
-    summary, _ = sync_source("ingest", params)
-    return finish(summary)
+    summary, _, problems = sync_source("ingest", params)
+    return finish(summary, problems)

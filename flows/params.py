@@ -9,8 +9,12 @@ from pydantic import BaseModel, Field, model_validator
 from chunking.config import ChunkStrategy
 from chunking.sources import DEFAULT_PATTERNS, SOURCE_NAME_PATTERN, DirectorySource, PathsSource, Source
 from index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_RETENTION_HOURS
+from index.shards import MAX_SHARDS
 from index.source_registry import SourceRecord
 from sinks.base import SINK_NAMES, SinkName
+
+# Times the parent of a sharded run starts a lost shard again (its worker died, its run crashed).
+DEFAULT_SHARD_RETRIES = 2
 
 
 class SourceParams(BaseModel):
@@ -89,6 +93,49 @@ class IngestParams(BaseModel):
     batch_size: int = Field(
         DEFAULT_BATCH_SIZE, ge=1, le=1000, description="Documents per chunk/prepare/write round."
     )
+    shards: int = Field(
+        1,
+        ge=1,
+        le=MAX_SHARDS,
+        description="Split the run into this many `ingest-shard` runs, on any worker of the work pool "
+        "(1: this run does everything itself).",
+    )
+    shard_retries: int = Field(
+        DEFAULT_SHARD_RETRIES,
+        ge=0,
+        le=10,
+        description="Times a shard run that crashed, failed or was lost is started again, alone.",
+    )
+
+
+class ShardParams(BaseModel):
+    """Parameters of one `ingest-shard` run: what it needs to find its documents and to check it works
+    with the parent's settings. Small whatever the source: the documents are in the manifest
+    (`index.shard_records`)."""
+
+    parent: str = Field(description="The parent run's flow run ID: the key of its manifest.")
+    shard: int = Field(ge=0, lt=MAX_SHARDS)
+    shards: int = Field(ge=1, le=MAX_SHARDS)
+    attempt: int = Field(1, ge=1, description="1 for the first run of this shard, 2 for its first retry, ...")
+    fingerprint: str = Field(description="The parent's run fingerprint: every worker needs its settings.")
+    generation: str | None = Field(None, description="The index generation the parent writes.")
+    strategy: ChunkStrategy = Field(default_factory=ChunkStrategy)
+    sinks: list[SinkName] = Field(default_factory=lambda: list(SINK_NAMES), min_length=1)
+    dry_run: bool = False
+    batch_size: int = Field(DEFAULT_BATCH_SIZE, ge=1, le=1000)
+
+
+class ShardOutcome(BaseModel):
+    """One shard of a sharded run, for the parent's summary: its last attempt and what that did."""
+
+    shard: int
+    documents: int
+    attempts: int = 0
+    flow_run: str | None = None
+    state: str = "not started"
+    processed: int = 0
+    failed: int = 0
+    message: str | None = None
 
 
 class FailedDocument(BaseModel):
@@ -125,21 +172,46 @@ class IngestSummary(BaseModel):
     would_delete: list[str] = Field(default_factory=list)
     alignment: dict | None = None
     repaired: dict | None = None
+    shards: list[ShardOutcome] = Field(
+        default_factory=list, description="A sharded run's shards (empty when it ran alone)."
+    )
+
+    def add(self, part: IngestSummary) -> None:
+        """Count in what a part of this run did (a shard run's summary); `listed` and the duration stay
+        this run's own (the parent listed every document and its wall time covers the shards')."""
+        self.processed += part.processed
+        self.skipped += part.skipped
+        self.failed.extend(part.failed)
+        self.unreadable.extend(part.unreadable)
+        self.deleted += part.deleted
+        self.chunked += part.chunked
+        for name, count in part.chunks_written.items():
+            self.chunks_written[name] = self.chunks_written.get(name, 0) + count
+        for name, seconds in part.sink_seconds.items():
+            self.sink_seconds[name] = round(self.sink_seconds.get(name, 0.0) + seconds, 3)
+        self.would_process.extend(part.would_process)
+        self.would_delete.extend(part.would_delete)
 
     def line(self) -> str:
         """One log line, for the flow log and the CLI."""
         if self.dry_run:
             return (
-                f"{self.flow} (dry run): {self.listed} listed, {len(self.would_process)} would be processed, "
+                f"{self.flow}{self._shards_note()} (dry run): {self.listed} listed, {len(self.would_process)} would be processed, "
                 f"{self.skipped} unchanged, {len(self.failed)} would fail, {len(self.would_delete)} would be deleted"
                 f"{self._unreadable_note()}"
             )
         written = ", ".join(f"{k}={v}" for k, v in sorted(self.chunks_written.items())) or "none"
         return (
-            f"{self.flow}: {self.listed} listed, {self.processed} processed ({self.chunked} chunked), "
+            f"{self.flow}{self._shards_note()}: {self.listed} listed, {self.processed} processed ({self.chunked} chunked), "
             f"{self.skipped} unchanged, {len(self.failed)} failed{self._unreadable_note()}, {self.deleted} "
             f"deleted; chunks written: {written}; {self.duration_seconds:.1f} s"
         )
+
+    def _shards_note(self) -> str:
+        if not self.shards:
+            return ""
+        retried = sum(1 for shard in self.shards if shard.attempts > 1)
+        return f" (in {len(self.shards)} shards" + (f", {retried} retried)" if retried else ")")
 
     def _unreadable_note(self) -> str:
         if not self.unreadable:

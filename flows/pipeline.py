@@ -160,7 +160,7 @@ def process_items(
     spent 13 s of CPU on that, against 1.5 s quoted.
     """
     rows = run.status_store(readonly=dry_run).get_many(item.document_id for item in items)
-    todo = _triage(items, rows, run, summary)
+    todo = triage(items, rows, run, summary)
     tally = _Progress(done=len(items) - len(todo), total=len(items))
     tally.advance(0)
     if dry_run:
@@ -181,11 +181,11 @@ def process_items(
             # here by size and mtime, as any unchanged file), or the file may have changed again since.
             deferred = [_restat(item) for item in deferred]
             rows = run.status_store().get_many(item.document_id for item in deferred)
-            todo = _triage(deferred, rows, run, summary)
+            todo = triage(deferred, rows, run, summary)
             tally.advance(len(deferred) - len(todo))
 
 
-def _triage(
+def triage(
     items: Sequence[SourceItem], rows: dict[str, DocumentStatus], run: RunConfig, summary: IngestSummary
 ) -> list[SourceItem]:
     """The items to load: all but those unchanged by size and mtime and the known unreadable ones (both
@@ -472,9 +472,17 @@ def find_missing(
 
 
 def delete_missing(
-    source: Source, items: Sequence[SourceItem], run: RunConfig, summary: IngestSummary, *, dry_run: bool
+    source: Source,
+    items: Sequence[SourceItem],
+    run: RunConfig,
+    summary: IngestSummary,
+    *,
+    dry_run: bool,
+    missing: Sequence[DocumentStatus] | None = None,
 ) -> None:
-    missing = find_missing(source, items, run, readonly=dry_run)
+    """Delete the documents `source` no longer lists (`missing`, when the caller has found them already)."""
+    if missing is None:
+        missing = find_missing(source, items, run, readonly=dry_run)
     if dry_run:
         summary.would_delete.extend(row.source_id or row.document_id for row in missing)
     elif missing:

@@ -11,15 +11,16 @@ from flows.ingest import sync_source
 from flows.params import IngestParams, IngestSummary
 from flows.pipeline import drop_expired, finish, sinks_context, timed_summary
 from flows.run_names import reindex_run_name
+from flows.shards import cancel_shard_runs
 from tasks.alignment import repair_alignment, verify_alignment_task
 
 
-@flow(name="reindex", flow_run_name=reindex_run_name)
+@flow(name="reindex", flow_run_name=reindex_run_name, on_cancellation=[cancel_shard_runs])
 def reindex(params: IngestParams) -> IngestSummary | State:
     """Scan like `ingest`, verify every sink against the status table (chunk IDs and each chunk's content
-    hash) and repair mismatches, then drop retired index generations whose retention ran out."""
-    summary, run = sync_source("reindex", params)
-    problems: list[str] = []
+    hash) and repair mismatches, then drop retired index generations whose retention ran out. With
+    `shards=N` the scan is split across workers; the check and the repair run once, here, after it."""
+    summary, run, problems = sync_source("reindex", params)
     if not params.dry_run:
         with timed_summary(summary, "reindex"), sinks_context(run, dry_run=False):
             report = verify_alignment_task(run)

@@ -8,7 +8,8 @@
   because Prefect's engine resolves such a run's final state into the exception it raises, and a summary
   is no exception (Prefect 3.8.8 raised `TypeError: Unexpected result for failed state` there).
 - **Artifacts** (`publish_ingest`, `publish_rebuild`), on every `ingest`, `reindex` and `rebuild` run: a
-  markdown summary (key `<flow>-summary`: counts, chunks and seconds per sink, duration, the failures)
+  markdown summary (key `<flow>-summary`: counts, chunks and seconds per sink, duration, a sharded run's
+  shards with their attempts, the failures)
   and a table of the failed and known-unreadable documents (key `<flow>-failures`), created on every
   run, empty when nothing failed: a key's latest version is what the Artifacts page shows, and a table
   made only on failure would go on showing the last failures after a clean run. File names and errors
@@ -138,6 +139,7 @@ def ingest_markdown(
     rows.append(("duration", f"{summary.duration_seconds:.1f} s"))
     lines += [f"| {name} | {value} |" for name, value in rows]
     lines += _sink_lines(summary)
+    lines += _shard_lines(summary)
     if summary.alignment is not None:
         lines += ["", _alignment_line(summary.alignment, summary.repaired)]
     if summary.dry_run:
@@ -216,6 +218,24 @@ def _sink_lines(summary: IngestSummary) -> list[str]:
     lines += [
         f"| {name} | {summary.chunks_written.get(name, 0)} | {summary.sink_seconds.get(name, 0.0):.1f} |"
         for name in sinks
+    ]
+    return lines
+
+
+def _shard_lines(summary: IngestSummary) -> list[str]:
+    """A sharded run's shards: each one's documents, attempts, its last run and what that did."""
+    if not summary.shards:
+        return []
+    lines = [
+        "",
+        "| shard | documents | attempts | last run | state | processed | failed |",
+        "|---:|---:|---:|---|---|---:|---:|",
+    ]
+    lines += [
+        f"| {s.shard + 1} | {s.documents} | {s.attempts} | {escape_markdown(s.flow_run or '')} | "
+        f"{escape_markdown(s.state + (f': {_cut(s.message, 200)}' if s.message else ''))} | {s.processed} | "
+        f"{s.failed} |"
+        for s in summary.shards
     ]
     return lines
 

@@ -1,6 +1,7 @@
 """Flow run names that say what a run is about, from what is known when it starts (its parameters):
-`ingest · docs`, `reindex · 2026-11-23`, `ingest-document · notes/a.md`, `delete-document · doc_0123…`,
-`rebuild · sentence 256`, `switch-generation · g1a2b3c4`, instead of Prefect's random `graceful-bug`.
+`ingest · docs`, `reindex · 2026-11-23`, `ingest-shard · 2/4`, `ingest-document · notes/a.md`,
+`delete-document · doc_0123…`, `rebuild · sentence 256`, `switch-generation · g1a2b3c4`, instead of
+Prefect's random `graceful-bug`.
 
 Each is a callable given to `@flow(flow_run_name=...)`: Prefect calls it when the run begins, with the
 run's parameters in `prefect.runtime.flow_run.parameters` (pydantic models for a call in this process,
@@ -79,6 +80,13 @@ def _reindex(parameters: dict[str, Any]) -> str:
     return when.strftime("%Y-%m-%d") + (" (dry run)" if _field(parameters.get("params"), "dry_run") else "")
 
 
+def _shard(parameters: dict[str, Any]) -> str:
+    params = parameters.get("params")
+    shard, shards, attempt = (_field(params, name) for name in ("shard", "shards", "attempt"))
+    retry = f" (attempt {attempt})" if attempt and int(attempt) > 1 else ""
+    return f"{int(shard) + 1}/{shards}{retry}"
+
+
 def _ingest_document(parameters: dict[str, Any]) -> str:
     if source_id := parameters.get("source_id"):
         return str(source_id)
@@ -106,6 +114,7 @@ def _drop(parameters: dict[str, Any]) -> str:
 
 ingest_run_name = _named("ingest", _ingest)
 reindex_run_name = _named("reindex", _reindex)
+shard_run_name = _named("ingest-shard", _shard)
 ingest_document_run_name = _named("ingest-document", _ingest_document)
 delete_document_run_name = _named("delete-document", _delete_document)
 rebuild_run_name = _named("rebuild", _rebuild)

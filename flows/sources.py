@@ -14,8 +14,9 @@ from pathlib import Path
 from prefect import get_run_logger
 
 from chunking.sources import Source, SourceItem
-from flows.params import IngestSummary, SourceParams
-from flows.pipeline import delete_missing, process_items
+from flows.params import IngestParams, IngestSummary, SourceParams
+from flows.pipeline import delete_missing, find_missing, process_items, sinks_context, triage
+from flows.shards import run_in_shards
 from index.run import RunConfig
 from index.source_registry import SourceRecord, SourceRegistry
 from sinks.config import SinkSettings
@@ -108,3 +109,28 @@ def sync_listed(
         process_items(entry.items, run, summary, batch_size=batch_size, dry_run=dry_run)
         if delete:
             delete_missing(entry.source, entry.items, run, summary, dry_run=dry_run)
+
+
+def sync_in_shards(
+    listed: list[Listed], run: RunConfig, summary: IngestSummary, params: IngestParams
+) -> list[str]:
+    """`sync_listed` split across workers (`flows.shards`): what is unchanged by size and mtime is told
+    here, from the status table, so only documents to load go to the shards (none: no shard starts);
+    then, once, what vanished from each source is deleted. Returns the problems that fail the run."""
+    items = [item for entry in listed for item in entry.items]
+    rows = run.status_store(readonly=params.dry_run).get_many(item.document_id for item in items)
+    todo = triage(items, rows, run, summary)
+    problems = run_in_shards(todo, run, summary, params) if todo else []
+    if params.delete_missing:
+        delete_vanished(listed, run, summary, dry_run=params.dry_run)
+    return problems
+
+
+def delete_vanished(listed: list[Listed], run: RunConfig, summary: IngestSummary, *, dry_run: bool) -> None:
+    """Delete what vanished from each listed source, opening the sinks only if something did."""
+    vanished = [(entry, find_missing(entry.source, entry.items, run, readonly=dry_run)) for entry in listed]
+    if not any(missing for _, missing in vanished):
+        return
+    with sinks_context(run, dry_run):
+        for entry, missing in vanished:
+            delete_missing(entry.source, entry.items, run, summary, dry_run=dry_run, missing=missing)

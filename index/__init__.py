@@ -9,7 +9,10 @@
   Prometheus metrics;
 - `document_leases.py`: which run may write a document now (runs in parallel never write one at once),
   by `process_identity.py` (which process holds a lease, and whether it is gone);
-  `source_registry.py`: the sources a data dir has ingested.
+  `source_registry.py`: the sources a data dir has ingested;
+- `shards.py`: which shard a document belongs to when one run is split across workers;
+  `shard_records.py`: what a sharded run's parent and its shard runs tell each other (manifest, beats,
+  summaries).
 
 Every record store is one implementation over `sinks.database`: SQLite files under the data dir, or with
 UNICHUNK_DATABASE_URL one PostgreSQL database that every worker shares.

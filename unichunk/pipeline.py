@@ -96,6 +96,7 @@ class Pipeline:
         delete_missing: bool = True,
         dry_run: bool = False,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        shards: int = 1,
     ) -> IngestSummary:
         """Bring the index in line with `source`, re-doing only new and changed documents.
 
@@ -104,6 +105,8 @@ class Pipeline:
         documents (`Document`s with a `source_id`, or a mapping name -> text: they need `source_name`,
         and are added or updated, never deleted by omission), or None: every source ingested before.
         `source_name` names the source, part of every document ID (default: derived from the folder).
+        `shards` > 1 splits the run into that many `ingest-shard` runs on the workers of the Prefect work
+        pool (or a `unichunk serve`), which must run with the same settings (docs/operations.md).
 
         Returns the run's summary; documents that failed are listed in `summary.failed` (the rest is
         stored), never raised. Raises for what stops the whole run (`GenerationMismatch`: other settings
@@ -122,6 +125,7 @@ class Pipeline:
             delete_missing=delete_missing,
             dry_run=dry_run,
             batch_size=batch_size,
+            shards=shards,
         )
         summary = self._run(lambda: ingest_flow(params, return_state=True))
         summary.failed.extend(rejected)

@@ -26,6 +26,7 @@ import servers
 from fault_checks import assert_converged, make_corpus
 from served import FINAL, run_state, serve_process, start_run, stop_process, tail, wait
 
+from deployments.serve import DEPLOYMENT_NAMES
 from deployments.stack import STATE_FILE, UP_PORT, down, stack_dir
 from index.generations import live_status
 from index.status import StatusStore
@@ -225,7 +226,7 @@ class Served:
                 deployment = httpx.get(f"{self.api}/deployments/name/ingest/ingest", timeout=5)
             except httpx.HTTPError:
                 return None
-            serving = "unichunk serve: serving 6 deployment(s)" in tail(self.log)
+            serving = f"unichunk serve: serving {len(DEPLOYMENT_NAMES)} deployment(s)" in tail(self.log)
             return (
                 deployment.json()["id"]
                 if health == 200 and deployment.status_code == 200 and serving

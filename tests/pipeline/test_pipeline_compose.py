@@ -53,7 +53,10 @@ def test_services_are_all_there_with_image_or_build() -> None:
         "neo4j",
         "postgres",
         "prefect-server",
-        "worker",
+        "unichunk-db",
+        "deploy",
+        "worker-1",
+        "worker-2",
         "webhook",
         "prometheus",
         "pushgateway",
@@ -134,8 +137,11 @@ def test_every_variable_our_services_get_is_one_something_reads() -> None:
 
 
 def _ours() -> list[str]:
-    """The services running our image: each reads or writes the stores."""
-    return [name for name, service in SERVICES.items() if "build" in service]
+    """The services running our image that read or write the stores (all but the one-shot `deploy`)."""
+    return [name for name, service in SERVICES.items() if "build" in service and name != "deploy"]
+
+
+WORKERS = ("worker-1", "worker-2")
 
 
 STORE_VARIABLES = (
@@ -146,6 +152,7 @@ STORE_VARIABLES = (
     "UNICHUNK_NEO4J_URI",
     "UNICHUNK_NEO4J_USER",
     "UNICHUNK_NEO4J_PASSWORD",
+    "UNICHUNK_DATABASE_URL",
     "PUSHGATEWAY_URL",
 )
 
@@ -153,13 +160,13 @@ STORE_VARIABLES = (
 def test_every_unichunk_process_reads_the_same_stores() -> None:
     """The receiver's /search once had its own volume and no Qdrant/Neo4j: it answered from empty
     embedded stores. Every process of our image must point at the same servers and the same data."""
-    assert set(_ours()) == {"worker", "webhook"}
+    assert set(_ours()) == {*WORKERS, "webhook"}
     envs = {name: _environment(SERVICES[name]) for name in _ours()}
     for variable in STORE_VARIABLES:
         values = {name: env.get(variable) for name, env in envs.items()}
         assert None not in values.values(), f"{variable} missing: {values}"
         assert len(set(values.values())) == 1, f"{variable} differs: {values}"
-    env = envs["worker"]
+    env = envs["worker-1"]
     assert env["PREFECT_API_URL"] == "http://prefect-server:4200/api"
     assert env["UNICHUNK_QDRANT_URL"] == "http://qdrant:6333"
     assert env["UNICHUNK_NEO4J_URI"] == "bolt://neo4j:7687"
@@ -171,12 +178,44 @@ def test_every_unichunk_process_reads_the_same_stores() -> None:
     # One data volume (status tables, BM25, replay cache) and one sources mount, at the configured paths.
     mounts = {name: sorted(SERVICES[name]["volumes"]) for name in _ours()}
     assert len({tuple(m) for m in mounts.values()}) == 1, mounts
-    targets = {v.split(":")[-2] if v.endswith(":ro") else v.split(":")[-1] for v in mounts["worker"]}
+    targets = {v.split(":")[-2] if v.endswith(":ro") else v.split(":")[-1] for v in mounts["worker-1"]}
     assert {env["UNICHUNK_DATA_DIR"], env["UNICHUNK_SOURCE_ROOT"]} <= targets
     for name in _ours():
         depends = SERVICES[name]["depends_on"]
-        for store in ("qdrant", "neo4j", "prefect-server"):
+        for store in ("qdrant", "neo4j", "prefect-server", "unichunk-db"):
             assert depends[store]["condition"] == "service_healthy", f"{name} starts before {store} is ready"
+
+
+def test_unichunk_records_have_a_postgres_of_their_own() -> None:
+    """UNICHUNK_DATABASE_URL names the `unichunk-db` service (not Prefect's database), with its user,
+    database and password."""
+    url = _environment({"environment": COMPOSE["x-unichunk-env"]})["UNICHUNK_DATABASE_URL"]
+    match = re.fullmatch(r"postgresql://([^:]+):(\$\{[^}]+\})@([a-z0-9-]+):5432/(\w+)", url)
+    assert match, url
+    user, password, host, database = match.groups()
+    assert host == "unichunk-db" and SERVICES[host]["image"].startswith("postgres:")
+    env = _environment(SERVICES[host])
+    assert (env["POSTGRES_USER"], env["POSTGRES_DB"]) == (user, database)
+    assert _INTERPOLATION.findall(env["POSTGRES_PASSWORD"]) == _INTERPOLATION.findall(password)
+    prefect_url = _environment(SERVICES["prefect-server"])["PREFECT_API_DATABASE_CONNECTION_URL"]
+    assert "@unichunk-db:" not in prefect_url
+
+
+def test_two_workers_poll_the_pool_the_deploy_service_fills() -> None:
+    """`deploy` creates the pool and registers prefect.yaml's deployments on it, once; both workers poll
+    that pool and start only after it finished; the image carries prefect.yaml."""
+    pool = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text())["definitions"]["work_pool"]["name"]
+    script = SERVICES["deploy"]["command"][-1]
+    assert f"prefect work-pool create {pool} --type process" in script
+    assert "prefect --no-prompt deploy --all" in script
+    assert SERVICES["deploy"]["restart"] == "no"
+    assert _environment(SERVICES["deploy"])["UNICHUNK_SOURCE_ROOT"] == "/sources"  # templated by prefect.yaml
+    assert re.search(r"^COPY .*\bprefect\.yaml\b.* \./$", (REPO_ROOT / "Dockerfile").read_text(), re.M)
+    for name in WORKERS:
+        command = SERVICES[name]["command"]
+        assert command[:2] == ["unichunk", "worker"] and command[command.index("--pool") + 1] == pool
+        condition = SERVICES[name]["depends_on"]["deploy"]["condition"]
+        assert condition == "service_completed_successfully", name
 
 
 def test_published_unichunk_ports_require_the_api_token() -> None:
@@ -276,10 +315,11 @@ def test_service_commands_exist() -> None:
     from deployments.cli import app
 
     cli = get_command(app)
-    worker = SERVICES["worker"]["command"]
-    assert worker[0] == "unichunk" and worker[1] in cli.commands
-    serve_options = {opt for p in cli.commands[worker[1]].params for opt in (*p.opts, *p.secondary_opts)}
-    assert set(worker[2:]) <= serve_options
+    for name in WORKERS:
+        command = SERVICES[name]["command"]
+        assert command[0] == "unichunk" and command[1] in cli.commands
+        options = {opt for p in cli.commands[command[1]].params for opt in (*p.opts, *p.secondary_opts)}
+        assert {arg for arg in command[2:] if arg.startswith("--")} <= options, name
     webhook = SERVICES["webhook"]["command"]
     factory = webhook[webhook.index("--factory") + 1]
     module, _, attr = factory.partition(":")
@@ -288,15 +328,17 @@ def test_service_commands_exist() -> None:
     assert callable(getattr(importlib.import_module(module), attr))
 
 
-def test_prometheus_config_scrapes_pushgateway_receiver_and_serve() -> None:
+def test_prometheus_config_scrapes_pushgateway_receiver_and_workers() -> None:
     config = yaml.safe_load((REPO_ROOT / "deployments" / "prometheus.yml").read_text())
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     targets = {job: [t for sc in j["static_configs"] for t in sc["targets"]] for job, j in jobs.items()}
     assert jobs["pushgateway"]["honor_labels"] is True
     assert targets["pushgateway"] == ["pushgateway:9091"]
     assert targets["unichunk-webhook"] == ["webhook:8787"]
-    assert targets["unichunk-serve"] == ["worker:9464"]
-    assert _environment(SERVICES["worker"])["UNICHUNK_METRICS_PORT"] == "9464"
+    assert targets["unichunk-workers"] == [f"{name}:9464" for name in WORKERS]
+    for name in WORKERS:
+        command = SERVICES[name]["command"]
+        assert command[command.index("--metrics-port") + 1] == "9464", name
     for target in (t for ts in targets.values() for t in ts):
         assert target.split(":")[0] in SERVICES
 

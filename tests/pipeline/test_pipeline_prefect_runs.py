@@ -182,3 +182,61 @@ def test_run_names_come_from_the_parameters_as_models_or_json(tmp_path):
     assert source_label({"kind": "directory", "root": str(tmp_path)}) == default_source_name(tmp_path)
     assert source_label(SourceParams(root=str(tmp_path), source_system="kb")) == "kb"
     assert source_label({"kind": "paths", "paths": ["/a/x.md", "/a/y.md"], "root": "/a"}) == "x.md +1"
+
+
+def test_a_sharded_run_names_its_shards_and_adds_their_summaries_up(monkeypatch):
+    """Shard runs are named `ingest-shard · 2/4 (attempt 2)` from their parameters (JSON, as a worker gets
+    them); the parent's summary adds the shards' counts and lists them in its artifact, escaped."""
+    from prefect.runtime import flow_run as runtime
+
+    from flows.params import ShardOutcome
+    from flows.reports import ingest_markdown
+    from flows.run_names import shard_run_name
+
+    for attempt, name in ((1, "ingest-shard · 2/4"), (2, "ingest-shard · 2/4 (attempt 2)")):
+        params = {"params": {"shard": 1, "shards": 4, "attempt": attempt}}
+        monkeypatch.setitem(runtime.FIELDS, "parameters", lambda p=params: p)
+        assert shard_run_name() == name
+
+    parent = IngestSummary(flow="ingest", listed=10, skipped=2)
+    shards = [
+        IngestSummary(
+            flow="ingest-shard",
+            listed=5,
+            processed=5,
+            chunked=5,
+            chunks_written={"graph": 7},
+            sink_seconds={"graph": 1.5},
+        ),
+        IngestSummary(
+            flow="ingest-shard",
+            listed=3,
+            processed=2,
+            skipped=0,
+            chunks_written={"graph": 3},
+            sink_seconds={"graph": 0.5},
+            failed=[FailedDocument(document_id="d", source_id="x.txt", error="load failed")],
+        ),
+    ]
+    for part in shards:
+        parent.add(part)
+    assert (parent.listed, parent.processed, parent.skipped, parent.chunked) == (10, 7, 2, 5)
+    assert parent.chunks_written == {"graph": 10} and parent.sink_seconds == {"graph": 2.0}
+    assert [f.source_id for f in parent.failed] == ["x.txt"]
+    parent.shards = [
+        ShardOutcome(
+            shard=0, documents=5, attempts=1, flow_run="ingest-shard · 1/2", state="Completed", processed=5
+        ),
+        ShardOutcome(
+            shard=1,
+            documents=3,
+            attempts=3,
+            flow_run="ingest-shard · 2/2 (attempt 3)",
+            state="lost",
+            message="its run ended Crashed: *boom* | x",
+        ),
+    ]
+    assert parent.line().startswith("ingest (in 2 shards, 1 retried): 10 listed, 7 processed")
+    markdown = ingest_markdown(parent, "Completed")
+    assert "| 1 | 5 | 1 | ingest\\-shard · 1\\/2 | Completed | 5 | 0 |" in markdown
+    assert "lost\\: its run ended Crashed\\: \\*boom\\* \\| x" in markdown

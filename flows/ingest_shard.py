@@ -1,0 +1,114 @@
+"""The `ingest-shard` flow: one shard of a run split across workers (the parent's side is `flows.shards`).
+
+It runs on whichever worker picks it up, so it first checks that this worker's settings make the parent's
+run (same fingerprint, same index generation): a worker with another embedder or chunking would write
+vectors or chunks of another kind into the index. Then it takes its documents from the manifest
+(`index.shard_records`), processes them exactly as a run on its own does (`flows.pipeline.process_items`:
+batches, leases, status), and stores its summary for the parent. Meanwhile a heartbeat thread says it is
+alive, with the documents done so far (the parent's progress). Deleting what vanished from the source is
+the parent's business, done once; a shard deletes nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+
+from prefect import flow, get_run_logger
+from prefect.runtime import flow_run
+from prefect.states import State
+
+from chunking.errors import UnichunkError
+from flows import progress
+from flows.params import IngestSummary, ShardParams
+from flows.pipeline import finish, process_items, sinks_context, timed_summary
+from flows.run_names import shard_run_name
+from index.generations import target_for_ingest
+from index.run import RunConfig
+from index.shard_records import ShardRecords
+from sinks.config import SinkSettings
+
+BEAT_SECONDS = 5.0  # how often a shard run says it is alive (the parent's `SILENT_SECONDS` is 24 of these)
+
+
+class ShardSettingsMismatch(UnichunkError):
+    """This worker's settings do not make the parent run's fingerprint."""
+
+
+class _Heartbeat:
+    """Bumps the shard's beat counter every `BEAT_SECONDS` with the documents done so far (fed by
+    `flows.progress`), from a thread, so a long batch does not look like a dead worker."""
+
+    def __init__(self, records: ShardRecords, params: ShardParams) -> None:
+        self.records, self.params = records, params
+        self.done = 0
+        self.logger = get_run_logger()  # the thread has no run context of its own
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="shard-heartbeat", daemon=True)
+
+    def progress(self, stage: str, done: int, total: int) -> None:
+        if stage == "documents":
+            self.done = done
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        p = self.params
+        while not self._stop.wait(BEAT_SECONDS):
+            try:
+                if not self.records.beat(p.parent, p.shard, p.attempt, self.done):
+                    self.logger.warning("a later attempt of this shard has begun: this one is superseded")
+            except Exception as exc:  # a busy database must not end the heartbeat: the next beat retries
+                self.logger.warning("shard heartbeat failed: %s: %s", type(exc).__name__, exc)
+
+
+def shard_run(params: ShardParams) -> RunConfig:
+    """The run this worker's settings make, checked against the parent's."""
+    run = target_for_ingest(
+        RunConfig(params.strategy, SinkSettings(), tuple(params.sinks)), dry_run=params.dry_run
+    )
+    if run.fingerprint != params.fingerprint or run.settings.generation != params.generation:
+        raise ShardSettingsMismatch(
+            f"this worker's settings make run {run.fingerprint} in generation {run.settings.generation}, "
+            f"the parent's run is {params.fingerprint} in {params.generation}: every worker needs the "
+            "parent's UNICHUNK_* settings (embedder, extractor, BM25 analyzer, stores)"
+        )
+    return run
+
+
+@flow(name="ingest-shard", flow_run_name=shard_run_name)
+def ingest_shard(params: ShardParams) -> IngestSummary | State:
+    """Process one shard of a sharded `ingest`/`reindex` run; Failed if any of its documents failed."""
+    logger = get_run_logger()
+    summary = IngestSummary(flow="ingest-shard", dry_run=params.dry_run)
+    run = shard_run(params)
+    records = ShardRecords.of(run.settings)
+    items = records.begin(params.parent, params.shard, params.attempt, str(flow_run.id))
+    summary.listed = len(items)
+    logger.info(
+        "shard %d/%d of run %s, attempt %d: %d document(s)",
+        params.shard + 1,
+        params.shards,
+        params.parent,
+        params.attempt,
+        len(items),
+    )
+    with (
+        timed_summary(summary, "ingest-shard"),
+        _Heartbeat(records, params) as heartbeat,
+        progress.listening(heartbeat.progress),
+        sinks_context(run, params.dry_run),
+    ):
+        process_items(items, run, summary, batch_size=params.batch_size, dry_run=params.dry_run)
+    if not records.finish(params.parent, params.shard, params.attempt, summary.model_dump_json()):
+        logger.warning("a later attempt of this shard has begun: its summary, not this one's, counts")
+    # No artifacts: the parent publishes the run's, with every shard's counts in them.
+    return finish(summary, artifacts=False)
