@@ -185,3 +185,15 @@ def dispose_engines() -> None:
         for engine in _engines.values():
             engine.dispose()
         _engines.clear()
+
+
+def open_store_database(
+    settings: SinkSettings, sqlite_path: Path, store: str, *, generation: str | None = None
+) -> Database:
+    """Like `open_database`, for a store whose tables live apart from the records' on PostgreSQL: schema
+    `unichunk_<store>[__<generation>]` (the keyword store's `chunks` must not meet the chunk cache's), so
+    the store can drop its schema alone. Embedded, the same SQLite file `sqlite_path`."""
+    url = server_url(settings)
+    if url is None:
+        return Database.sqlite(sqlite_path)
+    return Database(_engine(url), physical_name(f"{SCHEMA}_{store}", generation))

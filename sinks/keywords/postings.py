@@ -87,6 +87,20 @@ class Loaded:
             tfs=np.frombuffer(b"".join(r[3] for r in rows), dtype="<u4").astype(np.float32),
         )
 
+    @classmethod
+    def concat(cls, parts: Sequence[Loaded]) -> Loaded:
+        """One `Loaded` of several pages, in page order."""
+        if len(parts) == 1:
+            return parts[0]
+        return cls(
+            chunk_ids=list(chain.from_iterable(p.chunk_ids for p in parts)),
+            document_ids=list(chain.from_iterable(p.document_ids for p in parts)),
+            doc_lens=np.concatenate([p.doc_lens for p in parts]) if parts else np.empty(0, np.int64),
+            sizes=np.concatenate([p.sizes for p in parts]) if parts else np.empty(0, np.int64),
+            terms=np.concatenate([p.terms for p in parts]) if parts else np.empty(0, np.int32),
+            tfs=np.concatenate([p.tfs for p in parts]) if parts else np.empty(0, np.float32),
+        )
+
 
 class Postings:
     """The live chunks' postings, kept sorted by term so a change never re-sorts the corpus.
@@ -136,6 +150,9 @@ class Postings:
         rows = np.repeat(np.arange(first, first + n, dtype=np.int64), loaded.sizes)
         order = np.argsort(terms, kind="stable")
         terms, tfs, rows = terms[order], tfs[order], rows[order]
+        if not len(self.terms):  # a full load: nothing to insert into
+            self.terms, self.tfs, self.rows = terms, tfs, rows
+            return
         at = np.searchsorted(self.terms, terms, side="right")
         self.terms = np.insert(self.terms, at, terms)
         self.tfs = np.insert(self.tfs, at, tfs)

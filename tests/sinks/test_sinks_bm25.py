@@ -1,7 +1,9 @@
-"""The BM25 sink against a real SQLite file, real bm25s scoring and rank_bm25 as the reference ranking."""
+"""The BM25 sink on both term stores (a real SQLite file, a real PostgreSQL database), real bm25s scoring
+and rank_bm25 as the reference ranking."""
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 import threading
@@ -12,6 +14,7 @@ import bm25s
 import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
+from sqlalchemy import text
 
 from chunking.base import Span, chunks_from_spans
 from chunking.models import Chunk, Document
@@ -22,7 +25,7 @@ from sinks.keywords.analyzer import Analyzer
 from sinks.keywords.bm25 import BM25Sink
 from sinks.keywords.postings import CountsBM25
 
-CORPORA = Path(__file__).parents[3] / "shared/eval/corpora"
+CORPORA = Path(os.environ.get("UNICHUNK_EVAL_DIR") or Path(__file__).parents[3] / "shared/eval") / "corpora"
 
 
 def make_doc(source_id: str, pieces: Sequence[str]) -> tuple[Document, list[Chunk]]:
@@ -53,9 +56,15 @@ def eval_corpus_batch(sentences_per_chunk: int = 4) -> list[tuple[Document, list
 
 
 @pytest.fixture
-def sink(tmp_path: Path):
-    with BM25Sink(SinkSettings(data_dir=tmp_path)) as s:
+def sink(keyword_settings: SinkSettings):
+    with BM25Sink(keyword_settings) as s:
         yield s
+
+
+def revs(sink: BM25Sink) -> dict[str, int]:
+    """chunk_id -> the revision that last wrote its row, read from the store's own table."""
+    with sink.store.db.read() as conn:
+        return {r[0]: int(r[1]) for r in conn.execute(text("SELECT chunk_id, rev FROM chunks"))}
 
 
 class CountingAnalyzer(Analyzer):
@@ -65,9 +74,10 @@ class CountingAnalyzer(Analyzer):
         super().__init__()
         self.texts: list[str] = []
 
-    def __call__(self, text: str) -> list[str]:
-        self.texts.append(text)
-        return super().__call__(text)
+    def analyze_many(self, texts):  # type: ignore[no-untyped-def]
+        texts = list(texts)
+        self.texts += texts
+        return super().analyze_many(texts)
 
 
 FOX = make_doc(
@@ -208,24 +218,22 @@ def test_delete_removes_document_from_results(sink: BM25Sink) -> None:
     assert sink.chunk_ids() == {c.chunk_id for c in CAT[1]}
 
 
-def test_store_persists_across_reopen(tmp_path: Path) -> None:
-    settings = SinkSettings(data_dir=tmp_path)
+def test_store_persists_across_reopen(keyword_settings: SinkSettings) -> None:
+    settings = keyword_settings
     with BM25Sink(settings) as first:
         first.write(first.prepare(eval_corpus_batch()))
         before = [(h.chunk_id, h.score) for h in first.search("Valkyria tactical game")]
-    assert (tmp_path / "bm25" / "bm25.sqlite").is_file()
+    # Server mode keeps nothing on disk; the embedded store is its file.
+    assert (settings.bm25_path / "bm25.sqlite").is_file() == (settings.database_url is None)
     with BM25Sink(settings) as second:
         after = [(h.chunk_id, h.score) for h in second.search("Valkyria tactical game")]
     assert len(before) == 10
     assert after == before
 
 
-def test_two_instances_on_one_file_see_each_others_writes(tmp_path: Path) -> None:
+def test_two_instances_on_one_store_see_each_others_writes(keyword_settings: SinkSettings) -> None:
     """As two processes would: the reader's index is rebuilt when the store's revision moves."""
-    with (
-        BM25Sink(path=tmp_path / "shared.sqlite") as writer,
-        BM25Sink(path=tmp_path / "shared.sqlite") as reader,
-    ):
+    with BM25Sink(keyword_settings) as writer, BM25Sink(keyword_settings) as reader:
         writer.write(writer.prepare([FOX]))
         assert [h.chunk_id for h in reader.search("quick")] == [FOX[1][0].chunk_id]
         writer.upsert(*CAT)
@@ -236,32 +244,34 @@ def test_two_instances_on_one_file_see_each_others_writes(tmp_path: Path) -> Non
             "loaded_rows": 0,
             "dropped_rows": 2,
             "seconds": 0,
+            "from_saved_index": 0,
         }
 
 
 def test_reader_behind_the_pruned_removal_log_reloads_in_full(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    keyword_settings: SinkSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("sinks.keywords.bm25.REMOVAL_LOG_REVISIONS", 2)
-    with BM25Sink(path=tmp_path / "b.sqlite") as writer, BM25Sink(path=tmp_path / "b.sqlite") as reader:
+    monkeypatch.setattr("sinks.keywords.term_store.REMOVAL_LOG_REVISIONS", 2)
+    with BM25Sink(keyword_settings) as writer, BM25Sink(keyword_settings) as reader:
         writer.write(writer.prepare([FOX, CAT]))
         assert reader.search("quick")
         writer.delete(FOX[0].document_id)  # logged at revision 2, pruned by the later writes
         for i in range(3):
             writer.upsert(*make_doc(f"extra{i}", [f"extra document {i}"]))
-        assert writer._conn.execute("SELECT COUNT(*) FROM removed").fetchone()[0] == 0
+        with writer.store.db.read() as conn:
+            assert conn.execute(text("SELECT COUNT(*) FROM removed")).scalar() == 0
         assert reader.search("quick") == []
         assert reader.stats()["last_refresh"]["loaded_rows"] == 5  # everything, not just the changes
         assert len(reader.search("extra", k=10)) == 3
 
 
-def test_incremental_add_does_not_reanalyse_or_reload_existing_chunks(tmp_path: Path) -> None:
+def test_incremental_add_does_not_reanalyse_or_reload_existing_chunks(keyword_settings: SinkSettings) -> None:
     analyzer = CountingAnalyzer()
-    sink = BM25Sink(path=tmp_path / "bm25.sqlite", analyzer=analyzer)
+    sink = BM25Sink(keyword_settings, analyzer=analyzer)
     batch = eval_corpus_batch()
     sink.write(sink.prepare(batch))
     assert sink.search("Valkyria")  # builds the index
-    old_revs = dict(sink._conn.execute("SELECT chunk_id, rev FROM chunks").fetchall())
+    old_revs = revs(sink)
     analyzer.texts.clear()
 
     sink.upsert(*FOX)
@@ -270,12 +280,13 @@ def test_incremental_add_does_not_reanalyse_or_reload_existing_chunks(tmp_path: 
     # The analyzer ran over the new document's chunks and the query, nothing else.
     assert analyzer.texts == [c.content for c in FOX[1]] + ["fox Valkyria"]
     # Stored rows of other documents were not rewritten, and the index refresh loaded only the new rows.
-    new_revs = dict(sink._conn.execute("SELECT chunk_id, rev FROM chunks").fetchall())
+    new_revs = revs(sink)
     assert {cid: new_revs[cid] for cid in old_revs} == old_revs
     assert sink.stats()["last_refresh"] | {"seconds": 0} == {
         "loaded_rows": 2,
         "dropped_rows": 0,
         "seconds": 0,
+        "from_saved_index": 0,
     }
     assert FOX[1][0].chunk_id in {h.chunk_id for h in hits}
     assert sink.stats()["indexed_revision"] == sink.stats()["revision"]
@@ -298,8 +309,12 @@ def test_incremental_updates_score_exactly_like_a_fresh_index(tmp_path: Path) ->
     live.search("x")
     live.delete(batch[0][0].document_id)
     live.upsert(batch[0][0], batch[0][1][:10])  # back, shorter
+    live.search("x")
     assert live.stats()["last_refresh"]["dropped_rows"] > 0
+    (tmp_path / "bm25.index.npz").unlink()  # the live sink saved its index: this one must rebuild cold
     with BM25Sink(path=tmp_path / "bm25.sqlite") as fresh:
+        fresh.search("x")
+        assert fresh.stats()["last_refresh"]["from_saved_index"] == 0
         for q in queries:
             ours = {h.chunk_id: h.score for h in live.search(q, k=1000)}
             reference = {h.chunk_id: h.score for h in fresh.search(q, k=1000)}
@@ -311,11 +326,11 @@ def test_incremental_updates_score_exactly_like_a_fresh_index(tmp_path: Path) ->
     live.close()
 
 
-def test_changed_analyzer_settings_reanalyse_stored_chunks_once(tmp_path: Path) -> None:
-    with BM25Sink(SinkSettings(data_dir=tmp_path)) as stemmed:
+def test_changed_analyzer_settings_reanalyse_stored_chunks_once(keyword_settings: SinkSettings) -> None:
+    with BM25Sink(keyword_settings) as stemmed:
         stemmed.write(stemmed.prepare([FOX]))
         assert stemmed.search("run")  # "running" stored as "run"
-    with BM25Sink(SinkSettings(data_dir=tmp_path, bm25_stemming=False)) as unstemmed:
+    with BM25Sink(keyword_settings.model_copy(update={"bm25_stemming": False})) as unstemmed:
         assert unstemmed.search("run") == []
         assert [h.chunk_id for h in unstemmed.search("running")] == [FOX[1][1].chunk_id]
 
@@ -343,7 +358,7 @@ def test_concurrent_writes_and_searches_from_threads(sink: BM25Sink) -> None:
     assert len(sink.search("apples", k=100)) == 20
 
 
-def test_ten_thousand_chunk_batch_is_one_write(tmp_path: Path) -> None:
+def test_ten_thousand_chunk_batch_is_one_write(keyword_settings: SinkSettings) -> None:
     rng = random.Random(3)
     words = [
         "alpha",
@@ -364,7 +379,7 @@ def test_ten_thousand_chunk_batch_is_one_write(tmp_path: Path) -> None:
         make_doc(f"bulk{d}", [f"row{d}x{i} " + " ".join(rng.choices(words, k=12)) for i in range(100)])
         for d in range(100)
     ]
-    with BM25Sink(path=tmp_path / "bm25.sqlite") as sink:
+    with BM25Sink(keyword_settings) as sink:
         assert sink.write(sink.prepare(batch)) == 10_000
         assert sink.stats()["revision"] == 1  # one transaction, one revision
         assert len(sink.chunk_ids()) == 10_000
@@ -463,5 +478,8 @@ def test_a_store_from_before_the_revision_rename_opens_and_keeps_its_rows(tmp_pa
         assert [h.chunk_id for h in sink.search("quick")] == [FOX[1][0].chunk_id]
         sink.delete(FOX[0].document_id)
         assert sink.search("quick") == [] and sink.stats()["revision"] == revision + 1
-        indexes = {r[0] for r in sink._conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        with sink.store.db.read() as conn:
+            indexes = {
+                r[0] for r in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'index'")
+            }
     assert {"chunks_rev", "removed_rev"} <= indexes and not {"chunks_gen", "removed_gen"} & indexes

@@ -1,0 +1,112 @@
+"""The scoring index saved beside the embedded keyword store, so opening it loads arrays instead of rebuilding.
+
+Rebuilding the in-memory index from the store means reading every row and mapping every stored term to
+a vocabulary ID in Python (seconds at 100k chunks); loading the same postings from one `.npz` file is a
+few array reads. The file holds `Postings` (term-sorted postings, chunk and document IDs, lengths), the
+vocabulary and the store revision they reflect, and nothing that is not derived from the store: it is a
+cache. It is only ever trusted as a *starting point*: the sink applies the store's changes after the saved
+revision (the same change log every reader follows), and reloads from the store when the saved revision
+is older than the removal log, when the analyzer differs, or when the chunk count disagrees afterwards.
+
+Written atomically (a temporary file in the same directory, then `os.replace`), so a reader never loads
+half a file and two processes saving at once leave one whole file. Plain arrays only (`allow_pickle` off):
+a tampered file cannot run code, at worst it fails to load and the sink rebuilds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sinks.keywords.postings import Postings
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 1
+_ARRAYS = ("terms", "rows", "tfs", "doc_lens", "doc_codes")
+
+
+@dataclass
+class SavedIndex:
+    revision: int
+    analyzer: str
+    postings: Postings
+    vocab: dict[str, int]
+
+
+def _strings(values: list[str]) -> np.ndarray:
+    return np.frombuffer(
+        json.dumps(values, ensure_ascii=False).encode("utf-8", "surrogatepass"), dtype=np.uint8
+    )
+
+
+def _unstrings(array: np.ndarray) -> list[str]:
+    return json.loads(array.tobytes().decode("utf-8", "surrogatepass"))
+
+
+def save(path: Path, saved: SavedIndex) -> bool:
+    """Write `saved` to `path` atomically; False (logged) if the directory is not writable."""
+    p = saved.postings
+    meta = {"format": FORMAT, "revision": saved.revision, "analyzer": saved.analyzer}
+    # The vocabulary in ID order: IDs are dense, 0..n-1, in insertion order.
+    arrays = {name: getattr(p, name) for name in _ARRAYS}
+    arrays |= {
+        "meta": _strings([json.dumps(meta)]),
+        "chunk_ids": _strings(p.chunk_ids),
+        "codes": _strings(list(p.codes)),
+        "vocab": _strings(list(saved.vocab)),
+    }
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                np.savez(handle, **arrays)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        logger.info("the BM25 index could not be saved to %s (%s); the next open rebuilds it", path, exc)
+        return False
+    return True
+
+
+def load(path: Path, analyzer: str) -> SavedIndex | None:
+    """The index saved at `path`, or None if there is none or it is unreadable, of another format or made
+    with another analyzer (the caller then rebuilds from the store)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(_unstrings(data["meta"])[0])
+            if meta.get("format") != FORMAT or meta.get("analyzer") != analyzer:
+                return None
+            p = Postings()
+            for name in _ARRAYS:
+                setattr(p, name, data[name])
+            p.chunk_ids = _unstrings(data["chunk_ids"])
+            p.codes = {code: i for i, code in enumerate(_unstrings(data["codes"]))}
+            vocab = {term: i for i, term in enumerate(_unstrings(data["vocab"]))}
+    except FileNotFoundError:
+        return None
+    except Exception as exc:  # damaged or foreign file: a cache miss, never an error for the caller
+        logger.info("ignoring the saved BM25 index at %s: %s", path, exc)
+        return None
+    n = len(p.chunk_ids)
+    consistent = (
+        len(p.terms) == len(p.rows) == len(p.tfs)
+        and len(p.doc_lens) == len(p.doc_codes) == n
+        and all(len(a) == 0 or int(a.min()) >= 0 for a in (p.terms, p.rows, p.doc_codes))
+        and int(p.rows.max(initial=-1)) < n
+        and int(p.doc_codes.max(initial=-1)) < len(p.codes)
+        and int(p.terms.max(initial=-1)) < len(vocab)
+    )
+    if not consistent:
+        logger.info("ignoring the saved BM25 index at %s: its arrays disagree", path)
+        return None
+    p.position = {c: i for i, c in enumerate(p.chunk_ids)}
+    return SavedIndex(int(meta["revision"]), analyzer, p, vocab)

@@ -1,0 +1,385 @@
+"""The keyword store's tables: analysed chunks, a revision counter and a removal log, on SQLite or PostgreSQL.
+
+This is the source of truth of the BM25 sink (`bm25.py`); the scoring index every query-serving process
+keeps in memory is only a cache of it, brought up to date by reading what changed since its revision. One
+implementation serves both backends of `sinks.database`: the embedded default is the SQLite file
+`bm25/bm25.sqlite` with the schema it always had (so existing stores open as before), server mode is the
+PostgreSQL schema `unichunk_keywords[__<generation>]`, its own, so its `chunks` table never meets the
+records' (dropping a generation drops it). What differs between the two is kept in `_Dialect`: column
+types, the few spellings SQLite and PostgreSQL do not share, and how content is stored (below).
+
+**Revisions, and why a reader never misses a change.** Every write or delete that changes rows takes the
+next revision `r`, stamps each row it writes with `rev = r`, logs each chunk it removes in `removed` with
+`r`, and publishes `state.revision = r`, all in one transaction. A reader that indexed revision `s` reads,
+in one snapshot, `state.revision` (R), the rows with `rev > s` and the removals with `rev > s`, and is then
+exactly at R. That is only sound if revisions become visible in order: were revision 7 committed while 6
+is still open, a reader could see 7, move to R = 7, and never look at 6's rows again. So a writer takes
+the counter's row lock first, before touching anything else, and holds it until it commits:
+
+- SQLite: `BEGIN IMMEDIATE` (`Database.write`) already takes the database's one write lock;
+- PostgreSQL: `SELECT revision FROM state ... FOR UPDATE` locks the counter row. A second writer blocks
+  there until the first commits, then (READ COMMITTED re-reads a row it waited for) sees the new value and
+  takes the next one. Commit order is revision order, whatever machine the writers run on.
+
+Readers take no lock: the refresh reads in one REPEATABLE READ snapshot on PostgreSQL (a deferred
+transaction's snapshot on SQLite's WAL), so R and the rows it reads agree. Writers are serialised on the
+keyword store only, and only for the length of one batch's transaction (`benchmarks.keyword_backends`
+prints the write rate); since the lock is always the first taken, writers cannot deadlock on it. The
+alternative (a sequence stamped at the start of each transaction plus a visibility horizon from
+PostgreSQL's snapshot xmin) lets writers commit in parallel, but any long transaction in the cluster holds
+the horizon back and makes every reader re-read everything written since.
+
+The removal log keeps `REMOVAL_LOG_REVISIONS` revisions; a reader further behind reloads everything.
+
+**Content exactly.** SQLite binds a str as UTF-8 with its length, so NUL and every other code point are
+kept in a TEXT column, and `IS NOT` compares whole values; SQL string functions stop at a NUL, so content
+never passes through one. PostgreSQL TEXT cannot hold NUL at all, so there content is BYTEA of its UTF-8
+(every str the pipeline accepts has one: lone surrogates are refused before any store is written) and is
+decoded on read; terms, IDs and the heading chain (JSON, which escapes control characters) are text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from sinks.database import Database
+
+# Removals older than this many revisions are pruned; an index older than that reloads in full.
+REMOVAL_LOG_REVISIONS = 10_000
+# Rows per page when a reader loads changed rows (a full load of millions of rows never sits in memory
+# as Python rows at once).
+LOAD_PAGE = 20_000
+HASH_PAGE = 1000  # rows per statement for content hashes, so writers are not held off for long
+
+COLUMNS = (
+    "chunk_id",
+    "document_id",
+    "chunk_index",
+    "start_char",
+    "end_char",
+    "content",
+    "heading_chain",
+    "terms",
+    "tfs",
+    "doc_len",
+)
+# What a row read back for a caller holds (no terms): chunk_id, document_id, chunk_index, start, end,
+# content, heading_chain.
+STORED = "chunk_id, document_id, chunk_index, start_char, end_char, content, heading_chain"
+# Stores written before the write counter was called a revision (SQLite only): renamed on open.
+_RENAMED_COLUMNS = (("state", "generation", "revision"), ("chunks", "gen", "rev"), ("removed", "gen", "rev"))
+
+
+@dataclass(frozen=True)
+class _Dialect:
+    """Everything the two backends spell differently."""
+
+    integer: str  # revisions and offsets
+    text_bytes: str  # the type of `content`
+    blob: str  # the type of `tfs`
+    differs: str  # null-safe "not equal": `{a} ... {b}`
+    id_list: str  # a subquery of the values of the JSON array bound to :ids
+    lock_counter: str  # read the revision counter, holding its lock until commit
+    encode: Callable[[str], Any]
+    decode: Callable[[Any], str | None]
+
+    def schema(self) -> list[str]:
+        return [
+            f"""CREATE TABLE IF NOT EXISTS state (
+                id INTEGER PRIMARY KEY CHECK (id = 0),
+                revision {self.integer} NOT NULL,
+                log_floor {self.integer} NOT NULL DEFAULT 0,  -- `removed` holds every removal after it
+                analyzer TEXT NOT NULL
+            )""",
+            f"""CREATE TABLE IF NOT EXISTS chunks (
+                chunk_id TEXT PRIMARY KEY,
+                document_id TEXT NOT NULL,
+                chunk_index INTEGER NOT NULL,
+                start_char {self.integer} NOT NULL,
+                end_char {self.integer} NOT NULL,
+                content {self.text_bytes} NOT NULL,
+                heading_chain TEXT NOT NULL,   -- JSON array of headings
+                terms TEXT NOT NULL,           -- distinct analysed terms, space-separated (terms hold none)
+                tfs {self.blob} NOT NULL,      -- their frequencies in the chunk, little-endian uint32
+                doc_len INTEGER NOT NULL,      -- number of analysed terms, with repeats
+                rev {self.integer} NOT NULL    -- revision of the write that last changed the row
+            )""",
+            "CREATE INDEX IF NOT EXISTS chunks_document ON chunks (document_id)",
+            "CREATE INDEX IF NOT EXISTS chunks_rev ON chunks (rev)",
+            f"""CREATE TABLE IF NOT EXISTS removed (  -- removal log: a refresh need not list live IDs
+                chunk_id TEXT NOT NULL,
+                rev {self.integer} NOT NULL
+            )""",
+            "CREATE INDEX IF NOT EXISTS removed_rev ON removed (rev)",
+        ]
+
+
+def _decode_utf8(value: Any) -> str | None:
+    try:
+        return bytes(value).decode("utf-8")
+    except (TypeError, UnicodeDecodeError):
+        return None  # not what this store writes: reported as unreadable, never guessed at
+
+
+_SQLITE = _Dialect(
+    integer="INTEGER",
+    text_bytes="TEXT",
+    blob="BLOB",
+    differs="{a} IS NOT {b}",
+    id_list="(SELECT value FROM json_each(:ids))",
+    lock_counter="SELECT revision FROM state WHERE id = 0",  # BEGIN IMMEDIATE holds the write lock
+    encode=lambda content: content,
+    decode=lambda value: value if isinstance(value, str) else None,  # a BLOB written behind our back
+)
+_POSTGRESQL = _Dialect(
+    integer="BIGINT",
+    text_bytes="BYTEA",
+    blob="BYTEA",
+    differs="{a} IS DISTINCT FROM {b}",
+    id_list="(SELECT value FROM json_array_elements_text(CAST(:ids AS json)))",
+    lock_counter="SELECT revision FROM state WHERE id = 0 FOR UPDATE",
+    encode=lambda content: content.encode("utf-8"),
+    decode=_decode_utf8,
+)
+
+
+@dataclass
+class Changes:
+    """What a reader at revision `since` must apply to be at `revision` (read in one snapshot)."""
+
+    revision: int
+    full: bool  # the reader was too far behind (or new): `pages` are every row, `removed` is empty
+    removed: list[str]
+    pages: Iterator[Sequence[tuple[str, str, str, bytes, int]]]  # (chunk_id, document_id, terms, tfs, len)
+
+
+class TermStore:
+    """The keyword store's SQL. Every method is one transaction."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.dialect = _POSTGRESQL if db.dialect == "postgresql" else _SQLITE
+        d = self.dialect
+        changed = " OR ".join(d.differs.format(a=f"chunks.{c}", b=f"excluded.{c}") for c in COLUMNS[1:-1])
+        # Re-writing an unchanged chunk leaves its row (and its `rev`) alone, so an idempotent re-ingest
+        # does not force an index refresh.
+        self._upsert = text(
+            f"INSERT INTO chunks ({', '.join(COLUMNS)}, rev) "
+            f"VALUES ({', '.join(':' + c for c in COLUMNS)}, :rev) "
+            f"ON CONFLICT (chunk_id) DO UPDATE SET "
+            + ", ".join(f"{c} = excluded.{c}" for c in (*COLUMNS[1:], "rev"))
+            + f" WHERE {changed}"
+        )
+        self._stale = f" AND chunk_id NOT IN {d.id_list}"
+
+    # -- schema ----------------------------------------------------------------------------------------
+
+    def open(self, analyzer_signature: str) -> str:
+        """Create what is missing; returns the analyzer signature the stored terms were made with."""
+        if self.db.dialect == "sqlite" and self.db.has_table("state"):
+            self._rename_old_columns()
+        self.db.ensure(self.dialect.schema())
+        with self.db.write() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO state (id, revision, log_floor, analyzer) VALUES (0, 0, 0, :a) "
+                    "ON CONFLICT (id) DO NOTHING"
+                ),
+                {"a": analyzer_signature},
+            )
+            return str(conn.execute(text("SELECT analyzer FROM state WHERE id = 0")).scalar_one())
+
+    def _rename_old_columns(self) -> None:
+        """Bring a store written by an earlier release (write counter named `generation`/`gen`) up to date."""
+        with self.db.write() as conn:
+            for table, old, new in _RENAMED_COLUMNS:
+                columns = {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({table})")}
+                if old in columns and new not in columns:
+                    conn.exec_driver_sql(f"ALTER TABLE {table} RENAME COLUMN {old} TO {new}")
+            conn.exec_driver_sql("DROP INDEX IF EXISTS chunks_gen")
+            conn.exec_driver_sql("DROP INDEX IF EXISTS removed_gen")
+
+    def reanalyze(self, signature: str, analyze: Callable[[list[str]], list[tuple[str, bytes, int]]]) -> None:
+        """Re-derive every row's terms with another analyzer (one transaction, one revision)."""
+        with self.db.write() as conn:
+            revision = self._lock(conn) + 1
+            rows = conn.execute(text("SELECT chunk_id, content FROM chunks")).fetchall()
+            for start in range(0, len(rows), LOAD_PAGE):
+                page = rows[start : start + LOAD_PAGE]
+                stored = analyze([self.dialect.decode(r[1]) or "" for r in page])
+                conn.execute(
+                    text(
+                        "UPDATE chunks SET terms = :terms, tfs = :tfs, doc_len = :doc_len, rev = :rev "
+                        "WHERE chunk_id = :chunk_id"
+                    ),
+                    [
+                        {"terms": t, "tfs": f, "doc_len": n, "rev": revision, "chunk_id": r[0]}
+                        for r, (t, f, n) in zip(page, stored, strict=True)
+                    ],
+                )
+            self._publish(conn, revision)
+            conn.execute(text("UPDATE state SET analyzer = :a WHERE id = 0"), {"a": signature})
+
+    def drop(self) -> None:
+        """PostgreSQL: drop the store's schema with its tables. SQLite: nothing (the caller deletes the file)."""
+        self.db.drop_schema()
+
+    # -- writes ----------------------------------------------------------------------------------------
+
+    def _lock(self, conn: Connection) -> int:
+        """The current revision, with the counter locked until this transaction ends (module docstring)."""
+        return int(conn.execute(text(self.dialect.lock_counter)).scalar_one())
+
+    def _publish(self, conn: Connection, revision: int) -> None:
+        """Publish `revision` and prune the removal log behind it."""
+        conn.execute(text("UPDATE state SET revision = :r WHERE id = 0"), {"r": revision})
+        floor = revision - REMOVAL_LOG_REVISIONS
+        if floor > 0:
+            conn.execute(text("DELETE FROM removed WHERE rev <= :f"), {"f": floor})
+            conn.execute(text("UPDATE state SET log_floor = :f WHERE id = 0"), {"f": floor})
+
+    def replace(self, rows: Sequence[dict[str, Any]], keep: dict[str, list[str]]) -> bool:
+        """Upsert `rows` (column -> value, content as a str) and remove each document's chunks not in
+        `keep[document_id]`, in one transaction; True if anything changed (then a new revision)."""
+        encode = self.dialect.encode
+        with self.db.write() as conn:
+            revision = self._lock(conn) + 1
+            params = [{**row, "content": encode(row["content"]), "rev": revision} for row in rows]
+            changed = conn.execute(self._upsert, params).rowcount if params else 0
+            for document_id, chunk_ids in keep.items():
+                bind = {"r": revision, "d": document_id, "ids": json.dumps(chunk_ids)}
+                conn.execute(text(self._log_removals + self._stale), bind)
+                changed += conn.execute(
+                    text("DELETE FROM chunks WHERE document_id = :d" + self._stale), bind
+                ).rowcount
+            if changed:
+                self._publish(conn, revision)
+        return bool(changed)
+
+    _log_removals = (
+        "INSERT INTO removed (chunk_id, rev) SELECT chunk_id, :r FROM chunks WHERE document_id = :d"
+    )
+
+    def delete(self, document_id: str) -> int:
+        with self.db.write() as conn:
+            revision = self._lock(conn) + 1
+            conn.execute(text(self._log_removals), {"r": revision, "d": document_id})
+            removed = conn.execute(
+                text("DELETE FROM chunks WHERE document_id = :d"), {"d": document_id}
+            ).rowcount
+            if removed:
+                self._publish(conn, revision)
+        return int(removed)
+
+    # -- reads -----------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[Connection]:
+        """One read transaction whose statements all see the same committed state."""
+        with self.db.read() as conn:
+            if self.db.dialect == "postgresql":  # before any query of the transaction
+                conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            yield conn
+
+    def revision(self) -> int:
+        with self.db.read() as conn:
+            return int(conn.execute(text("SELECT revision FROM state WHERE id = 0")).scalar_one())
+
+    @contextmanager
+    def changes(self, since: int | None) -> Iterator[Changes]:
+        """The changes after revision `since` (None: everything), valid inside the block."""
+        with self._snapshot() as conn:
+            revision, floor = conn.execute(text("SELECT revision, log_floor FROM state WHERE id = 0")).one()
+            # A reader ahead of the store (an index saved beside a store since replaced) starts over too.
+            full = since is None or since < floor or since > revision
+            after = -1 if full else since
+            removed = (
+                []
+                if full
+                else list(
+                    conn.execute(text("SELECT chunk_id FROM removed WHERE rev > :s"), {"s": after}).scalars()
+                )
+            )
+            result = conn.execution_options(yield_per=LOAD_PAGE).execute(
+                text("SELECT chunk_id, document_id, terms, tfs, doc_len FROM chunks WHERE rev > :s"),
+                {"s": after},
+            )
+            yield Changes(int(revision), full, removed, (page for page in result.partitions()))
+
+    def rows(self, chunk_ids: Iterable[str]) -> list[tuple[Any, ...]]:
+        """Stored rows (`STORED` columns, content decoded) of these chunks, in no particular order."""
+        ids = list(dict.fromkeys(chunk_ids))
+        if not ids:
+            return []
+        with self.db.read() as conn:
+            found = conn.execute(
+                text(f"SELECT {STORED} FROM chunks WHERE chunk_id IN {self.dialect.id_list}"),
+                {"ids": json.dumps(ids)},
+            ).fetchall()
+        return [self._decoded(r) for r in found]
+
+    def rows_at(self, document_id: str, indexes: list[int]) -> list[tuple[Any, ...]]:
+        with self.db.read() as conn:
+            found = conn.execute(
+                text(
+                    f"SELECT {STORED} FROM chunks WHERE document_id = :d "
+                    f"AND CAST(chunk_index AS TEXT) IN {self.dialect.id_list} ORDER BY chunk_index"
+                ),
+                {"d": document_id, "ids": json.dumps([str(i) for i in indexes])},
+            ).fetchall()
+        return [self._decoded(r) for r in found]
+
+    def _decoded(self, row: Sequence[Any]) -> tuple[Any, ...]:
+        content = self.dialect.decode(row[5])
+        if content is None:  # written behind the store's back: shown, but never hashed as ours
+            content = (
+                bytes(row[5]).decode("utf-8", "replace") if isinstance(row[5], bytes | memoryview) else ""
+            )
+        return (*row[:5], content, row[6])
+
+    def chunk_ids(self, document_id: str | None = None) -> set[str]:
+        with self.db.read() as conn:
+            if document_id is None:
+                return set(conn.execute(text("SELECT chunk_id FROM chunks")).scalars())
+            return set(
+                conn.execute(
+                    text("SELECT chunk_id FROM chunks WHERE document_id = :d"), {"d": document_id}
+                ).scalars()
+            )
+
+    def contents(self, document_id: str | None = None) -> Iterator[tuple[str, str | None]]:
+        """(chunk_id, content or None where unreadable) of every row, a page per statement (keyset
+        pagination on the primary key, so each page is an index range, however large the table)."""
+        where = "" if document_id is None else "AND document_id = :d "
+        after = ""
+        while True:
+            with self.db.read() as conn:
+                page = conn.execute(
+                    text(
+                        f"SELECT chunk_id, content FROM chunks WHERE chunk_id > :after {where}ORDER BY chunk_id LIMIT :n"
+                    ),
+                    {"after": after, "d": document_id, "n": HASH_PAGE},
+                ).fetchall()
+            for chunk_id, content in page:
+                yield chunk_id, self.dialect.decode(content)
+            if len(page) < HASH_PAGE:
+                return
+            after = page[-1][0]
+
+    def counts(self) -> tuple[int, int, int]:
+        """(chunks, documents, total analysed terms)."""
+        with self.db.read() as conn:
+            chunks, documents, total = conn.execute(
+                text("SELECT COUNT(*), COUNT(DISTINCT document_id), COALESCE(SUM(doc_len), 0) FROM chunks")
+            ).one()
+        return int(chunks), int(documents), int(total)
+
+    def count(self) -> int:
+        with self.db.read() as conn:
+            return int(conn.execute(text("SELECT COUNT(*) FROM chunks")).scalar_one())
