@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import unicodedata
+from collections import Counter
 from collections.abc import Iterable
 from itertools import chain
 
@@ -70,13 +71,24 @@ class Analyzer:
 
     def analyze_many(self, texts: Iterable[str]) -> list[list[str]]:
         """The terms of each text, as `self(text)` gives them, analysed as one batch (module docstring)."""
+        pieces, terms_of = self._pieces(texts)
+        return [list(chain.from_iterable(map(terms_of.__getitem__, text))) for text in pieces]
+
+    def count_many(self, texts: Iterable[str]) -> list[Counter[str]]:
+        """Each text's term frequencies (what BM25 stores), counted without building its term list."""
+        pieces, terms_of = self._pieces(texts)
+        return [Counter(chain.from_iterable(map(terms_of.__getitem__, text))) for text in pieces]
+
+    def _pieces(self, texts: Iterable[str]) -> tuple[list[list[str]], dict[str, list[str]]]:
+        """Each text's whitespace-separated pieces, and the terms of every distinct piece."""
         pieces = [_normalise(text).split() for text in texts]
         words_of = {piece: _words(piece) for piece in set(chain.from_iterable(pieces))}
         distinct = list(set(chain.from_iterable(words_of.values())) - self.stopwords)
         stemmed = self._stemmer().stemWords(distinct) if self.stemming else distinct
         term_of = dict(zip(distinct, stemmed, strict=True))
-        terms_of = {piece: [term_of[w] for w in words if w in term_of] for piece, words in words_of.items()}
-        return [list(chain.from_iterable(map(terms_of.__getitem__, text))) for text in pieces]
+        return pieces, {
+            piece: [term_of[w] for w in words if w in term_of] for piece, words in words_of.items()
+        }
 
 
 def _normalise(text: str) -> str:

@@ -57,21 +57,17 @@ from sinks.database import Database, open_store_database
 from sinks.keywords import saved_index
 from sinks.keywords.analyzer import Analyzer
 from sinks.keywords.postings import METHODS, CountsBM25, Loaded, Postings, Snapshot
-from sinks.keywords.term_store import COLUMNS, TermStore
+from sinks.keywords.term_store import TermStore
 
 STORE = "keywords"  # the store's PostgreSQL schema is `unichunk_keywords[__<generation>]`
 # A refresh that loaded at least this share of the index's rows (or was a full load) saves it again.
 RESAVE_FRACTION = 0.1
 
 
-def stored_terms(term_lists: Iterable[list[str]]) -> list[tuple[str, bytes, int]]:
-    """Each chunk's terms in their stored form: distinct terms space-separated (in order of first use, so
-    the same text always gives the same row), their counts as little-endian uint32, and the length."""
-    out = []
-    for tokens in term_lists:
-        counts = Counter(tokens)
-        out.append((" ".join(counts), struct.pack(f"<{len(counts)}I", *counts.values()), len(tokens)))
-    return out
+def stored_terms(counts: Iterable[Counter[str]]) -> list[tuple[str, bytes, int]]:
+    """Each chunk's term counts in their stored form: distinct terms space-separated (in order of first
+    use, so the same text always gives the same row), their counts as little-endian uint32, the length."""
+    return [(" ".join(c), struct.pack(f"<{len(c)}I", *c.values()), sum(c.values())) for c in counts]
 
 
 def _stored(row: Sequence[Any], score: float | None = None) -> StoredChunk:
@@ -141,7 +137,7 @@ class BM25Sink(Sink):
         return None if self.path is None else self.path.with_name(self.path.stem + ".index.npz")
 
     def _analyse(self, texts: list[str]) -> list[tuple[str, bytes, int]]:
-        return stored_terms(self.analyzer.analyze_many(texts))
+        return stored_terms(self.analyzer.count_many(texts))
 
     # -- Sink API ------------------------------------------------------------------------------------
 
@@ -157,19 +153,19 @@ class BM25Sink(Sink):
         total_terms = 0
         for chunk, (terms, tfs, doc_len) in zip(flat, self._analyse([c.content for c in flat]), strict=True):
             total_terms += doc_len
-            values = (
+            row = (
                 chunk.chunk_id,
                 chunk.document_id,
                 chunk.chunk_index,
                 chunk.start_char,
                 chunk.end_char,
                 chunk.content,
-                json.dumps(list(chunk.heading_chain), ensure_ascii=False),
+                json.dumps(list(chunk.heading_chain), ensure_ascii=False) if chunk.heading_chain else "[]",
                 terms,
                 tfs,
                 doc_len,
             )
-            rows.append(dict(zip(COLUMNS, values, strict=True)))
+            rows.append(row)  # in term_store.COLUMNS order
         return Prepared(
             sink=self.name,
             documents=documents,
@@ -275,9 +271,11 @@ class BM25Sink(Sink):
         with self._index_lock:
             try:
                 return self._refresh()
-            except BaseException:
+            except BaseException as exc:
                 # The postings may be half-updated: start over from the store on the next query.
                 self._snapshot, self._postings, self._vocab = None, Postings(), {}
+                if isinstance(exc, ValueError | SQLAlchemyError):
+                    raise SinkError(self.name, f"cannot index {self._where()}: {exc}") from exc
                 raise
 
     def _refresh(self) -> Snapshot | None:

@@ -13,6 +13,7 @@ from itertools import chain
 
 import bm25s
 import numpy as np
+import scipy.sparse
 from bm25s.scoring import _build_idf_array, _select_idf_scorer, _select_tfc_scorer
 
 METHODS = ("lucene", "robertson", "atire")
@@ -73,18 +74,25 @@ class Loaded:
 
     @classmethod
     def from_rows(cls, rows: Sequence[tuple[str, str, str, bytes, int]], vocab: dict[str, int]) -> Loaded:
-        """Stored terms -> vocabulary IDs: dictionary lookups (in C, via map), no analysis."""
-        term_lists = [r[2].split() for r in rows]
-        keys = list(chain.from_iterable(term_lists))
+        """Stored terms -> vocabulary IDs: one split of the page's terms and dictionary lookups (in C, via
+        map), no analysis. A row's term count is its frequency blob's length / 4."""
+        rows = list(rows)
+        n = len(rows)
+        blob = b"".join([bytes(r[3]) for r in rows])
+        sizes = np.fromiter((len(r[3]) for r in rows), dtype=np.int64, count=n) // 4
+        # Terms hold no whitespace, so splitting the joined page gives each row's terms in turn.
+        keys = " ".join([r[2] for r in rows]).split()
+        if len(keys) != int(sizes.sum()) or len(blob) != 4 * len(keys):
+            raise ValueError("a stored row's terms and frequencies disagree (written by something else?)")
         for term in dict.fromkeys(keys).keys() - vocab.keys():
             vocab[term] = len(vocab)
         return cls(
             chunk_ids=[r[0] for r in rows],
             document_ids=[r[1] for r in rows],
-            doc_lens=np.fromiter((r[4] for r in rows), dtype=np.int64, count=len(rows)),
-            sizes=np.fromiter(map(len, term_lists), dtype=np.int64, count=len(rows)),
+            doc_lens=np.fromiter((r[4] for r in rows), dtype=np.int64, count=n),
+            sizes=sizes,
             terms=np.fromiter(map(vocab.__getitem__, keys), dtype=np.int32, count=len(keys)),
-            tfs=np.frombuffer(b"".join(r[3] for r in rows), dtype="<u4").astype(np.float32),
+            tfs=np.frombuffer(blob, dtype="<u4").astype(np.float32),
         )
 
     @classmethod
@@ -146,10 +154,7 @@ class Postings:
         codes = [self.codes.setdefault(d, len(self.codes)) for d in loaded.document_ids]
         self.doc_codes = np.concatenate([self.doc_codes, np.asarray(codes, dtype=np.int64)])
         self.doc_lens = np.concatenate([self.doc_lens, loaded.doc_lens])
-        terms, tfs = loaded.terms, loaded.tfs
-        rows = np.repeat(np.arange(first, first + n, dtype=np.int64), loaded.sizes)
-        order = np.argsort(terms, kind="stable")
-        terms, tfs, rows = terms[order], tfs[order], rows[order]
+        terms, rows, tfs = _by_term(loaded, first)
         if not len(self.terms):  # a full load: nothing to insert into
             self.terms, self.tfs, self.rows = terms, tfs, rows
             return
@@ -157,6 +162,20 @@ class Postings:
         self.terms = np.insert(self.terms, at, terms)
         self.tfs = np.insert(self.tfs, at, tfs)
         self.rows = np.insert(self.rows, at, rows)
+
+
+def _by_term(loaded: Loaded, first: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The loaded postings sorted by (term, row), rows numbered from `first`: the rows' term lists as a
+    sparse rows x terms matrix, turned column-major by scipy (a counting sort in C, stable in row order,
+    several times faster than a stable argsort of the terms)."""
+    n = len(loaded.chunk_ids)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(loaded.sizes, out=indptr[1:])
+    n_terms = int(loaded.terms.max(initial=-1)) + 1
+    by_row = scipy.sparse.csr_matrix((loaded.tfs, loaded.terms, indptr), shape=(n, n_terms))
+    by_term = by_row.tocsc()
+    terms = np.repeat(np.arange(n_terms, dtype=np.int32), np.diff(by_term.indptr))
+    return terms, by_term.indices.astype(np.int64) + first, by_term.data.astype(np.float32, copy=False)
 
 
 @dataclass(frozen=True, eq=False)
