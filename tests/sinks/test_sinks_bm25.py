@@ -13,14 +13,16 @@ from pathlib import Path
 import bm25s
 import numpy as np
 import pytest
+from pydantic import SecretStr
 from rank_bm25 import BM25Okapi
 from sqlalchemy import text
 
 from chunking.base import Span, chunks_from_spans
 from chunking.models import Chunk, Document
 from chunking.sentences import sentence_spans
-from sinks.base import ScoredChunk
+from sinks.base import InvalidRequest, ScoredChunk
 from sinks.config import SinkSettings
+from sinks.database import dispose_engines
 from sinks.keywords.analyzer import Analyzer
 from sinks.keywords.bm25 import BM25Sink
 from sinks.keywords.postings import CountsBM25
@@ -548,3 +550,100 @@ def test_several_writer_processes_and_a_following_reader_miss_no_change(
                 fresh = {h.chunk_id: h.score for h in cold.search(query, k=500)}
                 assert ours.keys() == fresh.keys()
                 assert all(ours[c] == pytest.approx(s, rel=1e-5) for c, s in fresh.items())
+
+
+# -- the saved index (embedded) and server mode ------------------------------------------------------------
+
+
+def _sentences_batch(n_docs: int, prefix: str = "doc") -> list[tuple[Document, list[Chunk]]]:
+    rng = random.Random(n_docs)
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa", "sigma", "omega"]
+    return [
+        make_doc(f"{prefix}{d}", [f"{prefix}{d}x{i} " + " ".join(rng.choices(words, k=9)) for i in range(5)])
+        for d in range(n_docs)
+    ]
+
+
+def _scores(sink: BM25Sink, query: str) -> dict[str, float]:
+    return {h.chunk_id: h.score for h in sink.search(query, k=1000)}
+
+
+def test_reopen_loads_the_saved_index_and_reads_only_later_changes(tmp_path: Path) -> None:
+    settings = SinkSettings(data_dir=tmp_path)
+    saved = settings.bm25_path / "bm25.index.npz"
+    with BM25Sink(settings) as first:
+        first.write(first.prepare(_sentences_batch(40)))
+        assert first.search("alpha")  # the first index is built from the store, then saved
+    assert saved.is_file()
+    with BM25Sink(settings) as writer:  # changes after the save: one document added, one deleted
+        writer.upsert(*FOX)
+        writer.delete(make_doc("doc3", ["x"])[0].document_id)
+    analyzer = CountingAnalyzer()
+    with BM25Sink(settings, analyzer=analyzer) as reopened:
+        resumed = _scores(reopened, "alpha fox")
+        assert reopened.stats()["last_refresh"] | {"seconds": 0} == {
+            "loaded_rows": 2,  # FOX's chunks, nothing else read from the store's rows
+            "dropped_rows": 5,  # doc3's
+            "seconds": 0,
+            "from_saved_index": 1,
+        }
+        assert analyzer.texts == ["alpha fox"]  # no stored chunk analysed again
+    saved.unlink()
+    with BM25Sink(settings) as cold:
+        assert _scores(cold, "alpha fox") == pytest.approx(resumed, rel=1e-5)
+        assert cold.stats()["last_refresh"]["from_saved_index"] == 0
+        assert cold.stats()["last_refresh"]["loaded_rows"] == 40 * 5 - 5 + 2
+
+
+def test_a_damaged_or_foreign_saved_index_is_rebuilt_from_the_store(tmp_path: Path) -> None:
+    ours, other = SinkSettings(data_dir=tmp_path / "ours"), SinkSettings(data_dir=tmp_path / "other")
+    with BM25Sink(ours) as sink, BM25Sink(other) as foreign:
+        sink.write(sink.prepare(_sentences_batch(10)))
+        foreign.write(foreign.prepare(_sentences_batch(12, prefix="other")))
+        expected = _scores(sink, "gamma omega")
+        foreign.search("gamma")  # saves the foreign store's index (same revision, 1, as ours)
+    ours_file, foreign_file = (s.bm25_path / "bm25.index.npz" for s in (ours, other))
+    for damage in (b"not an index", foreign_file.read_bytes()):
+        ours_file.write_bytes(damage)
+        with BM25Sink(ours) as reopened:
+            assert _scores(reopened, "gamma omega") == pytest.approx(expected, rel=1e-5)
+            assert reopened.stats()["last_refresh"]["from_saved_index"] == 0
+            assert reopened.stats()["last_refresh"]["loaded_rows"] == 50
+
+
+def test_server_mode_keeps_nothing_on_disk_and_drop_removes_the_schema(
+    database_url: str, tmp_path: Path
+) -> None:
+    keyword_settings = SinkSettings(data_dir=tmp_path / "data", database_url=SecretStr(database_url))
+    live = BM25Sink(keyword_settings.for_generation("g1"))
+    retired = BM25Sink(keyword_settings.for_generation("g2"))
+    for sink in (live, retired):
+        sink.upsert(*FOX)
+        assert sink.search("fox")
+    assert not keyword_settings.data_dir.exists() or not any(keyword_settings.data_dir.rglob("*"))
+    assert (live.store.db.schema, retired.store.db.schema) == (
+        "unichunk_keywords__g1",
+        "unichunk_keywords__g2",
+    )
+    retired.drop()
+    assert not retired.store.db.has_table("chunks") and not retired.store.db.has_table("state")
+    assert [h.chunk_id for h in live.search("quick")] == [FOX[1][0].chunk_id]
+    dispose_engines()  # before the per-test database is dropped
+
+
+def test_headings_and_content_with_nul_round_trip_and_ids_with_nul_are_refused_on_postgresql(
+    sink: BM25Sink,
+) -> None:
+    doc = Document(text="probe \x00 nul", source_system="test", source_id="nul")
+    chunks = chunks_from_spans(doc, [Span(0, len(doc.text), 3, ("Head\x00ing", "é\x01"))])
+    sink.upsert(doc, chunks)
+    (hit,) = sink.search("probe")
+    assert (hit.content, hit.heading_chain) == ("probe \x00 nul", ("Head\x00ing", "é\x01"))
+    odd = Document(document_id="odd\x00id", text="probe odd")
+    odd_chunks = chunks_from_spans(odd, [Span(0, 9, 2)])
+    if sink.store.db.dialect == "postgresql":
+        with pytest.raises(InvalidRequest, match="NUL"):
+            sink.prepare([(odd, odd_chunks)])
+    else:
+        sink.upsert(odd, odd_chunks)
+        assert odd_chunks[0].chunk_id in sink.chunk_ids()
