@@ -56,7 +56,7 @@ from sinks.config import SinkSettings
 from sinks.database import Database, open_store_database
 from sinks.keywords import saved_index
 from sinks.keywords.analyzer import Analyzer
-from sinks.keywords.postings import METHODS, CountsBM25, Loaded, Postings, Snapshot
+from sinks.keywords.postings import METHODS, Loaded, Postings, Snapshot
 from sinks.keywords.term_store import TermStore
 
 STORE = "keywords"  # the store's PostgreSQL schema is `unichunk_keywords[__<generation>]`
@@ -203,6 +203,11 @@ class BM25Sink(Sink):
     def close(self) -> None:
         self._snapshot = None
         self._postings = Postings()
+        if self.path is not None:
+            # Close the file's idle pooled connections (three descriptors each in WAL mode): a process that
+            # opens many stores in turn (tests, a service switching generations) must not keep them all.
+            # Another sink on the same file just opens a new connection.
+            self.store.db.engine.dispose()
 
     def drop(self) -> None:
         """Delete the store: the SQLite file (with its WAL, shared memory and saved index), or the
@@ -210,7 +215,6 @@ class BM25Sink(Sink):
         self.close()
         self.store.drop()
         if self.path is not None:
-            self.store.db.engine.dispose()  # pooled connections would keep the deleted file open
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{self.path}{suffix}").unlink(missing_ok=True)
         if (saved := self._saved_path) is not None:
@@ -235,7 +239,7 @@ class BM25Sink(Sink):
         ids = [i for t in tokens if (i := self._vocab.get(t)) is not None and i < snap.n_vocab]
         if not ids:
             return []
-        scores = snap.retriever.get_scores_from_ids(ids)
+        scores = snap.scores(ids)
         candidates = np.flatnonzero(scores > 0) if allowed is None else snap.positions_of(allowed)
         candidates = candidates[scores[candidates] > 0]
         if len(candidates) > k:
@@ -298,11 +302,15 @@ class BM25Sink(Sink):
         dropped = postings.remove([*changes.removed, *(loaded.chunk_ids if loaded is not None else ())])
         if loaded is not None:
             postings.add(loaded)
-        if resumed and not changes.full and len(postings.chunk_ids) != self.store.count():
+        if postings.needs_merge():
+            postings.merge()
+        if resumed and not changes.full and postings.n_live != self.store.count():
             # The saved index does not describe this store (a file restored beside another one).
             self._postings, self._saved_revision = Postings(), None
             return self._refresh_in_full()
-        self._snapshot = self._index(changes.revision, postings)
+        self._snapshot = postings.snapshot(
+            changes.revision, len(self._vocab), k1=self.k1, b=self.b, method=self.method
+        )
         self.last_refresh = {
             "loaded_rows": n_loaded,
             "dropped_rows": dropped,
@@ -310,7 +318,7 @@ class BM25Sink(Sink):
             "from_saved_index": float(resumed and not changes.full),
         }
         self._loaded_since_save += n_loaded + dropped
-        if changes.full or self._loaded_since_save >= RESAVE_FRACTION * max(len(postings.chunk_ids), 1):
+        if changes.full or self._loaded_since_save >= RESAVE_FRACTION * max(postings.n_live, 1):
             self._save(changes.revision)
         return self._snapshot
 
@@ -320,14 +328,6 @@ class BM25Sink(Sink):
         if saved_path is not None:
             saved_path.unlink(missing_ok=True)
         return self._refresh()
-
-    def _index(self, revision: int, postings: Postings) -> Snapshot:
-        retriever = CountsBM25(k1=self.k1, b=self.b, method=self.method)
-        n_vocab = len(self._vocab)
-        retriever.index_counts(postings.terms, postings.rows, postings.tfs, postings.doc_lens, n_vocab)
-        return Snapshot(
-            revision, retriever, postings.chunk_ids, postings.doc_codes, dict(postings.codes), n_vocab
-        )
 
     def _load_saved(self) -> saved_index.SavedIndex | None:
         path = self._saved_path

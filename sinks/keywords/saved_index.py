@@ -2,8 +2,8 @@
 
 Rebuilding the in-memory index from the store means reading every row and mapping every stored term to
 a vocabulary ID in Python (seconds at 100k chunks); loading the same postings from one `.npz` file is a
-few array reads. The file holds `Postings` (term-sorted postings, chunk and document IDs, lengths), the
-vocabulary and the store revision they reflect, and nothing that is not derived from the store: it is a
+few array reads. The file holds the postings merged into one segment (term-sorted, with chunk and
+document IDs and lengths), the vocabulary and the store revision they reflect, and nothing that is not derived from the store: it is a
 cache. It is only ever trusted as a *starting point*: the sink applies the store's changes after the saved
 revision (the same change log every reader follows), and reloads from the store when the saved revision
 is older than the removal log, when the analyzer differs, or when the chunk count disagrees afterwards.
@@ -24,12 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from sinks.keywords.postings import Postings
+from sinks.keywords.postings import Postings, Segment
 
 logger = logging.getLogger(__name__)
 
-FORMAT = 1
-_ARRAYS = ("terms", "rows", "tfs", "doc_lens", "doc_codes")
+FORMAT = 2  # 1: one flat postings list with per-posting term IDs (before segments)
 
 
 @dataclass
@@ -51,16 +50,25 @@ def _unstrings(array: np.ndarray) -> list[str]:
 
 
 def save(path: Path, saved: SavedIndex) -> bool:
-    """Write `saved` to `path` atomically; False (logged) if the directory is not writable."""
+    """Write `saved` to `path` atomically (merging its postings into one segment first); False (logged)
+    if the directory is not writable."""
     p = saved.postings
+    if len(p.segments) != 1 or p.n_live != len(p.chunk_ids):
+        p.merge()
+    if not p.segments:
+        return False
+    (segment,) = p.segments
     meta = {"format": FORMAT, "revision": saved.revision, "analyzer": saved.analyzer}
-    # The vocabulary in ID order: IDs are dense, 0..n-1, in insertion order.
-    arrays = {name: getattr(p, name) for name in _ARRAYS}
-    arrays |= {
+    arrays = {
+        "indptr": segment.indptr,
+        "rows": segment.rows,
+        "tfs": segment.tfs,
+        "doc_lens": p.doc_lens,
+        "doc_codes": p.doc_codes,
         "meta": _strings([json.dumps(meta)]),
         "chunk_ids": _strings(p.chunk_ids),
         "codes": _strings(list(p.codes)),
-        "vocab": _strings(list(saved.vocab)),
+        "vocab": _strings(list(saved.vocab)),  # in ID order: IDs are dense, in insertion order
     }
     try:
         fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
@@ -85,28 +93,40 @@ def load(path: Path, analyzer: str) -> SavedIndex | None:
             meta = json.loads(_unstrings(data["meta"])[0])
             if meta.get("format") != FORMAT or meta.get("analyzer") != analyzer:
                 return None
-            p = Postings()
-            for name in _ARRAYS:
-                setattr(p, name, data[name])
-            p.chunk_ids = _unstrings(data["chunk_ids"])
-            p.codes = {code: i for i, code in enumerate(_unstrings(data["codes"]))}
+            segment = Segment(
+                data["indptr"].astype(np.int64), data["rows"].astype(np.int32), data["tfs"].astype(np.float32)
+            )
+            doc_lens, doc_codes = data["doc_lens"].astype(np.float32), data["doc_codes"].astype(np.int32)
+            chunk_ids = _unstrings(data["chunk_ids"])
+            codes = {code: i for i, code in enumerate(_unstrings(data["codes"]))}
             vocab = {term: i for i, term in enumerate(_unstrings(data["vocab"]))}
     except FileNotFoundError:
         return None
     except Exception as exc:  # damaged or foreign file: a cache miss, never an error for the caller
         logger.info("ignoring the saved BM25 index at %s: %s", path, exc)
         return None
-    n = len(p.chunk_ids)
+    n = len(chunk_ids)
     consistent = (
-        len(p.terms) == len(p.rows) == len(p.tfs)
-        and len(p.doc_lens) == len(p.doc_codes) == n
-        and all(len(a) == 0 or int(a.min()) >= 0 for a in (p.terms, p.rows, p.doc_codes))
-        and int(p.rows.max(initial=-1)) < n
-        and int(p.doc_codes.max(initial=-1)) < len(p.codes)
-        and int(p.terms.max(initial=-1)) < len(vocab)
+        len(segment.rows) == len(segment.tfs) == int(segment.indptr[-1])
+        and segment.n_terms <= len(vocab)
+        and bool(np.all(np.diff(segment.indptr) >= 0))
+        and len(doc_lens) == len(doc_codes) == n
+        and len(set(chunk_ids)) == n
+        and (len(segment.rows) == 0 or (int(segment.rows.min()) >= 0 and int(segment.rows.max()) < n))
+        and (n == 0 or (int(doc_codes.min()) >= 0 and int(doc_codes.max()) < len(codes)))
     )
     if not consistent:
         logger.info("ignoring the saved BM25 index at %s: its arrays disagree", path)
         return None
-    p.position = {c: i for i, c in enumerate(p.chunk_ids)}
+    p = Postings()
+    p.segments, p.chunk_ids, p.doc_lens, p.doc_codes, p.codes = (
+        [segment],
+        chunk_ids,
+        doc_lens,
+        doc_codes,
+        codes,
+    )
+    p.position = {c: i for i, c in enumerate(chunk_ids)}
+    p.alive = np.ones(n, dtype=bool)
+    p.total_len = float(doc_lens.sum(dtype=np.float64))
     return SavedIndex(int(meta["revision"]), analyzer, p, vocab)
