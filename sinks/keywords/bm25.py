@@ -56,7 +56,7 @@ from sinks.config import SinkSettings
 from sinks.database import Database, open_store_database
 from sinks.keywords import saved_index
 from sinks.keywords.analyzer import Analyzer
-from sinks.keywords.postings import METHODS, Loaded, Postings, Snapshot
+from sinks.keywords.postings import METHODS, Loaded, Postings, Snapshot, Vocabulary, vocabulary
 from sinks.keywords.term_store import TermStore
 
 STORE = "keywords"  # the store's PostgreSQL schema is `unichunk_keywords[__<generation>]`
@@ -99,7 +99,7 @@ class BM25Sink(Sink):
         )
         self.k1, self.b, self.method = k1, b, method
         self._index_lock = threading.Lock()  # one refresh at a time
-        self._vocab: dict[str, int] = {}
+        self._vocab: Vocabulary = vocabulary()
         self._postings = Postings()
         self.last_refresh: dict[str, float] = {}  # what the last index refresh loaded, for stats()
         self._snapshot: Snapshot | None = None
@@ -203,6 +203,7 @@ class BM25Sink(Sink):
     def close(self) -> None:
         self._snapshot = None
         self._postings = Postings()
+        self.store.close()
         if self.path is not None:
             # Close the file's idle pooled connections (three descriptors each in WAL mode): a process that
             # opens many stores in turn (tests, a service switching generations) must not keep them all.
@@ -277,7 +278,7 @@ class BM25Sink(Sink):
                 return self._refresh()
             except BaseException as exc:
                 # The postings may be half-updated: start over from the store on the next query.
-                self._snapshot, self._postings, self._vocab = None, Postings(), {}
+                self._snapshot, self._postings, self._vocab = None, Postings(), vocabulary()
                 if isinstance(exc, ValueError | SQLAlchemyError):
                     raise SinkError(self.name, f"cannot index {self._where()}: {exc}") from exc
                 raise
@@ -304,8 +305,13 @@ class BM25Sink(Sink):
             postings.add(loaded)
         if postings.needs_merge():
             postings.merge()
-        if resumed and not changes.full and postings.n_live != self.store.count():
-            # The saved index does not describe this store (a file restored beside another one).
+        if (
+            resumed
+            and not changes.full
+            and (postings.n_live, round(postings.total_len)) != self.store.totals()
+        ):
+            # The saved index does not describe this store (a file restored beside another one, a cache
+            # of a database since replaced): its revision matched, its chunks and terms do not.
             self._postings, self._saved_revision = Postings(), None
             return self._refresh_in_full()
         self._snapshot = postings.snapshot(
@@ -323,7 +329,7 @@ class BM25Sink(Sink):
         return self._snapshot
 
     def _refresh_in_full(self) -> Snapshot | None:
-        self._snapshot, self._vocab = None, {}
+        self._snapshot, self._vocab = None, vocabulary()
         saved_path = self._saved_path
         if saved_path is not None:
             saved_path.unlink(missing_ok=True)

@@ -26,8 +26,9 @@ than changing the ones a snapshot holds, so searches run on one outside the sink
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -69,6 +70,18 @@ _IDF: dict[str, Callable[[int, int], float]] = {
 _TFC = {"lucene": _tfc_robertson, "robertson": _tfc_robertson, "atire": _tfc_atire}
 
 
+Vocabulary = defaultdict[str, int]
+
+
+def vocabulary(terms: Iterable[str] = ()) -> Vocabulary:
+    """Term -> dense ID, in order of first sight. Looking up a new term with `[]` gives it the next ID (so
+    mapping a page of terms is one C-level pass); readers use `.get`, which never adds one."""
+    vocab: Vocabulary = defaultdict(itertools.count().__next__)
+    for term in terms:
+        vocab[term]
+    return vocab
+
+
 @dataclass
 class Loaded:
     """Stored rows turned into arrays: row i owns `sizes[i]` consecutive entries of `terms`/`tfs`."""
@@ -81,9 +94,10 @@ class Loaded:
     tfs: np.ndarray
 
     @classmethod
-    def from_rows(cls, rows: Sequence[tuple[str, str, str, bytes, int]], vocab: dict[str, int]) -> Loaded:
-        """Stored terms -> vocabulary IDs: one split of the page's terms and dictionary lookups (in C, via
-        map), no analysis. A row's term count is its frequency blob's length / 4."""
+    def from_rows(cls, rows: Sequence[tuple[str, str, str, bytes, int]], vocab: Vocabulary) -> Loaded:
+        """Stored terms -> vocabulary IDs: one split of the page's terms and one dictionary lookup each (in
+        C, via map; a new term takes the next ID there too), no analysis. A row's term count is its
+        frequency blob's length / 4."""
         rows = list(rows)
         n = len(rows)
         blob = b"".join([bytes(r[3]) for r in rows])
@@ -92,8 +106,6 @@ class Loaded:
         keys = " ".join([r[2] for r in rows]).split()
         if len(keys) != int(sizes.sum()) or len(blob) != 4 * len(keys):
             raise ValueError("a stored row's terms and frequencies disagree (written by something else?)")
-        for term in dict.fromkeys(keys).keys() - vocab.keys():
-            vocab[term] = len(vocab)
         return cls(
             chunk_ids=[r[0] for r in rows],
             document_ids=[r[1] for r in rows],

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sinks.keywords.postings import Postings, Segment
+from sinks.keywords.postings import Postings, Segment, Vocabulary, vocabulary
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class SavedIndex:
     revision: int
     analyzer: str
     postings: Postings
-    vocab: dict[str, int]
+    vocab: Vocabulary
 
 
 def _strings(values: list[str]) -> np.ndarray:
@@ -99,7 +99,8 @@ def load(path: Path, analyzer: str) -> SavedIndex | None:
             doc_lens, doc_codes = data["doc_lens"].astype(np.float32), data["doc_codes"].astype(np.int32)
             chunk_ids = _unstrings(data["chunk_ids"])
             codes = {code: i for i, code in enumerate(_unstrings(data["codes"]))}
-            vocab = {term: i for i, term in enumerate(_unstrings(data["vocab"]))}
+            terms = _unstrings(data["vocab"])
+            vocab = vocabulary(terms)
     except FileNotFoundError:
         return None
     except Exception as exc:  # damaged or foreign file: a cache miss, never an error for the caller
@@ -108,6 +109,7 @@ def load(path: Path, analyzer: str) -> SavedIndex | None:
     n = len(chunk_ids)
     consistent = (
         len(segment.rows) == len(segment.tfs) == int(segment.indptr[-1])
+        and len(vocab) == len(terms)
         and segment.n_terms <= len(vocab)
         and bool(np.all(np.diff(segment.indptr) >= 0))
         and len(doc_lens) == len(doc_codes) == n
