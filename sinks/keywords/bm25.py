@@ -1,15 +1,15 @@
-"""BM25 keyword sink: a durable term store (SQLite file, or PostgreSQL in server mode) scored by bm25s in memory.
+"""BM25 keyword sink: a durable term store (SQLite file, or PostgreSQL in server mode) scored in memory.
 
 The term store (`term_store.py`) is the source of truth: each chunk row keeps its text, offsets and the
 terms the analyzer produced, with their frequencies, and every change bumps the store's *revision*, a
 write counter (nothing to do with index generations, which are whole sets of stores). Writers (the
 pipeline, any number of Prefect workers in server mode) only analyse chunks and write rows; they never
-build an index. Each process that answers queries keeps a bm25s index (`postings.py`) that is only a cache
-of the store: a query first compares revisions and, when stale, reads just the rows written and the chunk
-IDs removed since the index's revision, patches its term-sorted postings and recomputes the score matrix
-with numpy. The analyzer never runs again over stored chunks, so adding or deleting one document costs one
-analyzer pass over that document plus a vectorised rescoring (IDF and average length change with every
-document, so BM25 scores must be recomputed), not a re-tokenised corpus.
+build an index. Each process that answers queries keeps an index (`postings.py`) that is only a cache of
+the store: a query first compares revisions and, when stale, reads just the rows written and the chunk
+IDs removed since the index's revision, adds the rows as a new segment and marks the removed ones dead;
+scores are computed at query time from the postings of the query's terms. The analyzer never runs again
+over stored chunks, so adding or deleting one document costs one analyzer pass over that document and a
+segment of its postings, not a re-tokenised corpus nor a rescored one.
 
 Opening: embedded, the index is also saved beside the SQLite file (`saved_index.py`) by the process that
 built it, and a later open loads it and applies only the changes since its revision. In server mode no

@@ -7,12 +7,16 @@ import os
 import random
 import sqlite3
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 import bm25s
 import numpy as np
 import pytest
+import Stemmer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import SecretStr
 from rank_bm25 import BM25Okapi
 from sqlalchemy import text
@@ -121,6 +125,29 @@ def test_analyzer_cuts_cjk_runs_into_bigrams() -> None:
     assert Analyzer()("東京タワー is tall") == ["東京", "京タ", "タワ", "ワー", "tall"]
     assert Analyzer()("猫") == ["猫"]
     assert Analyzer()("한국어 텍스트") == ["한국어", "텍스트"]  # Hangul is spaced: whole words
+
+
+def _whole_text_terms(analyzer: Analyzer, text: str) -> list[str]:
+    """The analyzer before batching, as the spec: the whole text's words, then stopwords, then stems."""
+    words = [w for w in analyzer.words(text) if w not in analyzer.stopwords]
+    return Stemmer.Stemmer(analyzer.language).stemWords(words) if analyzer.stemming and words else words
+
+
+# Characters where splitting on whitespace first could go wrong if it could: spaces NFKC makes (U+00A8,
+# U+2000, U+3000), marks that join the letter before them, CJK, a full-width letter, NUL, punctuation.
+_TRICKY = " \t\n\u00a0\u00a8\u2000\u3000\u0301\u0308e\u0065\u00e9a\u6771\u4eac\u30bf\uff26\x00_-.'"
+TEXTS = st.lists(
+    st.text(st.sampled_from(_TRICKY) | st.characters(exclude_categories=["Cs"]), max_size=60), max_size=6
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(texts=TEXTS)
+def test_batched_analysis_equals_whole_text_analysis(texts: list[str]) -> None:
+    for analyzer in (Analyzer(), Analyzer(stemming=False, stopwords=False)):
+        expected = [_whole_text_terms(analyzer, t) for t in texts]
+        assert analyzer.analyze_many(texts) == expected
+        assert analyzer.count_many(texts) == [Counter(terms) for terms in expected]
 
 
 # -- sink behaviour --------------------------------------------------------------------------------------
