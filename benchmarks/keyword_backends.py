@@ -252,7 +252,7 @@ def recall_table(database_url: str, tmp: Path) -> list[RecallRow]:
         for i in range(seen - len(cs), seen):
             running[i] = float(lengths[:seen].mean())
     variants: list[tuple[str, Callable[[int], list[int]]]] = [
-        ("(a) PostgreSQL + bm25s (server mode)", top_server),
+        ("(a) PostgreSQL term store + in-process BM25 (server mode)", top_server),
         ("rank_bm25 BM25Okapi (same tokens)", top_rank),
     ]
     local = LocalSparse()
@@ -688,7 +688,7 @@ def latency(admin_url: str, tmp: Path, sizes: list[int], n_queries: int) -> None
     print(
         "\n| synthetic, k=10 | "
         + " | ".join(
-            f"{s // 1000}k: (a) PostgreSQL + bm25s | {s // 1000}k: (b) qdrant-edge sparse+IDF" for s in sizes
+            f"{s // 1000}k: (a) PostgreSQL + in-process BM25 | {s // 1000}k: (b) qdrant-edge sparse+IDF" for s in sizes
         )
         + " |"
     )
