@@ -688,7 +688,8 @@ def latency(admin_url: str, tmp: Path, sizes: list[int], n_queries: int) -> None
     print(
         "\n| synthetic, k=10 | "
         + " | ".join(
-            f"{s // 1000}k: (a) PostgreSQL + in-process BM25 | {s // 1000}k: (b) qdrant-edge sparse+IDF" for s in sizes
+            f"{s // 1000}k: (a) PostgreSQL + in-process BM25 | {s // 1000}k: (b) qdrant-edge sparse+IDF"
+            for s in sizes
         )
         + " |"
     )
