@@ -41,7 +41,9 @@ decoded on read; terms, IDs and the heading chain (JSON, which escapes control c
 from __future__ import annotations
 
 import json
+import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -156,6 +158,21 @@ _POSTGRESQL = _Dialect(
 )
 
 
+# A forked child must not use its parent's query connections (their sockets are shared): it opens its own.
+_STORES: weakref.WeakSet[TermStore] = weakref.WeakSet()
+
+
+def _forget_query_connections_after_fork() -> None:
+    for store in list(_STORES):
+        if store._queries is not None:
+            store._queries.dispose(close=False)
+            store._queries = None
+        store._query_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_query_connections_after_fork)
+
+
 @dataclass
 class Changes:
     """What a reader at revision `since` must apply to be at `revision` (read in one snapshot)."""
@@ -167,12 +184,13 @@ class Changes:
 
 
 class TermStore:
-    """The keyword store's SQL. Every method is one transaction."""
+    """The keyword store's SQL. Every method is one transaction (the per-query reads: one statement)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
         self._queries: Engine | None = None  # PostgreSQL: the per-query reads' own pool, see `_query`
         self._query_lock = threading.Lock()
+        _STORES.add(self)
         self.dialect = _POSTGRESQL if db.dialect == "postgresql" else _SQLITE
         d = self.dialect
         changed = " OR ".join(d.differs.format(a=f"chunks.{c}", b=f"excluded.{c}") for c in COLUMNS[1:-1])

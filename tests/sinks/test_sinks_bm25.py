@@ -10,6 +10,7 @@ import threading
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import bm25s
 import numpy as np
@@ -694,3 +695,37 @@ def test_headings_and_content_with_nul_round_trip_and_ids_with_nul_are_refused_o
     else:
         sink.upsert(odd, odd_chunks)
         assert odd_chunks[0].chunk_id in sink.chunk_ids()
+
+
+def _backend_pid(sink: BM25Sink) -> int:
+    """The PostgreSQL server process behind the sink's per-query connection."""
+    return int(sink.store._query(lambda c: c.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()))
+
+
+def _search_in_child(sink: BM25Sink, queue: Any) -> None:
+    queue.put(([h.chunk_id for h in sink.search("quick")], _backend_pid(sink)))
+
+
+def test_a_forked_child_searches_on_connections_of_its_own(database_url: str, tmp_path: Path) -> None:
+    """The per-query pool (PostgreSQL) is not shared across fork: the child opens its own connection (a
+    shared socket would interleave two processes' protocol messages), and the parent keeps working."""
+    import multiprocessing
+
+    settings = SinkSettings(data_dir=tmp_path / "data", database_url=SecretStr(database_url))
+    with BM25Sink(settings) as sink:
+        sink.upsert(*FOX)
+        expected = [FOX[1][0].chunk_id]
+        assert [h.chunk_id for h in sink.search("quick")] == expected  # the parent's pool is open
+        parent_pid = _backend_pid(sink)
+        context = multiprocessing.get_context("fork")
+        queue = context.Queue()
+        child = context.Process(target=_search_in_child, args=(sink, queue))
+        child.start()
+        hits, child_pid = queue.get(timeout=60)
+        assert hits == expected and child_pid != parent_pid
+        child.join(timeout=60)
+        assert child.exitcode == 0
+        for _ in range(3):
+            assert [h.chunk_id for h in sink.search("quick")] == expected
+        assert _backend_pid(sink) == parent_pid
+    dispose_engines()
