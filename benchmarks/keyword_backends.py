@@ -327,19 +327,19 @@ def recall_table(database_url: str, tmp: Path) -> list[RecallRow]:
 # -- the synthetic corpus --------------------------------------------------------------------------------
 
 
-def vocabulary(seed: int = 7) -> list[str]:
+def vocabulary(size: int = VOCABULARY, seed: int = 7) -> list[str]:
     """Distinct lowercase words our analyzer keeps as they are (no stemming change, no stopword)."""
     from sinks.keywords.analyzer import Analyzer
 
     analyzer, rng = Analyzer(), random.Random(seed)
     letters = "bcdfghjklmnpqrstvwxz" + "aeiou" * 2
     words: dict[str, None] = {}
-    while len(words) < VOCABULARY:
+    while len(words) < size:
         batch = ["".join(rng.choices(letters, k=rng.randint(4, 10))) for _ in range(20_000)]
         for word, terms in zip(batch, analyzer.analyze_many(batch), strict=True):
             if terms == [word]:
                 words[word] = None
-    return list(words)[:VOCABULARY]
+    return list(words)[:size]
 
 
 @dataclass
@@ -351,21 +351,21 @@ class Page:
     lengths: np.ndarray
 
 
-def pages(n_chunks: int, seed: int = 11) -> Iterator[Page]:
+def pages(n_chunks: int, n_words: int, seed: int = 11) -> Iterator[Page]:
     """The synthetic corpus, a page at a time (deterministic: both designs get the same chunks)."""
-    weights = 1.0 / np.arange(1, VOCABULARY + 1) ** 1.07
+    weights = 1.0 / np.arange(1, n_words + 1) ** 1.07
     cumulative = np.cumsum(weights / weights.sum())
     for first in range(0, n_chunks, PAGE):
         rng = np.random.default_rng([seed, first])
         n = min(PAGE, n_chunks - first)
         lengths = np.maximum(rng.poisson(MEAN_TERMS, n), 5)
         tokens = np.searchsorted(cumulative, rng.random(int(lengths.sum())))
-        tokens = np.minimum(tokens, VOCABULARY - 1)
+        tokens = np.minimum(tokens, n_words - 1)
         chunk = np.repeat(np.arange(n, dtype=np.int64), lengths)
-        keys, tfs = np.unique(chunk * VOCABULARY + tokens, return_counts=True)
-        owners = keys // VOCABULARY
+        keys, tfs = np.unique(chunk * n_words + tokens, return_counts=True)
+        owners = keys // n_words
         indptr = np.searchsorted(owners, np.arange(n + 1))
-        yield Page(first, indptr, (keys % VOCABULARY).astype(np.int64), tfs.astype(np.int64), lengths)
+        yield Page(first, indptr, (keys % n_words).astype(np.int64), tfs.astype(np.int64), lengths)
 
 
 def chunk_id(n: int) -> str:
@@ -392,7 +392,7 @@ def load_postgres(url: str, n_chunks: int, words: list[str]) -> float:
     with psycopg.connect(url) as conn:
         conn.execute("TRUNCATE unichunk_keywords.chunks, unichunk_keywords.removed")
         with conn.cursor().copy(f"COPY unichunk_keywords.chunks ({columns}) FROM STDIN") as copy:
-            for page in pages(n_chunks):
+            for page in pages(n_chunks, len(words)):
                 for i in range(len(page.lengths)):
                     a, b = page.indptr[i], page.indptr[i + 1]
                     terms = " ".join([words[t] for t in page.terms[a:b].tolist()])
@@ -415,7 +415,7 @@ def load_edge(path: Path, n_chunks: int, words: list[str]) -> float:
     store = EdgeSparse(path)
     started = time.perf_counter()
     avglen = float(MEAN_TERMS)
-    for page in pages(n_chunks):
+    for page in pages(n_chunks, len(words)):
         points = []
         for i in range(len(page.lengths)):
             a, b = page.indptr[i], page.indptr[i + 1]
@@ -615,6 +615,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-recall", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--quick", action="store_true", help="20k chunks, 50 queries")
+    parser.add_argument("--vocabulary", type=int, default=VOCABULARY, help="words in the synthetic corpora")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -648,13 +649,13 @@ def main(argv: list[str] | None = None) -> None:
                         f"| {r.name} | {r.overlap_exact:.3f} | {r.overlap_rank_bm25:.3f} | {r.recall5:.3f} | {r.recall10:.3f} |"
                     )
             if not args.skip_latency:
-                latency(admin_url, tmp, sizes, n_queries)
+                latency(admin_url, tmp, sizes, n_queries, args.vocabulary)
     finally:
         stop()
 
 
-def latency(admin_url: str, tmp: Path, sizes: list[int], n_queries: int) -> None:
-    words = vocabulary()
+def latency(admin_url: str, tmp: Path, sizes: list[int], n_queries: int, n_words: int = VOCABULARY) -> None:
+    words = vocabulary(n_words)
     words_file = tmp / "words.json"
     words_file.write_text(json.dumps(words))
     url = _fresh_database(admin_url, "bench_keywords_latency")
