@@ -312,6 +312,11 @@ class Snapshot:
             scores[rows] += np.float32(repeats * idf) * tfc  # a term's rows are distinct
         return scores
 
+    @property
+    def live_chunk_ids(self) -> list[str]:
+        """The chunks this snapshot holds (`chunk_ids` also names dead rows until the next merge)."""
+        return [c for c, alive in zip(self.chunk_ids, self.alive.tolist(), strict=True) if alive]
+
     def positions_of(self, document_ids: Sequence[str]) -> np.ndarray:
         codes = [self.codes[d] for d in document_ids if d in self.codes]
         if not codes:
