@@ -1,4 +1,4 @@
-"""The keyword store: BM25 over analysed chunks, durable in SQLite, scored in memory by bm25s."""
+"""The keyword store: BM25 over analysed chunks, durable in a term store (SQLite or PostgreSQL), scored in memory."""
 
 from sinks.keywords.analyzer import Analyzer
 from sinks.keywords.bm25 import BM25Sink

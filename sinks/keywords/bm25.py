@@ -1,20 +1,21 @@
-"""BM25 keyword sink: a durable SQLite store of analysed chunks, scored by an in-memory bm25s index.
+"""BM25 keyword sink: a durable term store (SQLite file, or PostgreSQL in server mode) scored in memory.
 
-SQLite is the source of truth (WAL mode, so several processes can read while one writes): each chunk
-row keeps its text, offsets and the terms the analyzer produced, with their frequencies. Every write or
-delete that changes rows bumps the store's *revision*, a write counter, in the same transaction (nothing
-to do with index generations, which are whole sets of stores). The bm25s index (`postings.py`) is only a
-cache of that table: a query first compares revisions and, when stale, reads just the rows written
-and the chunk IDs removed (a pruned removal log) since the index's revision, patches its term-sorted
-postings and recomputes the score matrix with numpy. The analyzer never runs again over stored chunks,
-so adding or deleting one document costs one analyzer pass over that document plus a vectorised
-rescoring (IDF and average length change with every document, so BM25 scores must be recomputed),
-not a re-tokenised corpus.
+The term store (`term_store.py`) is the source of truth: each chunk row keeps its text, offsets and the
+terms the analyzer produced, with their frequencies, and every change bumps the store's *revision*, a
+write counter (nothing to do with index generations, which are whole sets of stores). Writers (the
+pipeline, any number of Prefect workers in server mode) only analyse chunks and write rows; they never
+build an index. Each process that answers queries keeps an index (`postings.py`) that is only a cache of
+the store: a query first compares revisions and, when stale, reads just the rows written and the chunk
+IDs removed since the index's revision, adds the rows as a new segment and marks the removed ones dead;
+scores are computed at query time from the postings of the query's terms. The analyzer never runs again
+over stored chunks, so adding or deleting one document costs one analyzer pass over that document and a
+segment of its postings, not a re-tokenised corpus nor a rescored one.
 
-Content is stored exactly: sqlite3 binds a str as UTF-8 with its length, so NUL and every other code point
-are kept and read back unchanged, and `IS NOT` (the upsert's change test) compares whole values. SQL string
-functions stop at a NUL (`length('a' || char(0) || 'b')` is 1, JSON1 cuts a value there), so content never
-passes through one: it is compared, stored and read, nothing else.
+Opening: embedded, the index is also saved beside the SQLite file (`saved_index.py`) by the process that
+built it, and a later open loads it and applies only the changes since its revision. In server mode no
+process keeps it on disk: workers must leave nothing on their disks, serving processes are long-lived and
+follow the change log from memory, and a file cache per machine would have to be kept apart per database
+and generation for a saving of one load per process start (`benchmarks.keyword_backends` prints it).
 
 Scoring is Okapi BM25 with k1=1.5, b=0.75 and bm25s' "lucene" variant by default: its IDF
 log(1 + (N - df + 0.5) / (df + 0.5)) is always positive, whereas the Robertson IDF of rank_bm25 goes
@@ -26,7 +27,7 @@ rank_bm25 (see tests/sinks/test_sinks_bm25.py); `method` selects "robertson" or 
 from __future__ import annotations
 
 import json
-import sqlite3
+import struct
 import threading
 import time
 from collections import Counter
@@ -35,11 +36,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+from sqlalchemy.exc import SQLAlchemyError
 
 from chunking.ids import sha256_hex
 from sinks.base import (
     NO_CONTENT_HASH,
     DocumentChunks,
+    InvalidRequest,
     Prepared,
     ScoredChunk,
     SearchFilter,
@@ -50,65 +53,21 @@ from sinks.base import (
     group_batch,
 )
 from sinks.config import SinkSettings
+from sinks.database import Database, open_store_database
+from sinks.keywords import saved_index
 from sinks.keywords.analyzer import Analyzer
-from sinks.keywords.postings import METHODS, CountsBM25, Loaded, Postings, Snapshot
+from sinks.keywords.postings import METHODS, Loaded, Postings, Snapshot, Vocabulary, vocabulary
+from sinks.keywords.term_store import TermStore
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS state (
-    id INTEGER PRIMARY KEY CHECK (id = 0),
-    revision INTEGER NOT NULL,
-    log_floor INTEGER NOT NULL DEFAULT 0,  -- `removed` holds every removal after this revision
-    analyzer TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS chunks (
-    chunk_id TEXT PRIMARY KEY,
-    document_id TEXT NOT NULL,
-    chunk_index INTEGER NOT NULL,
-    start_char INTEGER NOT NULL,
-    end_char INTEGER NOT NULL,
-    content TEXT NOT NULL,
-    heading_chain TEXT NOT NULL,   -- JSON array of headings
-    terms TEXT NOT NULL,           -- distinct analysed terms, space-separated (terms hold no spaces)
-    tfs BLOB NOT NULL,             -- their frequencies in the chunk, little-endian uint32, same order
-    doc_len INTEGER NOT NULL,      -- number of analysed terms, with repeats
-    rev INTEGER NOT NULL           -- revision of the write that last changed the row
-);
-CREATE INDEX IF NOT EXISTS chunks_document ON chunks (document_id);
-CREATE INDEX IF NOT EXISTS chunks_rev ON chunks (rev);
-CREATE TABLE IF NOT EXISTS removed (       -- removal log, so a refresh need not list every live ID
-    chunk_id TEXT NOT NULL,
-    rev INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS removed_rev ON removed (rev);
-"""
-# Stores written before the write counter was called a revision: their columns are renamed on open.
-_RENAMED_COLUMNS = (("state", "generation", "revision"), ("chunks", "gen", "rev"), ("removed", "gen", "rev"))
-# Removals older than this many revisions are pruned; an index older than that reloads in full.
-REMOVAL_LOG_REVISIONS = 10_000
-_LOG_REMOVALS = "INSERT INTO removed (chunk_id, rev) SELECT chunk_id, ? FROM chunks WHERE document_id = ?"
-_STALE = " AND chunk_id NOT IN (SELECT value FROM json_each(?))"
-
-_COLUMNS = (
-    "chunk_id, document_id, chunk_index, start_char, end_char, content, heading_chain, terms, tfs, doc_len"
-)
-# Re-writing an unchanged chunk leaves its row (and its `rev`) alone, so an idempotent re-ingest
-# does not force an index rebuild.
-_UPSERT = f"""
-INSERT INTO chunks ({_COLUMNS}, rev) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (chunk_id) DO UPDATE SET
-    document_id = excluded.document_id, chunk_index = excluded.chunk_index,
-    start_char = excluded.start_char, end_char = excluded.end_char, content = excluded.content,
-    heading_chain = excluded.heading_chain, terms = excluded.terms, tfs = excluded.tfs, doc_len = excluded.doc_len,
-    rev = excluded.rev
-WHERE chunks.document_id IS NOT excluded.document_id OR chunks.chunk_index IS NOT excluded.chunk_index
-    OR chunks.start_char IS NOT excluded.start_char OR chunks.end_char IS NOT excluded.end_char
-    OR chunks.content IS NOT excluded.content OR chunks.heading_chain IS NOT excluded.heading_chain
-    OR chunks.terms IS NOT excluded.terms OR chunks.tfs IS NOT excluded.tfs
-"""
+STORE = "keywords"  # the store's PostgreSQL schema is `unichunk_keywords[__<generation>]`
+# A refresh that loaded at least this share of the index's rows (or was a full load) saves it again.
+RESAVE_FRACTION = 0.1
 
 
-_STORED = "chunk_id, document_id, chunk_index, start_char, end_char, content, heading_chain"
-_HASH_PAGE = 1000  # rows read per statement by content_hashes, so writers are not held off for long
+def stored_terms(counts: Iterable[Counter[str]]) -> list[tuple[str, bytes, int]]:
+    """Each chunk's term counts in their stored form: distinct terms space-separated (in order of first
+    use, so the same text always gives the same row), their counts as little-endian uint32, the length."""
+    return [(" ".join(c), struct.pack(f"<{len(c)}I", *c.values()), sum(c.values())) for c in counts]
 
 
 def _stored(row: Sequence[Any], score: float | None = None) -> StoredChunk:
@@ -117,7 +76,8 @@ def _stored(row: Sequence[Any], score: float | None = None) -> StoredChunk:
 
 
 class BM25Sink(Sink):
-    """Keyword sink. `BM25Sink(settings)` stores at `settings.bm25_path / "bm25.sqlite"`."""
+    """Keyword sink. `BM25Sink(settings)` stores at `settings.bm25_path / "bm25.sqlite"`, or in the
+    PostgreSQL database of `settings.database_url`; `path=` names a SQLite file instead."""
 
     name: ClassVar[str] = "keywords"
 
@@ -134,117 +94,78 @@ class BM25Sink(Sink):
         settings = settings or SinkSettings()
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, not {method!r}")
-        self.path = Path(path) if path is not None else settings.bm25_path / "bm25.sqlite"
         self.analyzer = analyzer or Analyzer(
             stemming=settings.bm25_stemming, stopwords=settings.bm25_stopwords
         )
         self.k1, self.b, self.method = k1, b, method
-        self._lock = threading.RLock()  # one connection, shared by threads, used under this lock
-        self._index_lock = threading.Lock()  # one rebuild at a time
-        self._vocab: dict[str, int] = {}
+        self._index_lock = threading.Lock()  # one refresh at a time
+        self._vocab: Vocabulary = vocabulary()
         self._postings = Postings()
         self.last_refresh: dict[str, float] = {}  # what the last index refresh loaded, for stats()
         self._snapshot: Snapshot | None = None
+        self._saved_revision: int | None = None  # revision of the saved index file, if this process knows it
+        self._loaded_since_save = 0
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(
-                self.path, timeout=30.0, isolation_level=None, check_same_thread=False
-            )
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._rename_old_columns()
-            self._conn.executescript(_SCHEMA)  # idempotent; executescript commits, so outside BEGIN
-            with self._transaction(immediate=True):
-                self._conn.execute(
-                    "INSERT OR IGNORE INTO state (id, revision, analyzer) VALUES (0, 0, ?)",
-                    (self.analyzer.signature,),
-                )
-                self._reanalyze_if_needed()
-        except sqlite3.Error as exc:
-            raise SinkError(self.name, f"cannot open {self.path}: {exc}") from exc
+            if path is not None:
+                self.path: Path | None = Path(path)
+                db = Database.sqlite(self.path)
+            else:
+                sqlite_path = settings.bm25_path / "bm25.sqlite"
+                db = open_store_database(settings, sqlite_path, STORE, generation=settings.generation)
+                self.path = sqlite_path if db.dialect == "sqlite" else None
+            self.store = TermStore(db)
+            if self.store.open(self.analyzer.signature) != self.analyzer.signature:
+                # Stored terms from other analyzer settings would never match queries: re-analyse once.
+                self.store.reanalyze(self.analyzer.signature, self._analyse)
+        except SQLAlchemyError as exc:
+            raise SinkError(self.name, f"cannot open {self._where()}: {exc}") from exc
 
     @classmethod
     def from_settings(cls, settings: SinkSettings | None = None) -> BM25Sink:
         """The keyword store of the generation `settings` names, with its analyzer settings."""
         return cls(settings or SinkSettings())
 
-    # -- storage -------------------------------------------------------------------------------------
+    def _where(self) -> str:
+        store = getattr(self, "store", None)
+        if store is not None and store.db.schema is not None:
+            return f"PostgreSQL schema {store.db.schema}"
+        return str(self.path)
 
-    def _rename_old_columns(self) -> None:
-        """Bring a store written by an earlier release (write counter named `generation`/`gen`) up to date."""
-        for table, old, new in _RENAMED_COLUMNS:
-            columns = {row[1] for row in self._conn.execute(f"PRAGMA table_info({table})")}
-            if old in columns and new not in columns:
-                self._conn.execute(f"ALTER TABLE {table} RENAME COLUMN {old} TO {new}")
-        self._conn.execute("DROP INDEX IF EXISTS chunks_gen")
-        self._conn.execute("DROP INDEX IF EXISTS removed_gen")
+    @property
+    def _saved_path(self) -> Path | None:
+        """Where the index is saved: beside the SQLite file; nowhere in server mode (module docstring)."""
+        return None if self.path is None else self.path.with_name(self.path.stem + ".index.npz")
 
-    def _transaction(self, *, immediate: bool = False) -> _Transaction:
-        return _Transaction(self._conn, self._lock, immediate)
-
-    def _revision(self) -> int:
-        with self._lock:
-            return int(self._conn.execute("SELECT revision FROM state WHERE id = 0").fetchone()[0])
-
-    def _bump(self) -> int:
-        """Inside a write transaction: the next revision, stored with the rows it changes."""
-        self._conn.execute("UPDATE state SET revision = revision + 1 WHERE id = 0")
-        return int(self._conn.execute("SELECT revision FROM state WHERE id = 0").fetchone()[0])
-
-    def _commit_revision(self, revision: int) -> None:
-        """Inside a write transaction: publish `revision` and prune the removal log behind it."""
-        floor = revision - REMOVAL_LOG_REVISIONS
-        self._conn.execute("UPDATE state SET revision = ? WHERE id = 0", (revision,))
-        if floor > 0:
-            self._conn.execute("DELETE FROM removed WHERE rev <= ?", (floor,))
-            self._conn.execute("UPDATE state SET log_floor = ? WHERE id = 0", (floor,))
-
-    def _reanalyze_if_needed(self) -> None:
-        """Stored terms from other analyzer settings would never match queries: re-analyse them once."""
-        stored = self._conn.execute("SELECT analyzer FROM state WHERE id = 0").fetchone()[0]
-        if stored == self.analyzer.signature:
-            return
-        rows = self._conn.execute("SELECT chunk_id, content FROM chunks").fetchall()
-        revision = self._bump()
-        updates = []
-        for chunk_id, content in rows:
-            updates.append((*self._terms(content), revision, chunk_id))
-        self._conn.executemany(
-            "UPDATE chunks SET terms = ?, tfs = ?, doc_len = ?, rev = ? WHERE chunk_id = ?", updates
-        )
-        self._conn.execute("UPDATE state SET analyzer = ? WHERE id = 0", (self.analyzer.signature,))
-
-    def _terms(self, text: str) -> tuple[str, bytes, int]:
-        """The stored form of a chunk's terms: a compact form that loads with split() and frombuffer."""
-        tokens = self.analyzer(text)
-        counts = Counter(tokens)
-        return " ".join(counts), np.fromiter(counts.values(), dtype="<u4").tobytes(), len(tokens)
+    def _analyse(self, texts: list[str]) -> list[tuple[str, bytes, int]]:
+        return stored_terms(self.analyzer.count_many(texts))
 
     # -- Sink API ------------------------------------------------------------------------------------
 
     def prepare(self, batch: Sequence[DocumentChunks]) -> Prepared:
         """Analyse every chunk (the only place the analyzer runs on chunk text); writes nothing."""
         documents, chunks = group_batch(self.name, batch)
-        rows: list[tuple[Any, ...]] = []
+        flat = [chunk for doc_chunks in chunks.values() for chunk in doc_chunks]
+        if self.store.db.dialect == "postgresql":
+            for chunk in flat:  # PostgreSQL text cannot hold NUL; content is stored as bytes, IDs are not
+                if "\x00" in chunk.chunk_id:
+                    raise InvalidRequest(self.name, f"chunk ID {chunk.chunk_id!r} holds a NUL character")
+        rows = []
         total_terms = 0
-        for doc_chunks in chunks.values():
-            for chunk in doc_chunks:
-                terms, tfs, doc_len = self._terms(chunk.content)
-                total_terms += doc_len
-                rows.append(
-                    (
-                        chunk.chunk_id,
-                        chunk.document_id,
-                        chunk.chunk_index,
-                        chunk.start_char,
-                        chunk.end_char,
-                        chunk.content,
-                        json.dumps(list(chunk.heading_chain), ensure_ascii=False),
-                        terms,
-                        tfs,
-                        doc_len,
-                    )
-                )
+        for chunk, (terms, tfs, doc_len) in zip(flat, self._analyse([c.content for c in flat]), strict=True):
+            total_terms += doc_len
+            row = (
+                chunk.chunk_id,
+                chunk.document_id,
+                chunk.chunk_index,
+                chunk.start_char,
+                chunk.end_char,
+                chunk.content,
+                json.dumps(list(chunk.heading_chain), ensure_ascii=False) if chunk.heading_chain else "[]",
+                terms,
+                tfs,
+                doc_len,
+            )
+            rows.append(row)  # in term_store.COLUMNS order
         return Prepared(
             sink=self.name,
             documents=documents,
@@ -256,74 +177,49 @@ class BM25Sink(Sink):
     def write(self, prepared: Prepared) -> int:
         """Replace each document's chunks with the prepared ones, all in one transaction."""
         self.check_prepared(prepared)
+        keep = {doc_id: [c.chunk_id for c in doc_chunks] for doc_id, doc_chunks in prepared.chunks.items()}
         try:
-            with self._transaction(immediate=True):
-                before = self._conn.total_changes
-                revision = self._revision() + 1
-                self._conn.executemany(_UPSERT, [(*row, revision) for row in prepared.payload])
-                for document_id, doc_chunks in prepared.chunks.items():
-                    keep = json.dumps([c.chunk_id for c in doc_chunks])
-                    self._conn.execute(_LOG_REMOVALS + _STALE, (revision, document_id, keep))
-                    self._conn.execute(
-                        "DELETE FROM chunks WHERE document_id = ?" + _STALE, (document_id, keep)
-                    )
-                if self._conn.total_changes != before:  # an unchanged re-write keeps the index fresh
-                    self._commit_revision(revision)
-        except sqlite3.Error as exc:
+            self.store.replace(prepared.payload, keep)
+        except SQLAlchemyError as exc:
             raise SinkError(self.name, f"write failed: {exc}") from exc
         return prepared.chunk_count
 
     def delete(self, document_id: str) -> int:
         try:
-            with self._transaction(immediate=True):
-                revision = self._revision() + 1
-                self._conn.execute(_LOG_REMOVALS, (revision, document_id))
-                removed = self._conn.execute(
-                    "DELETE FROM chunks WHERE document_id = ?", (document_id,)
-                ).rowcount
-                if removed:
-                    self._commit_revision(revision)
-        except sqlite3.Error as exc:
+            return self.store.delete(document_id)
+        except SQLAlchemyError as exc:
             raise SinkError(self.name, f"delete failed: {exc}") from exc
-        return removed
 
     def chunk_ids(self, document_id: str | None = None) -> set[str]:
-        with self._lock:
-            if document_id is None:
-                rows = self._conn.execute("SELECT chunk_id FROM chunks")
-            else:
-                rows = self._conn.execute("SELECT chunk_id FROM chunks WHERE document_id = ?", (document_id,))
-            return {r[0] for r in rows}
+        return self.store.chunk_ids(document_id)
 
     def content_hashes(self, document_id: str | None = None) -> dict[str, str]:
-        """SHA-256 of each stored row's content as SQLite gives it back, a page of rows at a time (keyset
-        pagination on the primary key, so each page is an index range, however large the table)."""
-        where = "" if document_id is None else "AND document_id = ? "
-        hashes: dict[str, str] = {}
-        after = ""
-        while True:
-            with self._lock:
-                rows = self._conn.execute(
-                    f"SELECT chunk_id, content FROM chunks WHERE chunk_id > ? {where}ORDER BY chunk_id LIMIT ?",
-                    (after, *([] if document_id is None else [document_id]), _HASH_PAGE),
-                ).fetchall()
-            for chunk_id, content in rows:  # a BLOB written behind the sink's back is not the text
-                hashes[chunk_id] = sha256_hex(content) if isinstance(content, str) else NO_CONTENT_HASH
-            if len(rows) < _HASH_PAGE:
-                return hashes
-            after = rows[-1][0]
+        """SHA-256 of each stored row's content as the store gives it back (decoded), a page at a time."""
+        return {
+            chunk_id: NO_CONTENT_HASH if content is None else sha256_hex(content)
+            for chunk_id, content in self.store.contents(document_id)
+        }
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
         self._snapshot = None
         self._postings = Postings()
+        self.store.close()
+        if self.path is not None:
+            # Close the file's idle pooled connections (three descriptors each in WAL mode): a process that
+            # opens many stores in turn (tests, a service switching generations) must not keep them all.
+            # Another sink on the same file just opens a new connection.
+            self.store.db.engine.dispose()
 
     def drop(self) -> None:
-        """Close and delete the index file (with SQLite's WAL and shared-memory files)."""
+        """Delete the store: the SQLite file (with its WAL, shared memory and saved index), or the
+        PostgreSQL schema with its tables."""
         self.close()
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        self.store.drop()
+        if self.path is not None:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        if (saved := self._saved_path) is not None:
+            saved.unlink(missing_ok=True)
 
     # -- search --------------------------------------------------------------------------------------
 
@@ -344,110 +240,128 @@ class BM25Sink(Sink):
         ids = [i for t in tokens if (i := self._vocab.get(t)) is not None and i < snap.n_vocab]
         if not ids:
             return []
-        scores = snap.retriever.get_scores_from_ids(ids)
+        scores = snap.scores(ids)
         candidates = np.flatnonzero(scores > 0) if allowed is None else snap.positions_of(allowed)
         candidates = candidates[scores[candidates] > 0]
         if len(candidates) > k:
             candidates = candidates[np.argpartition(-scores[candidates], k - 1)[:k]]
         ranked = sorted(candidates.tolist(), key=lambda p: (-scores[p], p))
-        return self._fetch([(snap.chunk_ids[p], float(scores[p])) for p in ranked])
-
-    def _fetch(self, hits: list[tuple[str, float]]) -> list[ScoredChunk]:
-        if not hits:
-            return []
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT {_STORED} FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?))",
-                (json.dumps([chunk_id for chunk_id, _ in hits]),),
-            ).fetchall()
-        by_id = {r[0]: r for r in rows}
+        hits = [(snap.chunk_ids[p], float(scores[p])) for p in ranked]
+        by_id = {r[0]: r for r in self._rows(chunk_id for chunk_id, _ in hits)}
         # A chunk deleted by a writer since the snapshot was taken is left out.
         return [_stored(by_id[chunk_id], score) for chunk_id, score in hits if chunk_id in by_id]
 
+    def _rows(self, chunk_ids: Iterable[str]) -> list[tuple[Any, ...]]:
+        try:
+            return self.store.rows(chunk_ids)
+        except SQLAlchemyError as exc:
+            raise SinkError(self.name, f"read failed: {exc}") from exc
+
     def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, StoredChunk]:
         """Stored chunks by ID (absent IDs are left out): the query side's source of text and offsets."""
-        ids = list(dict.fromkeys(chunk_ids))
-        if not ids:
-            return {}
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT {_STORED} FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?))",
-                (json.dumps(ids),),
-            ).fetchall()
-        return {r[0]: _stored(r) for r in rows}
+        return {r[0]: _stored(r) for r in self._rows(chunk_ids)}
 
     def chunks_at(self, document_id: str, indexes: Iterable[int]) -> list[StoredChunk]:
         """A document's chunks at these `chunk_index` positions, in index order (neighbour expansion)."""
         wanted = sorted({int(i) for i in indexes if int(i) >= 0})
         if not wanted:
             return []
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT {_STORED} FROM chunks WHERE document_id = ? "
-                "AND chunk_index IN (SELECT value FROM json_each(?)) ORDER BY chunk_index",
-                (document_id, json.dumps(wanted)),
-            ).fetchall()
-        return [_stored(r) for r in rows]
+        return [_stored(r) for r in self.store.rows_at(document_id, wanted)]
 
     def _current(self) -> Snapshot | None:
         """The index of the store's current revision, refreshed from changed rows if stale."""
         snap = self._snapshot
-        if snap is not None and snap.revision == self._revision():
+        if snap is not None and snap.revision == self.store.revision():
             return snap
         with self._index_lock:
             try:
                 return self._refresh()
-            except BaseException:
+            except BaseException as exc:
                 # The postings may be half-updated: start over from the store on the next query.
-                self._snapshot, self._postings, self._vocab = None, Postings(), {}
+                self._snapshot, self._postings, self._vocab = None, Postings(), vocabulary()
+                if isinstance(exc, ValueError | SQLAlchemyError):
+                    raise SinkError(self.name, f"cannot index {self._where()}: {exc}") from exc
                 raise
 
     def _refresh(self) -> Snapshot | None:
         started = time.perf_counter()
-        with self._transaction():  # one read snapshot: revision, changed and removed rows agree
-            revision, floor = self._conn.execute(
-                "SELECT revision, log_floor FROM state WHERE id = 0"
-            ).fetchone()
-            if self._snapshot is not None and self._snapshot.revision == revision:
+        resumed = False
+        if self._snapshot is None and (saved := self._load_saved()) is not None:
+            self._postings, self._vocab, since = saved.postings, saved.vocab, saved.revision
+            resumed = True
+        else:
+            since = None if self._snapshot is None else self._snapshot.revision
+        with self.store.changes(since) as changes:
+            if self._snapshot is not None and changes.revision == self._snapshot.revision:
                 return self._snapshot
-            if self._snapshot is None or self._snapshot.revision < floor:
-                since, self._postings = -1, Postings()  # (re)load everything
-            else:
-                since = self._snapshot.revision
-            changed = self._conn.execute(
-                "SELECT chunk_id, document_id, terms, tfs, doc_len FROM chunks WHERE rev > ?", (since,)
-            ).fetchall()
-            removed = self._conn.execute("SELECT chunk_id FROM removed WHERE rev > ?", (since,))
-            gone = [r[0] for r in removed] if since >= 0 else []
+            if changes.full:
+                self._postings = Postings()  # (re)load everything; the vocabulary may keep its IDs
+            pages = [Loaded.from_rows(page, self._vocab) for page in changes.pages]
+        loaded = Loaded.concat(pages) if pages else None
         postings = self._postings
-        dropped = postings.remove([*gone, *(row[0] for row in changed)])
-        postings.add(Loaded.from_rows(changed, self._vocab))
-        retriever = CountsBM25(k1=self.k1, b=self.b, method=self.method)
-        n_vocab = len(self._vocab)
-        retriever.index_counts(postings.terms, postings.rows, postings.tfs, postings.doc_lens, n_vocab)
-        self._snapshot = Snapshot(
-            revision, retriever, postings.chunk_ids, postings.doc_codes, dict(postings.codes), n_vocab
+        n_loaded = len(loaded.chunk_ids) if loaded is not None else 0
+        dropped = postings.remove([*changes.removed, *(loaded.chunk_ids if loaded is not None else ())])
+        if loaded is not None:
+            postings.add(loaded)
+        if postings.needs_merge():
+            postings.merge()
+        if (
+            resumed
+            and not changes.full
+            and (postings.n_live, round(postings.total_len)) != self.store.totals()
+        ):
+            # The saved index does not describe this store (a file restored beside another one, a cache
+            # of a database since replaced): its revision matched, its chunks and terms do not.
+            self._postings, self._saved_revision = Postings(), None
+            return self._refresh_in_full()
+        self._snapshot = postings.snapshot(
+            changes.revision, len(self._vocab), k1=self.k1, b=self.b, method=self.method
         )
         self.last_refresh = {
-            "loaded_rows": len(changed),
+            "loaded_rows": n_loaded,
             "dropped_rows": dropped,
             "seconds": time.perf_counter() - started,
+            "from_saved_index": float(resumed and not changes.full),
         }
+        self._loaded_since_save += n_loaded + dropped
+        if changes.full or self._loaded_since_save >= RESAVE_FRACTION * max(postings.n_live, 1):
+            self._save(changes.revision)
         return self._snapshot
+
+    def _refresh_in_full(self) -> Snapshot | None:
+        self._snapshot, self._vocab = None, vocabulary()
+        saved_path = self._saved_path
+        if saved_path is not None:
+            saved_path.unlink(missing_ok=True)
+        return self._refresh()
+
+    def _load_saved(self) -> saved_index.SavedIndex | None:
+        path = self._saved_path
+        if path is None:
+            return None
+        saved = saved_index.load(path, self.analyzer.signature)
+        if saved is not None:
+            self._saved_revision = saved.revision
+        return saved
+
+    def _save(self, revision: int) -> None:
+        path = self._saved_path
+        if path is None or revision == self._saved_revision:
+            return
+        saved = saved_index.SavedIndex(revision, self.analyzer.signature, self._postings, self._vocab)
+        if saved_index.save(path, saved):
+            self._saved_revision, self._loaded_since_save = revision, 0
 
     def stats(self) -> dict[str, Any]:
         """Store and index figures, for health checks and the CLI."""
-        with self._lock:
-            chunks, documents, total_len = self._conn.execute(
-                "SELECT COUNT(*), COUNT(DISTINCT document_id), COALESCE(SUM(doc_len), 0) FROM chunks"
-            ).fetchone()
+        chunks, documents, total_len = self.store.counts()
         snap = self._snapshot
         return {
-            "path": str(self.path),
+            "path": self._where(),
             "chunks": chunks,
             "documents": documents,
             "avg_chunk_terms": (total_len / chunks) if chunks else 0.0,
-            "revision": self._revision(),
+            "revision": self.store.revision(),
             "indexed_revision": snap.revision if snap else None,
             "vocabulary": snap.n_vocab if snap else None,
             "last_refresh": dict(self.last_refresh),
@@ -456,25 +370,3 @@ class BM25Sink(Sink):
             "b": self.b,
             "analyzer": self.analyzer.signature,
         }
-
-
-class _Transaction:
-    """BEGIN/COMMIT under the connection lock; ROLLBACK on any error. IMMEDIATE takes the write lock."""
-
-    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock, immediate: bool) -> None:
-        self._conn, self._lock, self._immediate = conn, lock, immediate
-
-    def __enter__(self) -> sqlite3.Connection:
-        self._lock.acquire()
-        try:
-            self._conn.execute("BEGIN IMMEDIATE" if self._immediate else "BEGIN")
-        except BaseException:
-            self._lock.release()
-            raise
-        return self._conn
-
-    def __exit__(self, exc_type: object, *_: object) -> None:
-        try:
-            self._conn.execute("ROLLBACK" if exc_type is not None else "COMMIT")
-        finally:
-            self._lock.release()

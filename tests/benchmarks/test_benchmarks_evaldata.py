@@ -185,3 +185,5 @@ def test_bm25_speed_runs_on_the_sample_corpus_without_eval_data(
         rebuild
     )
     assert re.search(r"target p50 <= 10 ms: (met|MISSED)", captured.out)
+    assert re.search(r"build / rank_bm25's \(target <= 5x\) +\| \d+\.\dx wall, \d+\.\dx CPU", captured.out)
+    assert "saved index loaded on open: yes" in captured.out  # a reopen loads it, never rebuilds

@@ -49,10 +49,9 @@ def duplicates(names: Sequence[str] = SINK_NAMES) -> dict[str, dict[str, int]]:
 
 
 def _keyword_duplicates(keywords) -> dict[str, int]:  # type: ignore[no-untyped-def]
-    with keywords._lock:
-        rows = {r[0] for r in keywords._conn.execute("SELECT chunk_id FROM chunks")}
+    rows = keywords.chunk_ids()  # the store's table (its primary key forbids duplicates there)
     snapshot = keywords._current()  # the in-memory BM25 index searches run on
-    indexed = list(snapshot.chunk_ids) if snapshot is not None else []
+    indexed = snapshot.live_chunk_ids if snapshot is not None else []
     found = {k: v for k, v in Counter(indexed).items() if v > 1}
     if set(indexed) != rows:
         found["<index differs from the table>"] = len(indexed)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import sqlalchemy
 from prometheus_client import REGISTRY
 from qdrant_edge import UpdateOperation
 
@@ -95,8 +96,11 @@ def _corrupt(sinks: dict[str, Sink], name: str, chunk: Chunk) -> None:
     mangled = chunk.content.replace("\x00", "") + " (mangled)"
     sink = sinks[name]
     if isinstance(sink, BM25Sink):
-        with sink._lock:
-            sink._conn.execute("UPDATE chunks SET content = ? WHERE chunk_id = ?", (mangled, chunk.chunk_id))
+        with sink.store.db.write() as conn:
+            conn.execute(
+                sqlalchemy.text("UPDATE chunks SET content = :c WHERE chunk_id = :id"),
+                {"c": sink.store.dialect.encode(mangled), "id": chunk.chunk_id},
+            )
     elif isinstance(sink, KnowledgeGraphSink):  # the old bug: NUL dropped, no marker
         sink.backend.run(
             "MATCH (c:Chunk {chunk_id: $id}) SET c.content = $text REMOVE c.content_encoding",

@@ -36,3 +36,20 @@ def graph_backend(request: pytest.FixtureRequest) -> Iterator[GraphBackend]:
     yield backend
     backend.clear()
     backend.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def keyword_settings(request: pytest.FixtureRequest, tmp_path) -> Iterator:  # type: ignore[no-untyped-def]
+    """Settings for the keyword store on each backend: the embedded SQLite file under a fresh data dir, or
+    server mode on a fresh PostgreSQL database (`database_url`)."""
+    from pydantic import SecretStr
+
+    from sinks.config import SinkSettings
+    from sinks.database import dispose_engines
+
+    if request.param == "sqlite":
+        yield SinkSettings(data_dir=tmp_path / "data")
+    else:
+        url = request.getfixturevalue("database_url")
+        yield SinkSettings(data_dir=tmp_path / "data", database_url=SecretStr(url))
+    dispose_engines()  # the per-test database is dropped after the test: no pooled connection may linger

@@ -1,28 +1,37 @@
-"""The BM25 sink against a real SQLite file, real bm25s scoring and rank_bm25 as the reference ranking."""
+"""The BM25 sink on both term stores (a real SQLite file, a real PostgreSQL database), real bm25s scoring
+and rank_bm25 as the reference ranking."""
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import bm25s
 import numpy as np
 import pytest
+import Stemmer
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import SecretStr
 from rank_bm25 import BM25Okapi
+from sqlalchemy import text
 
 from chunking.base import Span, chunks_from_spans
 from chunking.models import Chunk, Document
 from chunking.sentences import sentence_spans
-from sinks.base import ScoredChunk
+from sinks.base import InvalidRequest, ScoredChunk
 from sinks.config import SinkSettings
+from sinks.database import dispose_engines
 from sinks.keywords.analyzer import Analyzer
 from sinks.keywords.bm25 import BM25Sink
-from sinks.keywords.postings import CountsBM25
 
-CORPORA = Path(__file__).parents[3] / "shared/eval/corpora"
+CORPORA = Path(os.environ.get("UNICHUNK_EVAL_DIR") or Path(__file__).parents[3] / "shared/eval") / "corpora"
 
 
 def make_doc(source_id: str, pieces: Sequence[str]) -> tuple[Document, list[Chunk]]:
@@ -53,9 +62,15 @@ def eval_corpus_batch(sentences_per_chunk: int = 4) -> list[tuple[Document, list
 
 
 @pytest.fixture
-def sink(tmp_path: Path):
-    with BM25Sink(SinkSettings(data_dir=tmp_path)) as s:
+def sink(keyword_settings: SinkSettings):
+    with BM25Sink(keyword_settings) as s:
         yield s
+
+
+def revs(sink: BM25Sink) -> dict[str, int]:
+    """chunk_id -> the revision that last wrote its row, read from the store's own table."""
+    with sink.store.db.read() as conn:
+        return {r[0]: int(r[1]) for r in conn.execute(text("SELECT chunk_id, rev FROM chunks"))}
 
 
 class CountingAnalyzer(Analyzer):
@@ -65,9 +80,15 @@ class CountingAnalyzer(Analyzer):
         super().__init__()
         self.texts: list[str] = []
 
-    def __call__(self, text: str) -> list[str]:
-        self.texts.append(text)
-        return super().__call__(text)
+    def analyze_many(self, texts):  # type: ignore[no-untyped-def]
+        texts = list(texts)
+        self.texts += texts
+        return super().analyze_many(texts)
+
+    def count_many(self, texts):  # type: ignore[no-untyped-def]
+        texts = list(texts)
+        self.texts += texts
+        return super().count_many(texts)
 
 
 FOX = make_doc(
@@ -105,6 +126,29 @@ def test_analyzer_cuts_cjk_runs_into_bigrams() -> None:
     assert Analyzer()("東京タワー is tall") == ["東京", "京タ", "タワ", "ワー", "tall"]
     assert Analyzer()("猫") == ["猫"]
     assert Analyzer()("한국어 텍스트") == ["한국어", "텍스트"]  # Hangul is spaced: whole words
+
+
+def _whole_text_terms(analyzer: Analyzer, text: str) -> list[str]:
+    """The analyzer before batching, as the spec: the whole text's words, then stopwords, then stems."""
+    words = [w for w in analyzer.words(text) if w not in analyzer.stopwords]
+    return Stemmer.Stemmer(analyzer.language).stemWords(words) if analyzer.stemming and words else words
+
+
+# Characters where splitting on whitespace first could go wrong if it could: spaces NFKC makes (U+00A8,
+# U+2000, U+3000), marks that join the letter before them, CJK, a full-width letter, NUL, punctuation.
+_TRICKY = " \t\n\u00a0\u00a8\u2000\u3000\u0301\u0308e\u0065\u00e9a\u6771\u4eac\u30bf\uff26\x00_-.'"
+TEXTS = st.lists(
+    st.text(st.sampled_from(_TRICKY) | st.characters(exclude_categories=["Cs"]), max_size=60), max_size=6
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(texts=TEXTS)
+def test_batched_analysis_equals_whole_text_analysis(texts: list[str]) -> None:
+    for analyzer in (Analyzer(), Analyzer(stemming=False, stopwords=False)):
+        expected = [_whole_text_terms(analyzer, t) for t in texts]
+        assert analyzer.analyze_many(texts) == expected
+        assert analyzer.count_many(texts) == [Counter(terms) for terms in expected]
 
 
 # -- sink behaviour --------------------------------------------------------------------------------------
@@ -208,24 +252,22 @@ def test_delete_removes_document_from_results(sink: BM25Sink) -> None:
     assert sink.chunk_ids() == {c.chunk_id for c in CAT[1]}
 
 
-def test_store_persists_across_reopen(tmp_path: Path) -> None:
-    settings = SinkSettings(data_dir=tmp_path)
+def test_store_persists_across_reopen(keyword_settings: SinkSettings) -> None:
+    settings = keyword_settings
     with BM25Sink(settings) as first:
         first.write(first.prepare(eval_corpus_batch()))
         before = [(h.chunk_id, h.score) for h in first.search("Valkyria tactical game")]
-    assert (tmp_path / "bm25" / "bm25.sqlite").is_file()
+    # Server mode keeps nothing on disk; the embedded store is its file.
+    assert (settings.bm25_path / "bm25.sqlite").is_file() == (settings.database_url is None)
     with BM25Sink(settings) as second:
         after = [(h.chunk_id, h.score) for h in second.search("Valkyria tactical game")]
     assert len(before) == 10
     assert after == before
 
 
-def test_two_instances_on_one_file_see_each_others_writes(tmp_path: Path) -> None:
+def test_two_instances_on_one_store_see_each_others_writes(keyword_settings: SinkSettings) -> None:
     """As two processes would: the reader's index is rebuilt when the store's revision moves."""
-    with (
-        BM25Sink(path=tmp_path / "shared.sqlite") as writer,
-        BM25Sink(path=tmp_path / "shared.sqlite") as reader,
-    ):
+    with BM25Sink(keyword_settings) as writer, BM25Sink(keyword_settings) as reader:
         writer.write(writer.prepare([FOX]))
         assert [h.chunk_id for h in reader.search("quick")] == [FOX[1][0].chunk_id]
         writer.upsert(*CAT)
@@ -236,32 +278,34 @@ def test_two_instances_on_one_file_see_each_others_writes(tmp_path: Path) -> Non
             "loaded_rows": 0,
             "dropped_rows": 2,
             "seconds": 0,
+            "from_saved_index": 0,
         }
 
 
 def test_reader_behind_the_pruned_removal_log_reloads_in_full(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    keyword_settings: SinkSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("sinks.keywords.bm25.REMOVAL_LOG_REVISIONS", 2)
-    with BM25Sink(path=tmp_path / "b.sqlite") as writer, BM25Sink(path=tmp_path / "b.sqlite") as reader:
+    monkeypatch.setattr("sinks.keywords.term_store.REMOVAL_LOG_REVISIONS", 2)
+    with BM25Sink(keyword_settings) as writer, BM25Sink(keyword_settings) as reader:
         writer.write(writer.prepare([FOX, CAT]))
         assert reader.search("quick")
         writer.delete(FOX[0].document_id)  # logged at revision 2, pruned by the later writes
         for i in range(3):
             writer.upsert(*make_doc(f"extra{i}", [f"extra document {i}"]))
-        assert writer._conn.execute("SELECT COUNT(*) FROM removed").fetchone()[0] == 0
+        with writer.store.db.read() as conn:
+            assert conn.execute(text("SELECT COUNT(*) FROM removed")).scalar() == 0
         assert reader.search("quick") == []
         assert reader.stats()["last_refresh"]["loaded_rows"] == 5  # everything, not just the changes
         assert len(reader.search("extra", k=10)) == 3
 
 
-def test_incremental_add_does_not_reanalyse_or_reload_existing_chunks(tmp_path: Path) -> None:
+def test_incremental_add_does_not_reanalyse_or_reload_existing_chunks(keyword_settings: SinkSettings) -> None:
     analyzer = CountingAnalyzer()
-    sink = BM25Sink(path=tmp_path / "bm25.sqlite", analyzer=analyzer)
+    sink = BM25Sink(keyword_settings, analyzer=analyzer)
     batch = eval_corpus_batch()
     sink.write(sink.prepare(batch))
     assert sink.search("Valkyria")  # builds the index
-    old_revs = dict(sink._conn.execute("SELECT chunk_id, rev FROM chunks").fetchall())
+    old_revs = revs(sink)
     analyzer.texts.clear()
 
     sink.upsert(*FOX)
@@ -270,12 +314,13 @@ def test_incremental_add_does_not_reanalyse_or_reload_existing_chunks(tmp_path: 
     # The analyzer ran over the new document's chunks and the query, nothing else.
     assert analyzer.texts == [c.content for c in FOX[1]] + ["fox Valkyria"]
     # Stored rows of other documents were not rewritten, and the index refresh loaded only the new rows.
-    new_revs = dict(sink._conn.execute("SELECT chunk_id, rev FROM chunks").fetchall())
+    new_revs = revs(sink)
     assert {cid: new_revs[cid] for cid in old_revs} == old_revs
     assert sink.stats()["last_refresh"] | {"seconds": 0} == {
         "loaded_rows": 2,
         "dropped_rows": 0,
         "seconds": 0,
+        "from_saved_index": 0,
     }
     assert FOX[1][0].chunk_id in {h.chunk_id for h in hits}
     assert sink.stats()["indexed_revision"] == sink.stats()["revision"]
@@ -298,8 +343,12 @@ def test_incremental_updates_score_exactly_like_a_fresh_index(tmp_path: Path) ->
     live.search("x")
     live.delete(batch[0][0].document_id)
     live.upsert(batch[0][0], batch[0][1][:10])  # back, shorter
+    live.search("x")
     assert live.stats()["last_refresh"]["dropped_rows"] > 0
+    (tmp_path / "bm25.index.npz").unlink()  # the live sink saved its index: this one must rebuild cold
     with BM25Sink(path=tmp_path / "bm25.sqlite") as fresh:
+        fresh.search("x")
+        assert fresh.stats()["last_refresh"]["from_saved_index"] == 0
         for q in queries:
             ours = {h.chunk_id: h.score for h in live.search(q, k=1000)}
             reference = {h.chunk_id: h.score for h in fresh.search(q, k=1000)}
@@ -311,11 +360,11 @@ def test_incremental_updates_score_exactly_like_a_fresh_index(tmp_path: Path) ->
     live.close()
 
 
-def test_changed_analyzer_settings_reanalyse_stored_chunks_once(tmp_path: Path) -> None:
-    with BM25Sink(SinkSettings(data_dir=tmp_path)) as stemmed:
+def test_changed_analyzer_settings_reanalyse_stored_chunks_once(keyword_settings: SinkSettings) -> None:
+    with BM25Sink(keyword_settings) as stemmed:
         stemmed.write(stemmed.prepare([FOX]))
         assert stemmed.search("run")  # "running" stored as "run"
-    with BM25Sink(SinkSettings(data_dir=tmp_path, bm25_stemming=False)) as unstemmed:
+    with BM25Sink(keyword_settings.model_copy(update={"bm25_stemming": False})) as unstemmed:
         assert unstemmed.search("run") == []
         assert [h.chunk_id for h in unstemmed.search("running")] == [FOX[1][1].chunk_id]
 
@@ -343,7 +392,7 @@ def test_concurrent_writes_and_searches_from_threads(sink: BM25Sink) -> None:
     assert len(sink.search("apples", k=100)) == 20
 
 
-def test_ten_thousand_chunk_batch_is_one_write(tmp_path: Path) -> None:
+def test_ten_thousand_chunk_batch_is_one_write(keyword_settings: SinkSettings) -> None:
     rng = random.Random(3)
     words = [
         "alpha",
@@ -364,7 +413,7 @@ def test_ten_thousand_chunk_batch_is_one_write(tmp_path: Path) -> None:
         make_doc(f"bulk{d}", [f"row{d}x{i} " + " ".join(rng.choices(words, k=12)) for i in range(100)])
         for d in range(100)
     ]
-    with BM25Sink(path=tmp_path / "bm25.sqlite") as sink:
+    with BM25Sink(keyword_settings) as sink:
         assert sink.write(sink.prepare(batch)) == 10_000
         assert sink.stats()["revision"] == 1  # one transaction, one revision
         assert len(sink.chunk_ids()) == 10_000
@@ -376,7 +425,7 @@ def test_ten_thousand_chunk_batch_is_one_write(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("method", ["lucene", "robertson", "atire"])
-def test_vectorised_index_scores_equal_stock_bm25s(tmp_path: Path, method: str) -> None:
+def test_query_time_scores_equal_stock_bm25s(tmp_path: Path, method: str) -> None:
     batch = eval_corpus_batch()
     sink = BM25Sink(path=tmp_path / "bm25.sqlite", method=method)
     sink.write(sink.prepare(batch))
@@ -385,24 +434,45 @@ def test_vectorised_index_scores_equal_stock_bm25s(tmp_path: Path, method: str) 
     stock.index([sink.analyzer(c.content) for c in chunks], show_progress=False)
     snap = sink._current()
     assert snap is not None and snap.chunk_ids == [c.chunk_id for c in chunks]
-    # The same postings in random order take CountsBM25's own sorting path.
-    postings = sink._postings
-    shuffle = np.random.default_rng(0).permutation(len(postings.terms))
-    unsorted = CountsBM25(method=method)
-    unsorted.index_counts(
-        postings.terms[shuffle],
-        postings.rows[shuffle],
-        postings.tfs[shuffle],
-        postings.doc_lens,
-        snap.n_vocab,
-    )
-    for query in ["president congress", "game developed sega", "image hover theme settings", "war"]:
+    for query in ["president congress", "game developed sega", "image hover theme settings", "war war"]:
         tokens = sink.analyzer(query)
         ids = [sink._vocab[t] for t in tokens]
-        expected = stock.get_scores(tokens)
-        np.testing.assert_allclose(snap.retriever.get_scores_from_ids(ids), expected, rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(unsorted.get_scores_from_ids(ids), expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(snap.scores(ids), stock.get_scores(tokens), rtol=1e-5, atol=1e-6)
     sink.close()
+
+
+@pytest.mark.parametrize("merge_fraction", [0.0, 1e9])  # merge after every change / never
+def test_segments_and_dead_rows_score_like_one_fresh_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, merge_fraction: float
+) -> None:
+    """Random adds, rewrites and deletes, each followed by a query (so each is its own refresh): the live
+    index, whether it merged its segments every time or never, scores exactly as a cold one."""
+    monkeypatch.setattr("sinks.keywords.postings.MERGE_FRACTION", merge_fraction)
+    monkeypatch.setattr("sinks.keywords.postings.MAX_SEGMENTS", 10**9 if merge_fraction else 0)
+    monkeypatch.setattr("sinks.keywords.bm25.RESAVE_FRACTION", 1e9)  # saving merges too
+    rng = random.Random(17)
+    docs = _sentences_batch(12)
+    live = BM25Sink(path=tmp_path / "bm25.sqlite")
+    for step in range(30):
+        doc, chunks = rng.choice(docs)
+        action = rng.random()
+        if action < 0.5:
+            live.upsert(doc, chunks)
+        elif action < 0.8:
+            live.upsert(doc, chunks[: rng.randint(0, len(chunks))])
+        else:
+            live.delete(doc.document_id)
+        live.search(f"alpha {step}")
+    snap = live._current()
+    assert (len(snap.segments) == 1) == (merge_fraction == 0.0)
+    assert (snap.n_live == len(snap.chunk_ids)) == (merge_fraction == 0.0)  # dead rows kept till a merge
+    (tmp_path / "bm25.index.npz").unlink(missing_ok=True)
+    with BM25Sink(path=tmp_path / "bm25.sqlite") as cold:
+        for query in ["alpha", "beta gamma gamma", "omega doc3x1", "kappa sigma theta"]:
+            ours, fresh = _scores(live, query), _scores(cold, query)
+            assert ours.keys() == fresh.keys()
+            assert all(ours[c] == pytest.approx(v, rel=1e-5) for c, v in fresh.items())
+    live.close()
 
 
 def test_top10_overlaps_rank_bm25_on_eval_corpora(sink: BM25Sink) -> None:
@@ -463,5 +533,203 @@ def test_a_store_from_before_the_revision_rename_opens_and_keeps_its_rows(tmp_pa
         assert [h.chunk_id for h in sink.search("quick")] == [FOX[1][0].chunk_id]
         sink.delete(FOX[0].document_id)
         assert sink.search("quick") == [] and sink.stats()["revision"] == revision + 1
-        indexes = {r[0] for r in sink._conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        with sink.store.db.read() as conn:
+            indexes = {
+                r[0] for r in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'index'")
+            }
     assert {"chunks_rev", "removed_rev"} <= indexes and not {"chunks_gen", "removed_gen"} & indexes
+
+
+# -- several writers, one reader -----------------------------------------------------------------------
+
+
+def _write_documents(settings: SinkSettings, writer: int, rounds: int, start: Any) -> None:
+    """One writer process: its own documents, each written, some rewritten shorter and some deleted, one
+    transaction per call; all writers start together (so their transactions interleave)."""
+    with BM25Sink(settings) as sink:
+        start.wait(timeout=120)
+        for i in range(rounds):
+            name = f"w{writer}d{i}"
+            sink.upsert(*make_doc(name, [f"{name} shared apples {i}", f"{name} pears {writer}"]))
+            if i % 3 == 1:
+                sink.upsert(*make_doc(name, [f"{name} shared apples rewritten"]))
+            if i % 5 == 4:
+                sink.delete(make_doc(name, ["x"])[0].document_id)
+
+
+ROUNDS = 20
+
+
+def test_several_writer_processes_and_a_following_reader_miss_no_change(
+    keyword_settings: SinkSettings,
+) -> None:
+    """Writers in three processes commit at once; a reader refreshing all along (only ever from the
+    change log, never reloading in full) ends with exactly the store's chunks and a cold index's scores.
+    A revision committed out of order, or a change the log lost, would leave it short or stale."""
+    import multiprocessing
+
+    with BM25Sink(keyword_settings) as reader:
+        reader.upsert(*make_doc("seed", ["seed shared apples"]))
+        assert reader.search("apples")
+        revisions: set[int] = set()
+        context = multiprocessing.get_context("spawn")
+        start = context.Barrier(4)
+        writers = [
+            context.Process(target=_write_documents, args=(keyword_settings, w, ROUNDS, start))
+            for w in range(3)
+        ]
+        for process in writers:
+            process.start()
+        start.wait(timeout=120)
+        while any(p.is_alive() for p in writers):
+            snapshot = reader._current()
+            assert snapshot is not None
+            revisions.add(snapshot.revision)
+            assert reader.stats()["last_refresh"].get("from_saved_index", 0) == 0
+        for process in writers:
+            process.join()
+            assert process.exitcode == 0
+        snapshot = reader._current()
+        assert len(revisions) >= 3  # it really followed the writers, refresh after refresh
+        assert sorted(snapshot.live_chunk_ids) == sorted(reader.chunk_ids())
+        kept = [i for i in range(ROUNDS) if i % 5 != 4]  # two chunks each, one if rewritten
+        assert snapshot.n_live == 1 + 3 * sum(1 if i % 3 == 1 else 2 for i in kept)
+        with BM25Sink(keyword_settings) as cold:
+            if cold._saved_path is not None:
+                cold._saved_path.unlink(missing_ok=True)
+            for query in ("shared apples", "pears rewritten", "w1d7"):
+                ours = {h.chunk_id: h.score for h in reader.search(query, k=500)}
+                fresh = {h.chunk_id: h.score for h in cold.search(query, k=500)}
+                assert ours.keys() == fresh.keys()
+                assert all(ours[c] == pytest.approx(s, rel=1e-5) for c, s in fresh.items())
+
+
+# -- the saved index (embedded) and server mode ------------------------------------------------------------
+
+
+def _sentences_batch(n_docs: int, prefix: str = "doc") -> list[tuple[Document, list[Chunk]]]:
+    rng = random.Random(n_docs)
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa", "sigma", "omega"]
+    return [
+        make_doc(f"{prefix}{d}", [f"{prefix}{d}x{i} " + " ".join(rng.choices(words, k=9)) for i in range(5)])
+        for d in range(n_docs)
+    ]
+
+
+def _scores(sink: BM25Sink, query: str) -> dict[str, float]:
+    return {h.chunk_id: h.score for h in sink.search(query, k=1000)}
+
+
+def test_reopen_loads_the_saved_index_and_reads_only_later_changes(tmp_path: Path) -> None:
+    settings = SinkSettings(data_dir=tmp_path)
+    saved = settings.bm25_path / "bm25.index.npz"
+    with BM25Sink(settings) as first:
+        first.write(first.prepare(_sentences_batch(40)))
+        assert first.search("alpha")  # the first index is built from the store, then saved
+    assert saved.is_file()
+    with BM25Sink(settings) as writer:  # changes after the save: one document added, one deleted
+        writer.upsert(*FOX)
+        writer.delete(make_doc("doc3", ["x"])[0].document_id)
+    analyzer = CountingAnalyzer()
+    with BM25Sink(settings, analyzer=analyzer) as reopened:
+        resumed = _scores(reopened, "alpha fox")
+        assert reopened.stats()["last_refresh"] | {"seconds": 0} == {
+            "loaded_rows": 2,  # FOX's chunks, nothing else read from the store's rows
+            "dropped_rows": 5,  # doc3's
+            "seconds": 0,
+            "from_saved_index": 1,
+        }
+        assert analyzer.texts == ["alpha fox"]  # no stored chunk analysed again
+    saved.unlink()
+    with BM25Sink(settings) as cold:
+        assert _scores(cold, "alpha fox") == pytest.approx(resumed, rel=1e-5)
+        assert cold.stats()["last_refresh"]["from_saved_index"] == 0
+        assert cold.stats()["last_refresh"]["loaded_rows"] == 40 * 5 - 5 + 2
+
+
+def test_a_damaged_or_foreign_saved_index_is_rebuilt_from_the_store(tmp_path: Path) -> None:
+    ours, other = SinkSettings(data_dir=tmp_path / "ours"), SinkSettings(data_dir=tmp_path / "other")
+    with BM25Sink(ours) as sink, BM25Sink(other) as foreign:
+        sink.write(sink.prepare(_sentences_batch(10)))
+        foreign.write(foreign.prepare(_sentences_batch(12, prefix="other")))
+        expected = _scores(sink, "gamma omega")
+        foreign.search("gamma")  # saves the foreign store's index (same revision, 1, as ours)
+    ours_file, foreign_file = (s.bm25_path / "bm25.index.npz" for s in (ours, other))
+    for damage in (b"not an index", foreign_file.read_bytes()):
+        ours_file.write_bytes(damage)
+        with BM25Sink(ours) as reopened:
+            assert _scores(reopened, "gamma omega") == pytest.approx(expected, rel=1e-5)
+            assert reopened.stats()["last_refresh"]["from_saved_index"] == 0
+            assert reopened.stats()["last_refresh"]["loaded_rows"] == 50
+
+
+def test_server_mode_keeps_nothing_on_disk_and_drop_removes_the_schema(
+    database_url: str, tmp_path: Path
+) -> None:
+    keyword_settings = SinkSettings(data_dir=tmp_path / "data", database_url=SecretStr(database_url))
+    live = BM25Sink(keyword_settings.for_generation("g1"))
+    retired = BM25Sink(keyword_settings.for_generation("g2"))
+    for sink in (live, retired):
+        sink.upsert(*FOX)
+        assert sink.search("fox")
+    assert not keyword_settings.data_dir.exists() or not any(keyword_settings.data_dir.rglob("*"))
+    assert (live.store.db.schema, retired.store.db.schema) == (
+        "unichunk_keywords__g1",
+        "unichunk_keywords__g2",
+    )
+    retired.drop()
+    assert not retired.store.db.has_table("chunks") and not retired.store.db.has_table("state")
+    assert [h.chunk_id for h in live.search("quick")] == [FOX[1][0].chunk_id]
+    dispose_engines()  # before the per-test database is dropped
+
+
+def test_headings_and_content_with_nul_round_trip_and_ids_with_nul_are_refused_on_postgresql(
+    sink: BM25Sink,
+) -> None:
+    doc = Document(text="probe \x00 nul", source_system="test", source_id="nul")
+    chunks = chunks_from_spans(doc, [Span(0, len(doc.text), 3, ("Head\x00ing", "é\x01"))])
+    sink.upsert(doc, chunks)
+    (hit,) = sink.search("probe")
+    assert (hit.content, hit.heading_chain) == ("probe \x00 nul", ("Head\x00ing", "é\x01"))
+    odd = Document(document_id="odd\x00id", text="probe odd")
+    odd_chunks = chunks_from_spans(odd, [Span(0, 9, 2)])
+    if sink.store.db.dialect == "postgresql":
+        with pytest.raises(InvalidRequest, match="NUL"):
+            sink.prepare([(odd, odd_chunks)])
+    else:
+        sink.upsert(odd, odd_chunks)
+        assert odd_chunks[0].chunk_id in sink.chunk_ids()
+
+
+def _backend_pid(sink: BM25Sink) -> int:
+    """The PostgreSQL server process behind the sink's per-query connection."""
+    return int(sink.store._query(lambda c: c.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()))
+
+
+def _search_in_child(sink: BM25Sink, queue: Any) -> None:
+    queue.put(([h.chunk_id for h in sink.search("quick")], _backend_pid(sink)))
+
+
+def test_a_forked_child_searches_on_connections_of_its_own(database_url: str, tmp_path: Path) -> None:
+    """The per-query pool (PostgreSQL) is not shared across fork: the child opens its own connection (a
+    shared socket would interleave two processes' protocol messages), and the parent keeps working."""
+    import multiprocessing
+
+    settings = SinkSettings(data_dir=tmp_path / "data", database_url=SecretStr(database_url))
+    with BM25Sink(settings) as sink:
+        sink.upsert(*FOX)
+        expected = [FOX[1][0].chunk_id]
+        assert [h.chunk_id for h in sink.search("quick")] == expected  # the parent's pool is open
+        parent_pid = _backend_pid(sink)
+        context = multiprocessing.get_context("fork")
+        queue = context.Queue()
+        child = context.Process(target=_search_in_child, args=(sink, queue))
+        child.start()
+        hits, child_pid = queue.get(timeout=60)
+        assert hits == expected and child_pid != parent_pid
+        child.join(timeout=60)
+        assert child.exitcode == 0
+        for _ in range(3):
+            assert [h.chunk_id for h in sink.search("quick")] == expected
+        assert _backend_pid(sink) == parent_pid
+    dispose_engines()

@@ -1,6 +1,6 @@
 """Every store holds a chunk's content exactly, whatever it contains, and reports the hash of what it holds.
 
-Real stores: Qdrant local mode with MiniLM, BM25 on SQLite, the graph on FalkorDB (and Neo4j when NEO4J_URI
+Real stores: Qdrant local mode with MiniLM, BM25 on SQLite and on PostgreSQL, the graph on FalkorDB (and Neo4j when NEO4J_URI
 is set), with spaCy extracting entities. Content comes from a fixed list of hostile texts and from hypothesis (every code point
 but the surrogates, which the stores cannot hold and every sink refuses).
 """
@@ -103,16 +103,19 @@ def test_qdrant_holds_any_content_exactly(make_doc: MakeDoc, qdrant: QdrantSink,
 
 
 @pytest.fixture
-def bm25(tmp_path: Path) -> Iterator[BM25Sink]:
-    with BM25Sink(SinkSettings(data_dir=tmp_path)) as sink:
+def bm25(keyword_settings: SinkSettings) -> Iterator[BM25Sink]:
+    """The keyword store on SQLite and on PostgreSQL (where TEXT cannot hold NUL: content is BYTEA)."""
+    with BM25Sink(keyword_settings) as sink:
         yield sink
 
 
-def test_bm25_holds_hostile_content_exactly(make_doc: MakeDoc, bm25: BM25Sink, tmp_path: Path) -> None:
+def test_bm25_holds_hostile_content_exactly(
+    make_doc: MakeDoc, bm25: BM25Sink, keyword_settings: SinkSettings
+) -> None:
     document, chunks = make_doc("doc_hostile", [f"probe {t}" for t in HOSTILE])
     bm25.upsert(document, chunks)
     _assert_reads_exact(bm25, document, chunks)
-    with BM25Sink(SinkSettings(data_dir=tmp_path)) as reopened:  # from the file, not from a cache
+    with BM25Sink(keyword_settings) as reopened:  # from the store, not from a cache
         _assert_reads_exact(reopened, document, chunks)
 
 
