@@ -43,7 +43,7 @@ from flows.ingest import ingest
 from flows.params import IngestParams, IngestSummary, SourceParams
 from flows.reindex import reindex
 from flows.shards import SHARD_DEPLOYMENT, ShardsUnavailable, cancel_shard_runs
-from index.generations import live_status, reading_settings
+from index.generations import live_status
 from index.shard_records import ShardRecords
 from index.shards import split
 from sinks.config import SinkSettings
@@ -268,11 +268,8 @@ def test_ingest_in_four_shards_on_three_workers_processes_each_document_once(
 
     # The stores agree with the status table, hold nothing twice, and hold what one process would store.
     assert held(SINKS) == dict.fromkeys(SINKS, expected) and duplicates(SINKS) == {}
-    # No record under the data dir: the only files there are the keyword index's own store, which stays
-    # embedded until the BM25 terms move to PostgreSQL too (issue 14's keyword part; then none at all).
-    bm25 = reading_settings().bm25_path
-    left = [p for p in fault_env.rglob("*") if p.is_file()]
-    assert [p for p in left if not p.is_relative_to(bm25)] == [], left
+    # Nothing under the data dir: every record and the keyword terms are in PostgreSQL, the graph on its server.
+    assert [p for p in fault_env.rglob("*") if p.is_file()] == []
     assert expected == _single_process_chunk_ids(corpus, tmp_path / "alone", monkeypatch)
 
 

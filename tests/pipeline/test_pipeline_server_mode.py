@@ -1,9 +1,9 @@
 """Server mode (UNICHUNK_DATABASE_URL): the flows keep every record in PostgreSQL and none under the data dir.
 
-The ingest test writes the graph only (FalkorDB is the session's server), so it proves the data dir stays
-empty: a worker with a Qdrant server (which cannot run here) and a database writes nothing on its disk.
-The rebuild test writes every sink, so the embedded vector and keyword stores do write under the data dir,
-but no record does; dropping a generation drops its schema. A database that does not answer is one line
+The ingest test writes the keyword index (its terms in PostgreSQL) and the graph (FalkorDB is the
+session's server), so it proves the data dir stays empty: a worker with a Qdrant server (which cannot run
+here) and a database writes nothing on its disk. The rebuild test writes every sink, so the embedded vector
+store does write under the data dir, but no record does; dropping a generation drops its schemas. A database that does not answer is one line
 and exit 3 in the CLI.
 """
 
@@ -31,7 +31,7 @@ from sinks.base import SINK_NAMES
 from sinks.config import SinkSettings
 from sinks.pool import get_sinks
 
-GRAPH = ["graph"]
+SERVER_SINKS = ["keywords", "graph"]  # every sink but the vectors, which have no server here
 RECORD_FILES = (
     "status.sqlite3",
     "chunks.sqlite3",
@@ -65,25 +65,33 @@ def _files(data_dir: Path) -> list[str]:
 def test_ingest_reingest_delete_and_verify_keep_nothing_in_the_data_dir(
     pipeline_env, server_records, corpus, doc_id
 ):
-    first = _ingest(corpus, sinks=GRAPH)
+    first = _ingest(corpus, sinks=SERVER_SINKS)
     assert (first.processed, first.failed) == (3, [])
-    assert (_ingest(corpus, sinks=GRAPH).processed, _ingest(corpus, sinks=GRAPH).skipped) == (0, 3)
+    assert (_ingest(corpus, sinks=SERVER_SINKS).processed, _ingest(corpus, sinks=SERVER_SINKS).skipped) == (
+        0,
+        3,
+    )
 
     (corpus / "guide.md").write_text("# Guide\n\nEdited: the records now live in PostgreSQL.\n")
     (corpus / "notes/page.html").unlink()
-    changed = _ingest(corpus, sinks=GRAPH)
+    changed = _ingest(corpus, sinks=SERVER_SINKS)
     assert (changed.processed, changed.skipped, changed.deleted) == (1, 1, 1)
-    state = delete_document(doc_id("notes/plain.txt"), sinks=GRAPH, return_state=True)
+    state = delete_document(doc_id("notes/plain.txt"), sinks=SERVER_SINKS, return_state=True)
     assert state.is_completed(), state.message
 
     rows = live_status().rows()
     assert [r.source_id for r in rows] == ["guide.md"] and rows[0].state == "processed"
-    graph = get_sinks(GRAPH, reading_settings())
-    assert graph["graph"].chunk_ids() == set(rows[0].chunk_ids)
-    assert verify_alignment(graph, expected=live_status().expected_chunk_ids()).ok
+    sinks = get_sinks(SERVER_SINKS, reading_settings())
+    assert sinks["graph"].chunk_ids() == sinks["keywords"].chunk_ids() == set(rows[0].chunk_ids)
+    assert verify_alignment(sinks, expected=live_status().expected_chunk_ids()).ok
     live = GenerationRegistry.of(SinkSettings()).live()
     assert live is not None
-    assert _schemas(server_records) == {"unichunk", "unichunk_chunk_cache", f"unichunk__{live.generation_id}"}
+    assert _schemas(server_records) == {
+        "unichunk",
+        "unichunk_chunk_cache",
+        f"unichunk__{live.generation_id}",
+        f"unichunk_keywords__{live.generation_id}",
+    }
     assert _files(pipeline_env) == []  # no record, lock, cache or directory on this worker's disk
 
 
@@ -107,12 +115,15 @@ def test_rebuild_switch_and_drop_keep_records_in_the_database(pipeline_env, serv
     }
     assert {f"unichunk__{gen_a}", f"unichunk__{gen_b}"} <= _schemas(server_records)
     assert drop_generation_now(gen_b) == gen_b
-    assert f"unichunk__{gen_b}" not in _schemas(server_records)  # its schema went, every table in it
+    gone = {f"unichunk__{gen_b}", f"unichunk_keywords__{gen_b}"}
+    assert not gone & _schemas(server_records)  # its schemas went, every table in them
     assert registry.get(gen_b) is None and registry.live().generation_id == gen_a
     assert live_status().counts()["processed"] == 3
-    # The embedded vector and keyword stores are files (they stay embedded); no record is.
+    # The embedded vector store is files (it stays embedded); no record and no keyword term is.
     left = _files(pipeline_env)
-    assert left and not [f for f in left if f.rsplit("/", 1)[-1] in RECORD_FILES or "webhook" in f]
+    assert left and not [
+        f for f in left if f.rsplit("/", 1)[-1] in RECORD_FILES or "webhook" in f or "bm25" in f
+    ]
     assert not (pipeline_env / "generations" / gen_b).exists()
 
 
