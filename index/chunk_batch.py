@@ -60,6 +60,7 @@ def chunk_items(items: list[SourceItem], run: RunConfig, *, dry_run: bool = Fals
         status = run.status_store(readonly=dry_run)
         writer = None if dry_run else _BatchWriter(run, status)
         rows = status.get_many(item.document_id for item in items)
+        embed = run.chunk_embedding()
         for item in items:
             document_id = item.document_id
             try:
@@ -75,7 +76,7 @@ def chunk_items(items: list[SourceItem], run: RunConfig, *, dry_run: bool = Fals
             key = ChunkKey(document_id, document.content_hash, run.chunk_fingerprint)
             if writer is not None and not writer.cache.has(key):
                 try:
-                    chunks = shared_service().chunk(document, run.strategy)
+                    chunks = shared_service().chunk(document, run.strategy, embed)
                 except Exception as exc:  # any strategy bug fails this document, not the batch
                     _fail(result, status, item, f"chunking failed: {type(exc).__name__}: {exc}", dry_run)
                     continue

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from chunking.base import EmbedFunction
 from chunking.config import ChunkStrategy
 from chunking.ids import sha256_hex
 from index.chunk_cache import ChunkCache
@@ -19,7 +20,7 @@ from index.status import StatusStore
 from sinks.base import SINK_NAMES, Sink, SinkName
 from sinks.config import SinkSettings
 from sinks.pool import get_sinks
-from sinks.vectors.embedders import embedding_budget
+from sinks.vectors.embedders import embedder_identity, embedding_budget, make_embedder
 
 # Documents per chunk/prepare/write round. Each round is 7 Prefect task runs whose bookkeeping shares the
 # cores with the models; 64 measured 1.16-1.22x model time on 500 documents where 32 measured 1.25-1.38x
@@ -57,7 +58,8 @@ class RunConfig:
 
     `settings.generation` says which generation's stores the run writes; `index.generations` pins it.
     The strategy's embedding budget is always the configured embedder's (`embedding_budget`), so `auto`
-    cuts chunks that embedder reads whole, whatever budget the given strategy carried.
+    cuts chunks that embedder reads whole, whatever budget the given strategy carried; `semantic` also
+    records which embedder measures its sentences (`embedder_identity`), so its chunk fingerprint names it.
     """
 
     strategy: ChunkStrategy
@@ -65,9 +67,23 @@ class RunConfig:
     sinks: tuple[SinkName, ...] = SINK_NAMES
 
     def __post_init__(self) -> None:
+        update: dict[str, object] = {}
         budget = embedding_budget(self.settings)
         if self.strategy.embedding != budget:
-            object.__setattr__(self, "strategy", self.strategy.model_copy(update={"embedding": budget}))
+            update["embedding"] = budget
+        if self.strategy.name == "semantic" and self.strategy.semantic_model != embedder_identity(
+            self.settings
+        ):
+            update["semantic_model"] = embedder_identity(self.settings)
+        if update:
+            object.__setattr__(self, "strategy", self.strategy.model_copy(update=update))
+
+    def chunk_embedding(self, strategy: ChunkStrategy | None = None) -> EmbedFunction | None:
+        """What `strategy` (the run's by default) measures text with: the configured embedder's `embed` for
+        `semantic`, nothing for the others (so they never construct an embedder)."""
+        if (strategy or self.strategy).name != "semantic":
+            return None
+        return make_embedder(self.settings).embed
 
     @cached_property
     def chunk_fingerprint(self) -> str:

@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from chunking.ids import sha256_hex
+from chunking.models import embed_text
 from sinks.base import (
     NO_CONTENT_HASH,
     DocumentChunks,
@@ -85,6 +86,11 @@ CREATE INDEX IF NOT EXISTS removed_rev ON removed (rev);
 _RENAMED_COLUMNS = (("state", "generation", "revision"), ("chunks", "gen", "rev"), ("removed", "gen", "rev"))
 # Removals older than this many revisions are pruned; an index older than that reloads in full.
 REMOVAL_LOG_REVISIONS = 10_000
+# What is analysed for each chunk: its heading chain as a context header, then its content
+# (`chunking.models.embed_text`, the same text the vector is computed from); only `content` is stored as
+# the chunk's text. Part of the stored analyzer signature, so a store indexed from content alone is
+# re-analysed once on open.
+INDEXED_TEXT = "headings+content"
 _LOG_REMOVALS = "INSERT INTO removed (chunk_id, rev) SELECT chunk_id, ? FROM chunks WHERE document_id = ?"
 _STALE = " AND chunk_id NOT IN (SELECT value FROM json_each(?))"
 
@@ -157,7 +163,7 @@ class BM25Sink(Sink):
             with self._transaction(immediate=True):
                 self._conn.execute(
                     "INSERT OR IGNORE INTO state (id, revision, analyzer) VALUES (0, 0, ?)",
-                    (self.analyzer.signature,),
+                    (self.terms_signature,),
                 )
                 self._reanalyze_if_needed()
         except sqlite3.Error as exc:
@@ -199,20 +205,27 @@ class BM25Sink(Sink):
             self._conn.execute("DELETE FROM removed WHERE rev <= ?", (floor,))
             self._conn.execute("UPDATE state SET log_floor = ? WHERE id = 0", (floor,))
 
+    @property
+    def terms_signature(self) -> str:
+        """Names how stored terms were made: the analyzer's settings and the text analysed (INDEXED_TEXT)."""
+        return f"{self.analyzer.signature}|{INDEXED_TEXT}"
+
     def _reanalyze_if_needed(self) -> None:
-        """Stored terms from other analyzer settings would never match queries: re-analyse them once."""
+        """Stored terms from other analyzer settings (or other text) would not match queries as terms made
+        now do: re-analyse them once."""
         stored = self._conn.execute("SELECT analyzer FROM state WHERE id = 0").fetchone()[0]
-        if stored == self.analyzer.signature:
+        if stored == self.terms_signature:
             return
-        rows = self._conn.execute("SELECT chunk_id, content FROM chunks").fetchall()
+        rows = self._conn.execute("SELECT chunk_id, content, heading_chain FROM chunks").fetchall()
         revision = self._bump()
         updates = []
-        for chunk_id, content in rows:
-            updates.append((*self._terms(content), revision, chunk_id))
+        for chunk_id, content, heading_chain in rows:
+            text = embed_text(tuple(json.loads(heading_chain)), content)
+            updates.append((*self._terms(text), revision, chunk_id))
         self._conn.executemany(
             "UPDATE chunks SET terms = ?, tfs = ?, doc_len = ?, rev = ? WHERE chunk_id = ?", updates
         )
-        self._conn.execute("UPDATE state SET analyzer = ? WHERE id = 0", (self.analyzer.signature,))
+        self._conn.execute("UPDATE state SET analyzer = ? WHERE id = 0", (self.terms_signature,))
 
     def _terms(self, text: str) -> tuple[str, bytes, int]:
         """The stored form of a chunk's terms: a compact form that loads with split() and frombuffer."""
@@ -223,13 +236,14 @@ class BM25Sink(Sink):
     # -- Sink API ------------------------------------------------------------------------------------
 
     def prepare(self, batch: Sequence[DocumentChunks]) -> Prepared:
-        """Analyse every chunk (the only place the analyzer runs on chunk text); writes nothing."""
+        """Analyse every chunk's heading chain and content (`Chunk.embed_text`: the only place the analyzer
+        runs on chunk text); stores the content alone as its text; writes nothing."""
         documents, chunks = group_batch(self.name, batch)
         rows: list[tuple[Any, ...]] = []
         total_terms = 0
         for doc_chunks in chunks.values():
             for chunk in doc_chunks:
-                terms, tfs, doc_len = self._terms(chunk.content)
+                terms, tfs, doc_len = self._terms(chunk.embed_text)
                 total_terms += doc_len
                 rows.append(
                     (
@@ -454,7 +468,7 @@ class BM25Sink(Sink):
             "method": self.method,
             "k1": self.k1,
             "b": self.b,
-            "analyzer": self.analyzer.signature,
+            "analyzer": self.terms_signature,
         }
 
 

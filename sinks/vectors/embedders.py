@@ -9,6 +9,7 @@ from __future__ import annotations
 from chunking.config import MINILM_MAX_TOKENS, MINILM_TOKENIZER, EmbeddingBudget
 from sinks.config import SinkSettings
 from sinks.vectors.base import Embedder
+from sinks.vectors.minilm import MODEL_NAME as MINILM_MODEL_NAME
 from sinks.vectors.minilm import MiniLMEmbedder
 from sinks.vectors.openai_compatible import OPENAI_DEFAULT_BASE_URL, OpenAICompatibleEmbedder
 
@@ -36,3 +37,11 @@ def embedding_budget(settings: SinkSettings) -> EmbeddingBudget:
     if settings.embedder == "openai":
         return EmbeddingBudget(max_tokens=settings.embedding_max_tokens, tokenizer="cl100k_base")
     return EmbeddingBudget(max_tokens=MINILM_MAX_TOKENS, tokenizer=MINILM_TOKENIZER)
+
+
+def embedder_identity(settings: SinkSettings) -> str:
+    """Which model the configured embedder is, as the `semantic` strategy records it
+    (`ChunkStrategy.semantic_model`): boundaries measured by another model are other chunks."""
+    if settings.embedder == "openai":
+        return f"openai:{settings.embedding_model}:{settings.embedding_dimensions or ''}"
+    return MINILM_MODEL_NAME
