@@ -137,9 +137,7 @@ def small_to_big(
     hit_ids = {p.chunk_id: p for p in ranked}
     order: list[Piece] = []
     placed: set[str] = set()
-    for hit in ranked:
-        if hit.chunk_id in placed:
-            continue
+    for hit in ranked:  # a hit placed already as a better hit's neighbour still brings its own
         neighbours = [(around.get((hit.document_id, hit.chunk_index + step * side)), side < 0)
                       for step in range(1, radius + 1) for side in (1, -1)]  # fmt: skip
         for piece, before in ((hit, False), *neighbours):

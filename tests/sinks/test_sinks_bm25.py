@@ -465,3 +465,24 @@ def test_a_store_from_before_the_revision_rename_opens_and_keeps_its_rows(tmp_pa
         assert sink.search("quick") == [] and sink.stats()["revision"] == revision + 1
         indexes = {r[0] for r in sink._conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert {"chunks_rev", "removed_rev"} <= indexes and not {"chunks_gen", "removed_gen"} & indexes
+
+
+def test_heading_chain_is_searchable_but_not_stored_as_content(tmp_path: Path) -> None:
+    """BM25 reads what the vector is computed from (`Chunk.embed_text`: heading chain + content); the
+    stored text stays the content, exact to its offsets."""
+    text = "Logs every passing vessel in a book."
+    doc = Document(text=text, source_system="test", source_id="keeper.md")
+    (chunk,) = chunks_from_spans(doc, [Span(0, len(text), None, ("Lighthouse keeping",))])
+    with BM25Sink(SinkSettings(data_dir=tmp_path)) as sink:
+        sink.upsert(doc, [chunk])
+        (hit,) = sink.search("lighthouse")
+        assert hit.chunk_id == chunk.chunk_id and hit.content == text
+        assert hit.heading_chain == ("Lighthouse keeping",)
+    # A store indexed from content alone (an earlier release) is re-analysed once when opened.
+    with sqlite3.connect(tmp_path / "bm25" / "bm25.sqlite") as conn:
+        conn.execute("UPDATE state SET analyzer = ?", (Analyzer().signature,))
+        conn.execute("UPDATE chunks SET terms = 'log everi pass vessel book', tfs = ?, doc_len = 5",
+                     (np.ones(5, dtype="<u4").tobytes(),))  # fmt: skip
+    with BM25Sink(SinkSettings(data_dir=tmp_path)) as reopened:
+        assert [h.chunk_id for h in reopened.search("lighthouse")] == [chunk.chunk_id]
+        assert reopened.stats()["analyzer"].endswith("|headings+content")
