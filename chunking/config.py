@@ -142,7 +142,11 @@ class ChunkStrategy(BaseSettings):
         "percentile of the document's distances (95, as Kamradt and LlamaIndex's SemanticSplitter).",
     )
     semantic_window: int = Field(
-        1, ge=0, le=5, description="semantic: sentences on each side embedded with each sentence."
+        0,
+        ge=0,
+        le=5,
+        description="semantic: sentences on each side embedded with each sentence (0: each alone; "
+        "benchmarks/README.md compares 0 and Kamradt's 1).",
     )
     semantic_model: str = Field(
         "",

@@ -9,13 +9,12 @@ kept, the cap and the embedder's limit hold, and the same input gives the same c
 from __future__ import annotations
 
 import re
-import zlib
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from texts import GARDEN, TOPICS
+from texts import GARDEN, TOPICS, hashed_words
 
 from chunking.config import MINILM_MAX_TOKENS, ChunkStrategy, EmbeddingBudget
 from chunking.embedding_fit import embedding_counter
@@ -30,17 +29,6 @@ from sinks.vectors.minilm import MiniLMEmbedder
 SEMANTIC = ChunkStrategy(name="semantic")
 HARBOUR_WORDS = frozenset(["harbour", "crane", "cargo", "ship", "tide", "pilot", "channel", "tanker", "fishermen", "nets", "quay", "boats", "lighthouse", "vessel", "customs", "ships", "dredger", "ferries", "bay", "berth", "moored", "port", "trawlers"])  # fmt: skip
 GARDEN_WORDS = frozenset(["tomatoes", "sun", "watering", "compost", "soil", "vegetable", "beds", "bees", "apple", "blossom", "orchard", "mulch", "weeds", "roots", "roses", "gardener", "prunes", "pear", "trees"])  # fmt: skip
-
-
-def hashed_words(texts: list[str]) -> list[list[float]]:
-    """A bag of words hashed into 64 dimensions: the same words, the same vector."""
-    out = []
-    for text in texts:
-        vector = [0.0] * 64
-        for word in text.lower().split():
-            vector[zlib.crc32(word.strip(".,;:()").encode()) % 64] += 1.0
-        out.append(vector)
-    return out
 
 
 def lexicon(texts: list[str]) -> list[list[float]]:
@@ -61,7 +49,7 @@ def _chunks(text: str, strategy: ChunkStrategy = SEMANTIC, embed=hashed_words):
 def test_the_boundary_falls_where_the_topic_changes() -> None:
     harbour, garden = " ".join(TOPICS), " ".join(GARDEN)
     text = f"{harbour} {garden}"
-    chunks = _chunks(text, SEMANTIC.model_copy(update={"semantic_window": 0}), lexicon)
+    chunks = _chunks(text, SEMANTIC, lexicon)
     assert [(c.start_char, c.end_char) for c in chunks] == [(0, len(harbour)), (len(harbour) + 1, len(text))]
     assert chunks[0].content == harbour and chunks[1].content == garden
 
@@ -151,5 +139,8 @@ def test_minilm_places_the_boundary_at_the_topic_change() -> None:
     embed = MiniLMEmbedder().embed
     chunks = _chunks(text, embed=embed)
     assert next(c.end_char for c in chunks) == len(harbour)  # the harbour sentences end the first chunk
+    # a window of one sentence each side (Kamradt's) smooths the distances and moves the cut by one
+    windowed = _chunks(text, SEMANTIC.model_copy(update={"semantic_window": 1}), embed)
+    assert windowed[0].end_char == len(harbour) + 2 + len(GARDEN[0])
     assert chunks[-1].end_char == len(text) and chunks[-1].content.endswith(GARDEN[-1])
     assert [c.chunk_id for c in _chunks(text, embed=embed)] == [c.chunk_id for c in chunks]
