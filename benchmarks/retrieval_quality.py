@@ -61,7 +61,7 @@ from benchmarks.budget_metric import (
 )
 from chunking.config import ChunkStrategy
 from chunking.ids import sha256_hex
-from chunking.models import Document
+from chunking.models import Chunk, Document
 from chunking.packing import token_starts
 from chunking.service import ChunkingService
 from retrieval import Readers
@@ -315,25 +315,91 @@ def token_budgets(char_budgets: Sequence[int], chars_per_token: float) -> tuple[
     return tuple(round(b / chars_per_token) for b in char_budgets)
 
 
+@dataclass
+class Setting:
+    """What every configuration is scored against, built once per run."""
+
+    questions: list[Question]
+    doc_ids: dict[str, str]  # corpus name -> document ID
+    meter: TokenMeter
+    tokens: tuple[int, ...]  # the token budgets (GRID in tokens)
+    embedder: CachedEmbedder
+    client: QdrantClient
+    tmp: Path
+    headline_only: bool = False
+
+
+def score_config(setting: Setting, number: int, label: str, baseline: bool, chunked: dict[str, list[Chunk]],
+                 corpora: dict[str, Document]) -> tuple[dict[tuple[str, str], np.ndarray], list[dict]]:  # fmt: skip
+    """Per-question strict scores of one configuration's chunks by every retriever, and its lenient top-k
+    means. With `headline_only`, the fixed BM25 alone: no store is written and nothing embedded."""
+    all_chunks = [c for cs in chunked.values() for c in cs]
+    fixed = FixedBM25([(c.document_id, c.start_char, c.end_char) for c in all_chunks],
+                      [c.content for c in all_chunks])  # fmt: skip
+    keywords = searchers = None
+    if not setting.headline_only:
+        settings = SinkSettings(data_dir=setting.tmp, qdrant_collection=f"bench_{number}")
+        keywords = BM25Sink(settings, path=setting.tmp / f"bm25_{number}.sqlite")
+        vectors = QdrantSink(settings, embedder=setting.embedder, client=setting.client)
+        for name, doc in corpora.items():
+            keywords.upsert(doc, chunked[name])
+            vectors.upsert(doc, chunked[name])
+        searchers = Readers.of({"keywords": keywords, "vectors": vectors}).searchers()
+    per: dict[tuple[str, str], list[np.ndarray]] = {}
+    lenient: dict[str, list[list[tuple]]] = {m: [] for m in MODES}
+    for q in setting.questions:
+        doc_id = setting.doc_ids[q.corpus]
+        ranked = {"fixed-bm25": fixed.ranked(q.text, DEPTH)}
+        hybrid_hits: list[Hit] = []
+        for mode in MODES if searchers is not None else ():
+            hits = retrieve(
+                searchers, q.text, DEPTH, RetrievalSettings(mode=mode, candidates=CANDIDATES)
+            ).hits
+            ranked[mode] = [(h.document_id, h.start_char, h.end_char) for h in hits]
+            lenient[mode].append([score(q, doc_id, ranked[mode][:k], setting.meter) for k in KS])
+            hybrid_hits = hits  # hybrid comes last
+        for retriever, spans in ranked.items():
+            per.setdefault((retriever, "chars"), []).append(strict_grid(q.references, doc_id, spans, GRID))
+            per.setdefault((retriever, "tokens"), []).append(
+                strict_grid(q.references, doc_id, spans, setting.tokens, setting.meter))  # fmt: skip
+        for context, radius in CONTEXTS.items() if keywords is not None else ():
+            per.setdefault((context, "tokens"), []).append(
+                context_scores(q, doc_id, hybrid_hits, keywords, setting.tokens, radius))  # fmt: skip
+    rows = []
+    for mode, values in lenient.items():
+        if values:
+            means = np.asarray(values, dtype=float).mean(axis=0)
+            for k, (r, p, iou, tok) in zip(KS, means.tolist(), strict=True):
+                rows.append({"config": label, "baseline": baseline, "retriever": mode, "k": k,
+                             "recall": r, "precision": p, "iou": iou, "tokens": tok})  # fmt: skip
+    if keywords is not None:
+        keywords.close()
+        setting.client.delete_collection(f"bench_{number}")
+    return {key: np.stack(arrays) for key, arrays in per.items()}, rows
+
+
 def run(
-    corpora_dir: Path, questions_file: Path, quick: bool, cache_dir: Path | None, spec: str | None = None
+    corpora_dir: Path,
+    questions_file: Path,
+    quick: bool,
+    cache_dir: Path | None,
+    spec: str | None = None,
+    headline_only: bool = False,
 ) -> Results:
     corpora = load_corpora(corpora_dir)
     questions = load_questions(questions_file, corpora)
     if quick:
         questions = questions[::6]
-    doc_ids = {name: d.document_id for name, d in corpora.items()}
     starts = {d.document_id: token_starts(d.text) for d in corpora.values()}
-    meter = TokenMeter(starts)
-    embedder = CachedEmbedder(MiniLMEmbedder(), cache_dir)
-    client = QdrantClient(":memory:")
     results = Results([], corpus=[q.corpus for q in questions])
     results.chars_per_token = sum(len(d.text) for d in corpora.values()) / sum(
         len(s) - 1 for s in starts.values()
     )
-    tokens = results.token_grid
+    embedder = CachedEmbedder(MiniLMEmbedder(), cache_dir)
     seen: dict[tuple, str] = {}
     with tempfile.TemporaryDirectory(prefix="bench_retrieval_") as tmp:
+        setting = Setting(questions, {name: d.document_id for name, d in corpora.items()}, TokenMeter(starts),
+                          results.token_grid, embedder, QdrantClient(":memory:"), Path(tmp), headline_only)  # fmt: skip
         for number, (label, baseline, chunker) in enumerate(configurations(quick, spec, embedder.embed)):
             started = time.perf_counter()
             chunked = {name: chunker(doc) for name, doc in corpora.items()}
@@ -354,48 +420,12 @@ def run(
                         results.strict[(label, retriever, unit)] = arr
                 print(f"[{number + 1}] {label}: same chunks as {twin}", file=sys.stderr)
                 continue
-            settings = SinkSettings(data_dir=Path(tmp), qdrant_collection=f"bench_{number}")
-            keywords = BM25Sink(settings, path=Path(tmp) / f"bm25_{number}.sqlite")
-            vectors = QdrantSink(settings, embedder=embedder, client=client)
-            for name, doc in corpora.items():
-                keywords.upsert(doc, chunked[name])
-                vectors.upsert(doc, chunked[name])
-            searchers = Readers.of({"keywords": keywords, "vectors": vectors}).searchers()
-            fixed = FixedBM25([(c.document_id, c.start_char, c.end_char) for c in all_chunks],
-                              [c.content for c in all_chunks])  # fmt: skip
-            per: dict[tuple[str, str], list[np.ndarray]] = {}
-            lenient: dict[str, list[tuple]] = {m: [] for m in MODES}
-            for q in questions:
-                doc_id = doc_ids[q.corpus]
-                ranked = {"fixed-bm25": fixed.ranked(q.text, DEPTH)}
-                hybrid_hits: list[Hit] = []
-                for mode in MODES:
-                    settings_ = RetrievalSettings(mode=mode, candidates=CANDIDATES)
-                    hits = retrieve(searchers, q.text, DEPTH, settings_).hits
-                    ranked[mode] = [(h.document_id, h.start_char, h.end_char) for h in hits]
-                    lenient[mode].append([score(q, doc_id, ranked[mode][:k], meter) for k in KS])
-                    if mode == "hybrid":
-                        hybrid_hits = hits
-                for retriever, spans in ranked.items():
-                    per.setdefault((retriever, "chars"), []).append(
-                        strict_grid(q.references, doc_id, spans, GRID)
-                    )
-                    per.setdefault((retriever, "tokens"), []).append(
-                        strict_grid(q.references, doc_id, spans, tokens, meter)
-                    )
-                for context, radius in CONTEXTS.items():
-                    per.setdefault((context, "tokens"), []).append(
-                        context_scores(q, doc_id, hybrid_hits, keywords, tokens, radius))  # fmt: skip
-            for (retriever, unit), arrays in per.items():
-                results.strict[(label, retriever, unit)] = np.stack(arrays)
-            for mode in MODES:
-                means = np.asarray(lenient[mode], dtype=float).mean(axis=0)
-                for k, (r, p, iou, tok) in zip(KS, means.tolist(), strict=True):
-                    results.rows.append({"config": label, "baseline": baseline, "retriever": mode, "k": k,
-                                         "recall": r, "precision": p, "iou": iou, "tokens": tok})  # fmt: skip
+            strict, rows = score_config(setting, number, label, baseline, chunked, corpora)
+            results.strict.update(
+                {(label, retriever, unit): arr for (retriever, unit), arr in strict.items()}
+            )
+            results.rows += rows
             seen[signature] = label
-            keywords.close()
-            client.delete_collection(f"bench_{number}")
             print(
                 f"[{number + 1}] {label}: {len(all_chunks)} chunks, chunked in {chunking_seconds:.1f}s, "
                 f"{time.perf_counter() - started:.0f}s in all (embedded so far: {embedder.embedded})",
@@ -452,6 +482,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plots-dir", type=Path, default=Path("benchmarks") / "results",
                         help="where the recall-vs-budget PNGs are written ('' to skip)")  # fmt: skip
     parser.add_argument("--strict-only", action="store_true", help="print only the strict tables")
+    parser.add_argument("--headline-only", action="store_true",
+                        help="the fixed BM25 alone (no stores, nothing embedded but semantic's sentences): "
+                        "a fast sweep of boundaries")  # fmt: skip
     parser.add_argument(
         "--json", type=Path, default=None, help="also write every mean figure to this JSON file"
     )
@@ -465,10 +498,10 @@ def main(argv: list[str] | None = None) -> None:
     cache = Path(args.cache_dir) if args.cache_dir else None
     corpora = args.corpora or evaldata.corpora_dir("retrieval_quality")
     questions = args.questions or evaldata.questions_file("retrieval_quality")
-    results = run(corpora, questions, args.quick, cache, args.configs)
+    results = run(corpora, questions, args.quick, cache, args.configs, args.headline_only)
     if args.json:
         args.json.write_text(json.dumps(strict_report.as_json(results), indent=1))
-    if not args.strict_only:
+    if not args.strict_only and results.rows:
         print_topk(results)
     strict_report.print_strict(results)
     if str(args.plots_dir):
