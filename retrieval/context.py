@@ -264,7 +264,9 @@ def assemble_context(
     admitted = _Admitted(titles or {}, counter)
     cut_ids: set[str] = set()
     for piece in pieces_for_hits(hits, store, radius):
-        if admitted.covers(piece):
+        if admitted.covers(piece):  # costs nothing; a hit still counts as found (and not dropped)
+            if piece.rank is not None:
+                admitted.pieces.append(piece)
             continue
         if admitted.cost([*admitted.pieces, piece]) <= budget:
             admitted.pieces.append(piece)
