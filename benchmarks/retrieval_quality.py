@@ -479,7 +479,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--cache-dir", default=str(Path(".unichunk") / "bench_embeddings"),
                         help="on-disk embedding cache ('' to disable)")  # fmt: skip
-    parser.add_argument("--plots-dir", type=Path, default=Path("benchmarks") / "results",
+    parser.add_argument("--plots-dir", default=str(Path("benchmarks") / "results"),
                         help="where the recall-vs-budget PNGs are written ('' to skip)")  # fmt: skip
     parser.add_argument("--strict-only", action="store_true", help="print only the strict tables")
     parser.add_argument("--headline-only", action="store_true",
@@ -504,8 +504,8 @@ def main(argv: list[str] | None = None) -> None:
     if not args.strict_only and results.rows:
         print_topk(results)
     strict_report.print_strict(results)
-    if str(args.plots_dir):
-        for path in strict_report.write_plots(results, args.plots_dir):
+    if args.plots_dir:
+        for path in strict_report.write_plots(results, Path(args.plots_dir)):
             print(f"plot: {path}")
     if LOST[0]:
         print(f"note: {LOST[0]} SentenceSplitter chunks could not be located in the text and were dropped")

@@ -215,6 +215,7 @@ def write_plots(results: Results, out_dir: Path) -> list[Path]:
         ax.set(xscale="log", xlabel=f"budget ({what} of retrieved text)", ylabel="recall (%)",
                title=f"strict recall vs budget: {retriever}", ylim=(0, 100))  # fmt: skip
         ax.set_xticks(list(grid), [f"{b:,}" for b in grid])
+        ax.minorticks_off()  # log-scale minor labels would print over the budgets
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6, loc="lower right")
         fig.tight_layout()

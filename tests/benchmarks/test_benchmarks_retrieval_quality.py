@@ -52,6 +52,8 @@ def test_bench_runs_end_to_end_on_other_data(tmp_path, capsys, monkeypatch):
             "",
             "--json",
             str(out),
+            "--plots-dir",
+            "",
         ]
     )
     saved = json.loads(out.read_text())
@@ -63,10 +65,24 @@ def test_bench_runs_end_to_end_on_other_data(tmp_path, capsys, monkeypatch):
     for r in rows:
         assert 0.0 <= r["iou"] <= min(r["recall"], r["precision"]) <= 1.0
         assert saved["info"][r["config"]]["chunks"] >= 4 and r["tokens"] > 0
-    best = [r for r in rows if r["retriever"] == "keywords" and r["k"] == 1]
+    best = [
+        r
+        for r in rows
+        if r["retriever"] == "keywords" and r["k"] == 1 and not r["config"].startswith("semantic")
+    ]
     assert all(r["recall"] == 1.0 for r in best), best  # the distinctive sentence is BM25's first hit
+    # semantic may cut between the sentence and its "(note 7)" on this repetitive text; it is still found
+    assert (
+        next(
+            r
+            for r in rows
+            if r["config"].startswith("semantic") and (r["retriever"], r["k"]) == ("keywords", 10)
+        )["recall"]
+        > 0
+    )
     assert "### lenient top-k" in capsys.readouterr().out
     assert not list(tmp_path.glob("*.sqlite")) and not (tmp_path / ".unichunk").exists()  # cache disabled
+    assert not list(tmp_path.rglob("*.png"))  # --plots-dir '' writes no plot
 
     bad = tmp_path / "bad.csv"
     bad.write_text(questions.read_text().replace(str(start), str(start + 1), 1), encoding="utf-8")
