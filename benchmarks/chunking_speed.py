@@ -13,6 +13,11 @@ fixed_chars is also shown cutting only (`spans`), the part that does not depend 
 through `ChunkingService` as the pipeline runs it, with the final pass that fits every chunk to MiniLM's
 256 word pieces (counting them is part of the time), next to markdown 360/54, what `auto` ran before.
 Peak memory of token_window on a 20 MB text is measured in a fresh subprocess.
+
+`semantic` embeds every sentence, so it is not timed in the MB/s table: `semantic_cost` runs it once on the
+corpora (MiniLM, nothing cached) next to `auto`, and next to what an ingest pays anyway, embedding the
+chunks, so the figure that matters is the ratio of ingest model work (chunking + embedding the chunks)
+with `semantic` to that with `auto` (`--no-semantic` skips it).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from chunking.config import ChunkStrategy
 from chunking.models import Document
 from chunking.service import ChunkingService, chunker_class
 from chunking.tokenizer import get_encoding
+from sinks.vectors.minilm import MiniLMEmbedder, load_minilm
 
 
 def read_corpora(directory: Path) -> str:
@@ -224,6 +230,32 @@ def rss_report(corpora: Path, megabytes: int) -> None:
     )
 
 
+def semantic_cost(text: str, strategies: tuple[str, ...] = ("auto", "semantic")) -> None:
+    """Seconds to chunk `text` (one Markdown document) with each strategy through the service, and to embed
+    the chunks it made (MiniLM, as the vector sink does), all uncached; the ratios against `auto`."""
+    load_minilm()  # loading the model is no one's cost here
+    embed = MiniLMEmbedder().embed
+    document = Document(text=text, document_id="bench", path="bench.md")
+    service = ChunkingService()
+    rows = {}
+    for name in strategies:
+        started = time.perf_counter()
+        chunks = service.chunk(document, ChunkStrategy(name=name), embed)  # type: ignore[arg-type]
+        chunking = time.perf_counter() - started
+        started = time.perf_counter()
+        embed([c.embed_text for c in chunks])
+        rows[name] = (len(chunks), chunking, time.perf_counter() - started)
+    print(
+        f"\nsemantic chunking cost on {len(text.encode()) / 1e6:.2f} MB (MiniLM, nothing cached, one run):\n"
+    )
+    print("| strategy | chunks | chunking s | embedding its chunks s | ingest model work s | × auto's |")
+    print("|---|---:|---:|---:|---:|---:|")
+    base = rows["auto"][1] + rows["auto"][2]
+    for name, (count, chunking, embedding) in rows.items():
+        print(f"| {name} | {count} | {chunking:.1f} | {embedding:.1f} | {chunking + embedding:.1f} | "
+              f"{(chunking + embedding) / base:.2f} |")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -235,6 +267,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="2 MB instead of 10 MB; 5 MB memory check")
+    parser.add_argument("--no-semantic", action="store_true", help="skip the semantic strategy's cost")
     parser.add_argument("--rss-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rss_child:
@@ -250,6 +283,8 @@ def main(argv: list[str] | None = None) -> None:
     best = measure(texts, args.repeat)
     print_table(texts, best, args.repeat)
     rss_report(args.corpora, 5 if args.quick else 20)
+    if not args.no_semantic:
+        semantic_cost(corpora[:50_000] if args.quick else corpora)
 
 
 if __name__ == "__main__":

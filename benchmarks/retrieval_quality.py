@@ -1,26 +1,32 @@
-"""Retrieval quality of each chunking strategy and size, next to two baselines measured in the same run.
+"""Retrieval quality of our chunking strategies against named baselines, in one run: the strict metric.
 
     python -m benchmarks.retrieval_quality [--corpora DIR] [--questions FILE] [--quick]
-        [--configs sweep,sentence:390/58,markdown:400/60] [--budgets 1000,2000,4000]
+        [--configs default,sweep,auto,semantic,sentence:390/58,...] [--plots-dir DIR] [--json FILE]
 
 Each corpus is ingested as one document through the real sinks (BM25Sink on a temp file, QdrantSink on an
-in-memory Qdrant client with the default MiniLM embedder) and every question is answered by
-`retrieval.search` (the read path the CLI and the HTTP API use) with BM25, vector and hybrid ranking.
-Scores are over **characters** of the retrieved chunks against the reference spans (the eval README's
-definition; the chroma "token-level" metrics are computed over character ranges too): recall, precision
-and IoU, with the retrieved chunks' spans merged by offsets first (overlapping windows count once,
-as `retrieval.context` assembles them). The retrieved-token budget per question is the tiktoken count of
-that merged text. Embeddings are cached by sha256 of the text (memory and `--cache-dir`), so configs
-sharing chunks embed them once.
+in-memory Qdrant client with the default MiniLM embedder), and every question is ranked by:
+
+- **fixed-bm25**, the headline: one fixed BM25 (`budget_metric.FixedBM25`) over each configuration's chunk
+  spans, so its figures differ only by where the boundaries are;
+- **keywords**, **vectors**, **hybrid**: `retrieval.ranking.retrieve`, the ranking step of
+  `retrieval.search` (the read path of the CLI and the HTTP API) over our BM25 sink, Qdrant, or both fused;
+- **context ±1** and **context ±0**: the hybrid hits assembled by `retrieval.context.assemble_context`, the
+  read path's own small-to-big step (each hit with its neighbour chunks, merged by offsets, headed by its
+  source, cut at sentence ends to a token budget), and the same without neighbours. Budgets are in
+  tokens there, headers included: what a prompt of that size would hold.
+
+The ranked chunks fill a budget of characters (and of cl100k tokens, the same budgets divided by the
+corpora's characters per token), and the filled text is scored against the exact reference spans
+(`benchmarks.budget_metric`: recall, precision and IoU over characters). `benchmarks.strict_report`
+prints the tables per retriever, budget and corpus, the default paired question by question against every
+other row (bootstrap CI and sign test), a leave-one-corpus-out check, and writes recall-vs-budget PNGs.
+The lenient top-k table (recall of whatever the top k chunks touch, and the tokens they cost) is printed
+first for comparison with earlier runs.
 
 The corpora and questions are the evaluation data found by `benchmarks.evaldata` (UNICHUNK_EVAL_DIR, else
 ../shared/eval); `--corpora` and `--questions` name others. Without either, it stops with a message
-saying where it looked: the questions with reference offsets cannot be replaced by a sample.
-
-Recall@k alone favours whoever retrieves more text, so the budget-matched view also takes each config's
-hits in rank order while the merged retrieved text stays within a fixed token budget (1000/2000/4000 and
-the reference baseline's own tokens@5) and reports the recall bought with it. `--configs` runs only named
-configurations (the baselines always run), so candidate sizes are cheap to compare.
+saying where it looked. Embeddings (chunks, sentence windows of `semantic`, chonkie's semantic baseline)
+are cached by sha256 of the text in memory and under `--cache-dir`, so a warm run embeds nothing.
 """
 
 from __future__ import annotations
@@ -34,23 +40,34 @@ import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from llama_index.core.node_parser import SentenceSplitter
 from qdrant_client import QdrantClient
 
 from benchmarks import evaldata, strict_report
-from benchmarks.budget_metric import FixedBM25, Interval, Span, merge, overlap, small_to_big, strict_scores
+from benchmarks.baselines import LOST, Chunker, Config, Embed, baselines
+from benchmarks.budget_metric import (
+    GRID,
+    FixedBM25,
+    Interval,
+    Span,
+    TokenMeter,
+    interval_scores,
+    merge,
+    strict_grid,
+)
 from chunking.config import ChunkStrategy
-from chunking.ids import make_chunk_id, sha256_hex
+from chunking.ids import sha256_hex
 from chunking.models import Chunk, Document
 from chunking.packing import token_starts
 from chunking.service import ChunkingService
-from chunking.tokenizer import TokenCounter, get_encoding
-from retrieval import Readers, SearchOptions, search
+from retrieval import Readers
+from retrieval.context import assemble_context
+from retrieval.fusion import Hit
+from retrieval.ranking import RetrievalSettings, retrieve
 from sinks.config import SinkSettings
 from sinks.keywords.bm25 import BM25Sink
 from sinks.vectors.base import Embedder
@@ -59,14 +76,13 @@ from sinks.vectors.qdrant import QdrantSink
 
 KS = (1, 3, 5, 10)
 MODES = ("keywords", "vectors", "hybrid")
-STRATEGIES = ("token_window", "fixed_chars", "sentence", "paragraph", "markdown")
+RANKERS = ("fixed-bm25", *MODES)
+CONTEXTS = {"context ±1": 1, "context ±0": 0}  # hybrid hits through retrieval.context, by neighbour radius
+STRATEGIES = ("token_window", "fixed_chars", "sentence", "paragraph", "markdown", "semantic")
 SIZES = (200, 400, 800)
 OVERLAPS = (0.0, 0.15)
-CANDIDATES = 40  # fixed RRF depth, so the top-k of every k is a prefix of the top-DEPTH
-DEPTH = 40  # hits kept per question: enough to fill a 4000-token budget with 200-token chunks
-BUDGETS = (1000, 2000, 4000)
-REFERENCE = "llama SentenceSplitter 400/60"  # the baseline whose tokens@5 is the matched budget
-WINDOW = "fixed token window 800/400"
+CANDIDATES = 40  # per retriever before fusion, so the top-k of every k is a prefix of the top-DEPTH
+DEPTH = 40  # hits kept per question: more than the largest budget holds, even of small chunks
 
 
 class CachedEmbedder(Embedder):
@@ -156,434 +172,291 @@ def load_questions(path: Path, corpora: dict[str, Document]) -> list[Question]:
     return out
 
 
-# -- chunkers ----------------------------------------------------------------------------------------------
+# -- our configurations ------------------------------------------------------------------------------------
 
 
-def _chunks_from_spans(document: Document, spans: Iterable[Interval], counter: TokenCounter) -> list[Chunk]:
-    chunks = []
-    for index, (start, end) in enumerate(spans):
-        content = document.text[start:end]
-        chunks.append(
-            Chunk(
-                chunk_id=make_chunk_id(document.document_id, index, content),
-                document_id=document.document_id, chunk_index=index, content=content,
-                start_char=start, end_char=end, token_count=counter.count(content),
-                content_hash=sha256_hex(content),
-            )
-        )  # fmt: skip
-    return chunks
+def ours(strategy: ChunkStrategy, embed: Embed) -> Chunker:
+    """Our chunking service with `strategy`; `embed` is what `semantic` measures sentences with (the same
+    cached MiniLM the vector sink uses, as the pipeline passes the configured embedder)."""
+    service = ChunkingService()
+    return lambda document: service.chunk(document, strategy, embed)
 
 
-def fixed_token_window(size: int, overlap: int) -> Callable[[Document], list[Chunk]]:
-    """The plain baseline: windows of `size` tokens every `size - overlap` tokens, nothing else."""
-    counter = TokenCounter()
-
-    def chunk(document: Document) -> list[Chunk]:
-        starts = token_starts(document.text)
-        n = len(starts) - 1
-        spans = []
-        for first in range(0, max(n, 1), size - overlap):
-            spans.append((int(starts[first]), int(starts[min(first + size, n)])))
-            if first + size >= n:
-                break
-        return _chunks_from_spans(document, spans, counter)
-
-    return chunk
-
-
-def llama_sentence_splitter(size: int, overlap: int) -> Callable[[Document], list[Chunk]]:
-    """LlamaIndex SentenceSplitter (cl100k tokens); its chunks are located in the text to get offsets.
-
-    It may rejoin sentences with normalised whitespace; a chunk not found verbatim is located by its first
-    and last 40 characters, and one not found at all is dropped (counted in the printed note).
-    """
-    splitter = SentenceSplitter(chunk_size=size, chunk_overlap=overlap, tokenizer=get_encoding().encode)
-    counter = TokenCounter()
-
-    def chunk(document: Document) -> list[Chunk]:
-        text, spans, cursor = document.text, [], 0
-        for piece in splitter.split_text(text):
-            at = text.find(piece, cursor)
-            if at < 0:
-                at = text.find(piece, 0)
-            if at >= 0:
-                spans.append((at, at + len(piece)))
-            else:
-                head, tail = piece[:40], piece[-40:]
-                s = text.find(head, cursor)
-                e = text.find(tail, max(s, 0))
-                if s < 0 or e < 0:
-                    LOST[0] += 1
-                    continue
-                at, end = s, e + len(tail)
-                spans.append((at, end))
-            cursor = max(cursor, at + 1)
-        return _chunks_from_spans(document, spans, counter)
-
-    return chunk
-
-
-LOST = [0]
-
-
-def ours(name: str, size: int | None, overlap: int | None) -> Callable[[Document], list[Chunk]]:
-    service, strategy = ChunkingService(), ChunkStrategy(name=name, chunk_size=size, chunk_overlap=overlap)
-    return lambda document: service.chunk(document, strategy)
-
-
-Config = tuple[str, bool, Callable[[Document], list[Chunk]]]
-
-
-def ours_config(name: str, size: int, overlap: int) -> Config:
-    """One of our strategies at `size`/`overlap` (fixed_chars: characters, labelled with a "c"; `auto`:
-    Markdown's strategy at these sizes, fitted to MiniLM's 256 word pieces)."""
-    unit = "c" if name == "fixed_chars" else ""
-    return f"{name} {size}{unit}/{overlap}", False, ours(name, size, overlap)
-
-
-def auto_config() -> Config:
-    """`auto` as shipped, for Markdown (the eval corpora): its default sizes under MiniLM's budget."""
+def auto_label() -> str:
     name, size, overlap = ChunkStrategy().effective()["markdown"]  # type: ignore[misc]
-    return f"auto ({name} {size}/{overlap}, fitted)", False, ours("auto", None, None)
+    return f"auto ({name} {size}/{overlap}, fitted)"
 
 
-def sweep(quick: bool) -> list[Config]:
-    """Every strategy x size x overlap. fixed_chars sizes are characters: 4 per token, capped at 2048."""
-    sizes, strategies, overlaps = ((400,), ("sentence", "token_window"), (0.15,)) if quick else (
-        SIZES, STRATEGIES, OVERLAPS)  # fmt: skip
-    configs = []
-    for name in strategies:
-        for size in sizes:
-            for share in overlaps:
+# `strategy[:size/overlap][:field=value...]`, e.g. `sentence:390/58`, `semantic:220/0:semantic_window=0`
+_ITEM = re.compile(r"(\w+)(?::(\d+)/(\d+))?((?::\w+=[\w.]+)*)")
+
+
+def parse_item(item: str, embed: Embed) -> Config:
+    """One of ours from its `--configs` item (its own defaults where no size is named; `auto:S/O` is auto
+    with those sizes, still fitted to the embedder)."""
+    match = _ITEM.fullmatch(item)
+    if match is None or match[1] not in (*STRATEGIES, "auto"):
+        raise SystemExit(
+            f"bad --configs item {item!r}: want default, sweep, quick, or STRATEGY[:SIZE/OVERLAP][:FIELD=VALUE...] "
+            f"with STRATEGY one of auto, {', '.join(STRATEGIES)}"
+        )
+    name, extra = match[1], dict(part.split("=", 1) for part in match[4].split(":")[1:])
+    sizes = {} if match[2] is None else {"chunk_size": int(match[2]), "chunk_overlap": int(match[3])}
+    try:
+        strategy = ChunkStrategy(name=name, **sizes, **extra)
+    except ValueError as exc:
+        raise SystemExit(f"bad --configs item {item!r}: {exc}") from exc
+    if name == "auto" and not sizes and not extra:
+        label = auto_label()
+    else:
+        unit = "c" if name == "fixed_chars" else ""
+        size, overlap = strategy.for_kind("markdown").sizes_for(strategy.for_kind("markdown").name)
+        label = f"{name} {size}{unit}/{overlap}" + "".join(f" {k}={v}" for k, v in extra.items())
+    return label, False, ours(strategy, embed)
+
+
+def default_items() -> list[str]:
+    """`auto` as shipped, and every strategy of ours at `auto`'s fitted size for these (Markdown) corpora,
+    so boundaries are compared at equal size: fixed_chars at 4 characters a token, semantic at its own
+    fitted cap without overlap."""
+    _, size, overlap = ChunkStrategy().effective()["markdown"]  # type: ignore[misc]
+    same = [f"{name}:{size}/{overlap}" for name in ("sentence", "paragraph", "markdown", "token_window")]
+    return ["auto", *same, f"fixed_chars:{4 * size}/{4 * overlap}", "semantic"]
+
+
+def sweep_items(quick: bool) -> list[str]:
+    """Every strategy x size x overlap (fixed_chars in characters: 4 per token, capped at 2048)."""
+    if quick:
+        return ["sentence:400/60", "token_window:400/60"]
+    items = []
+    for name in STRATEGIES:
+        for size in SIZES:
+            for share in OVERLAPS:
                 unit_size = min(4 * size, 2048) if name == "fixed_chars" else size
-                configs.append(ours_config(name, unit_size, round(unit_size * share)))
-    return configs
+                overlap = 0 if name == "semantic" else round(unit_size * share)
+                items.append(f"{name}:{unit_size}/{overlap}")
+    return list(dict.fromkeys(items))
 
 
-def parse_configs(spec: str) -> list[Config]:
-    """`sweep`, `quick`, `auto` or `strategy:size/overlap` items, comma-separated (e.g. `sentence:390/58`;
-    `auto:220/33` is auto with those sizes, still fitted to the embedder)."""
-    configs: list[Config] = []
-    for item in (part.strip() for part in spec.split(",")):
-        if item in {"sweep", "quick"}:
-            configs += sweep(item == "quick")
-            continue
-        if item == "auto":
-            configs.append(auto_config())
-            continue
-        match = re.fullmatch(r"(\w+):(\d+)/(\d+)", item)
-        if match is None or match[1] not in (*STRATEGIES, "auto"):
-            raise SystemExit(
-                f"bad --configs item {item!r}: want sweep, quick, auto or one of {STRATEGIES}:SIZE/OVERLAP"
-            )
-        configs.append(ours_config(match[1], int(match[2]), int(match[3])))
+def parse_configs(spec: str, embed: Embed, quick: bool = False) -> list[Config]:
+    """`default`, `sweep`, `quick` or single items, comma-separated; duplicates dropped."""
+    items: list[str] = []
+    for item in (part.strip() for part in spec.split(",") if part.strip()):
+        if item == "default":
+            items += default_items()
+        elif item in {"sweep", "quick"}:
+            items += sweep_items(item == "quick" or quick)
+        else:
+            items.append(item)
+    configs = [parse_item(item, embed) for item in dict.fromkeys(items)]
     return list({label: (label, b, c) for label, b, c in configs}.values())
 
 
-def configurations(quick: bool, spec: str | None = None) -> list[Config]:
-    """(label, is_baseline, chunker): ours (the sweep, or `spec`), then the baselines, always."""
-    configs = parse_configs(spec) if spec else sweep(quick)
-    for size in (400,) if quick else SIZES:
-        overlap = round(size * 0.15)
-        configs.append(
-            (f"llama SentenceSplitter {size}/{overlap}", True, llama_sentence_splitter(size, overlap))
-        )
-    configs.append((WINDOW, True, fixed_token_window(800, 400)))
-    configs += strict_report.issue_baselines(quick, _chunks_from_spans, llama_sentence_splitter)
-    return configs
+def configurations(quick: bool, spec: str | None, embed: Embed) -> list[Config]:
+    """(label, is_baseline, chunker): ours (`spec`, by default `default`; `--quick`: auto and semantic),
+    then the baselines, always."""
+    configs = parse_configs(spec or ("auto,semantic" if quick else "default"), embed, quick)
+    return configs + baselines(quick, embed)
 
 
 # -- scoring -----------------------------------------------------------------------------------------------
 
 
-def length(intervals: Sequence[Interval]) -> int:
-    return sum(e - s for s, e in intervals)
+def by_document(spans: Sequence[Span]) -> dict[str, list[Interval]]:
+    """Retrieved spans merged per document (overlapping windows count once)."""
+    grouped: dict[str, list[Interval]] = {}
+    for doc, s, e in spans:
+        grouped.setdefault(doc, []).append((s, e))
+    return {doc: merge(v) for doc, v in grouped.items()}
 
 
-def score(question: Question, doc_id: str, hits: Sequence[tuple[str, int, int]], starts: dict) -> tuple:
-    """(recall, precision, iou, retrieved tokens) of hits = [(document_id, start, end)]."""
-    refs = merge(question.references)
-    by_doc: dict[str, list[Interval]] = {}
-    for d, s, e in hits:
-        by_doc.setdefault(d, []).append((s, e))
-    merged = {d: merge(v) for d, v in by_doc.items()}
-    same = merged.get(doc_id, [])
-    hit_chars = overlap(refs, same)
-    retrieved = sum(length(v) for v in merged.values())
-    union = retrieved + length(refs) - hit_chars
-    tokens = 0
-    for d, spans in merged.items():
-        arr = starts[d]
-        for s, e in spans:
-            tokens += int(np.searchsorted(arr, e) - np.searchsorted(arr, s))
-    recall = hit_chars / length(refs) if refs else 0.0
-    precision = hit_chars / retrieved if retrieved else 0.0
-    return recall, precision, hit_chars / union if union else 0.0, tokens
+def score(question: Question, doc_id: str, hits: Sequence[Span], meter: TokenMeter) -> tuple:
+    """The lenient view: (recall, precision, IoU, tokens) of everything `hits` touch, no budget."""
+    taken = by_document(hits)
+    tokens = sum(meter.cost(d, s, e) for d, spans in taken.items() for s, e in spans)
+    return (*interval_scores(question.references, doc_id, taken), tokens)
+
+
+def context_scores(question: Question, doc_id: str, hits: list[Hit], store: BM25Sink, budgets: Sequence[int],
+                   radius: int) -> np.ndarray:  # fmt: skip
+    """(len(budgets), 3): the assembled context's document characters scored, one assembly per budget."""
+    out = np.zeros((len(budgets), 3))
+    for i, budget in enumerate(budgets):
+        context = assemble_context(hits, store, radius=radius, budget=budget)
+        spans = [(s.document_id, a, b) for s in context.spans for _, a, b in s.segments]
+        out[i] = interval_scores(question.references, doc_id, by_document(spans))
+    return out
 
 
 # -- the run ------------------------------------------------------------------------------------------------
 
 
-def curve(question: Question, doc_id: str, hits: Sequence[tuple[str, int, int]], starts: dict) -> np.ndarray:
-    """(DEPTH + 1, 4) array: row n = score() of the top-n hits (row 0 = nothing retrieved)."""
-    out = np.zeros((DEPTH + 1, 4))
-    for n in range(1, DEPTH + 1):
-        out[n] = out[n - 1] if n > len(hits) else score(question, doc_id, hits[:n], starts)
-    return out
+@dataclass
+class Results:
+    """Lenient top-k means in `rows`; per-question strict scores in `strict`:
+    (config, retriever, unit) -> (questions, len(GRID), 3) with unit "chars" (budgets GRID) or "tokens"
+    (budgets `token_grid`)."""
+
+    rows: list[dict]
+    strict: dict[tuple[str, str, str], np.ndarray] = field(default_factory=dict)
+    corpus: list[str] = field(default_factory=list)  # each question's corpus
+    configs: list[str] = field(default_factory=list)
+    baseline: dict[str, bool] = field(default_factory=dict)
+    chars_per_token: float = 4.0  # of the corpora (cl100k)
+    info: dict[str, dict] = field(default_factory=dict)  # per config: chunks, mean tokens, chunking seconds
+
+    @property
+    def token_grid(self) -> tuple[int, ...]:
+        return token_budgets(GRID, self.chars_per_token)
+
+
+def token_budgets(char_budgets: Sequence[int], chars_per_token: float) -> tuple[int, ...]:
+    """The character budgets as cl100k tokens of these corpora."""
+    return tuple(round(b / chars_per_token) for b in char_budgets)
 
 
 @dataclass
-class Results:
-    """Mean figures per (config, retriever, k) in `rows`; per-question curves for budgets and pairing."""
+class Setting:
+    """What every configuration is scored against, built once per run."""
 
-    rows: list[dict]
-    curves: dict[tuple[str, str], np.ndarray]  # (config, retriever) -> (questions, DEPTH + 1, 4)
-    # (config, retriever) -> (questions, len(STRICT_GRID), 3): the strict character-budget scores
-    strict: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
-    chars_per_token: float = 4.0  # of the corpora (cl100k), for the budgets' token equivalents
-
-
-def strict_rows(question: Question, doc_id: str, ranked: Sequence[Span]) -> np.ndarray:
-    """(len(STRICT_GRID), 3): strict (recall, precision, IoU) of `ranked` at each character budget."""
-    return np.array([strict_scores(question.references, doc_id, ranked, b) for b in strict_report.GRID])
+    questions: list[Question]
+    doc_ids: dict[str, str]  # corpus name -> document ID
+    meter: TokenMeter
+    tokens: tuple[int, ...]  # the token budgets (GRID in tokens)
+    embedder: CachedEmbedder
+    client: QdrantClient
+    tmp: Path
+    headline_only: bool = False
 
 
-def neighbour_map(chunked: dict[str, list[Chunk]]) -> dict[Span, tuple[Span | None, Span | None]]:
-    """Each chunk span -> (previous, next) chunk span of the same document, for small-to-big."""
-    out: dict[Span, tuple[Span | None, Span | None]] = {}
-    for chunks in chunked.values():
-        spans = [
-            (c.document_id, c.start_char, c.end_char) for c in sorted(chunks, key=lambda c: c.chunk_index)
-        ]
-        for i, span in enumerate(spans):
-            out[span] = (spans[i - 1] if i else None, spans[i + 1] if i + 1 < len(spans) else None)
-    return out
+def score_config(setting: Setting, number: int, label: str, baseline: bool, chunked: dict[str, list[Chunk]],
+                 corpora: dict[str, Document]) -> tuple[dict[tuple[str, str], np.ndarray], list[dict]]:  # fmt: skip
+    """Per-question strict scores of one configuration's chunks by every retriever, and its lenient top-k
+    means. With `headline_only`, the fixed BM25 alone: no store is written and nothing embedded."""
+    all_chunks = [c for cs in chunked.values() for c in cs]
+    fixed = FixedBM25([(c.document_id, c.start_char, c.end_char) for c in all_chunks],
+                      [c.content for c in all_chunks])  # fmt: skip
+    keywords = searchers = None
+    if not setting.headline_only:
+        settings = SinkSettings(data_dir=setting.tmp, qdrant_collection=f"bench_{number}")
+        keywords = BM25Sink(settings, path=setting.tmp / f"bm25_{number}.sqlite")
+        vectors = QdrantSink(settings, embedder=setting.embedder, client=setting.client)
+        for name, doc in corpora.items():
+            keywords.upsert(doc, chunked[name])
+            vectors.upsert(doc, chunked[name])
+        searchers = Readers.of({"keywords": keywords, "vectors": vectors}).searchers()
+    per: dict[tuple[str, str], list[np.ndarray]] = {}
+    lenient: dict[str, list[list[tuple]]] = {m: [] for m in MODES}
+    for q in setting.questions:
+        doc_id = setting.doc_ids[q.corpus]
+        ranked = {"fixed-bm25": fixed.ranked(q.text, DEPTH)}
+        hybrid_hits: list[Hit] = []
+        for mode in MODES if searchers is not None else ():
+            hits = retrieve(
+                searchers, q.text, DEPTH, RetrievalSettings(mode=mode, candidates=CANDIDATES)
+            ).hits
+            ranked[mode] = [(h.document_id, h.start_char, h.end_char) for h in hits]
+            lenient[mode].append([score(q, doc_id, ranked[mode][:k], setting.meter) for k in KS])
+            hybrid_hits = hits  # hybrid comes last
+        for retriever, spans in ranked.items():
+            per.setdefault((retriever, "chars"), []).append(strict_grid(q.references, doc_id, spans, GRID))
+            per.setdefault((retriever, "tokens"), []).append(
+                strict_grid(q.references, doc_id, spans, setting.tokens, setting.meter))  # fmt: skip
+        for context, radius in CONTEXTS.items() if keywords is not None else ():
+            per.setdefault((context, "tokens"), []).append(
+                context_scores(q, doc_id, hybrid_hits, keywords, setting.tokens, radius))  # fmt: skip
+    rows = []
+    for mode, values in lenient.items():
+        if values:
+            means = np.asarray(values, dtype=float).mean(axis=0)
+            for k, (r, p, iou, tok) in zip(KS, means.tolist(), strict=True):
+                rows.append({"config": label, "baseline": baseline, "retriever": mode, "k": k,
+                             "recall": r, "precision": p, "iou": iou, "tokens": tok})  # fmt: skip
+    if keywords is not None:
+        keywords.close()
+        setting.client.delete_collection(f"bench_{number}")
+    return {key: np.stack(arrays) for key, arrays in per.items()}, rows
 
 
 def run(
-    corpora_dir: Path, questions_file: Path, quick: bool, cache_dir: Path | None, spec: str | None = None
+    corpora_dir: Path,
+    questions_file: Path,
+    quick: bool,
+    cache_dir: Path | None,
+    spec: str | None = None,
+    headline_only: bool = False,
 ) -> Results:
     corpora = load_corpora(corpora_dir)
     questions = load_questions(questions_file, corpora)
     if quick:
         questions = questions[::6]
-    doc_ids = {name: d.document_id for name, d in corpora.items()}
-    starts = {d.document_id: token_starts(d.text)[:-1] for d in corpora.values()}
-    embedder = CachedEmbedder(MiniLMEmbedder(), cache_dir)
-    client = QdrantClient(":memory:")
-    results = Results([], {})
+    starts = {d.document_id: token_starts(d.text) for d in corpora.values()}
+    results = Results([], corpus=[q.corpus for q in questions])
     results.chars_per_token = sum(len(d.text) for d in corpora.values()) / sum(
-        len(s) for s in starts.values()
+        len(s) - 1 for s in starts.values()
     )
+    embedder = CachedEmbedder(MiniLMEmbedder(), cache_dir)
     seen: dict[tuple, str] = {}
     with tempfile.TemporaryDirectory(prefix="bench_retrieval_") as tmp:
-        for number, (label, baseline, chunker) in enumerate(configurations(quick, spec)):
+        setting = Setting(questions, {name: d.document_id for name, d in corpora.items()}, TokenMeter(starts),
+                          results.token_grid, embedder, QdrantClient(":memory:"), Path(tmp), headline_only)  # fmt: skip
+        for number, (label, baseline, chunker) in enumerate(configurations(quick, spec, embedder.embed)):
             started = time.perf_counter()
             chunked = {name: chunker(doc) for name, doc in corpora.items()}
-            n_chunks = sum(len(c) for c in chunked.values())
-            mean_tokens = sum(c.token_count for cs in chunked.values() for c in cs) / max(n_chunks, 1)
-            signature = tuple((c.start_char, c.end_char) for cs in chunked.values() for c in cs)
-            base = {"config": label, "baseline": baseline, "chunks": n_chunks, "chunk_tokens": mean_tokens}
-            if signature in seen:  # a strategy that ignores overlap: same chunks, same scores
+            chunking_seconds = time.perf_counter() - started
+            all_chunks = [c for cs in chunked.values() for c in cs]
+            results.configs.append(label)
+            results.baseline[label] = baseline
+            results.info[label] = {"chunks": len(all_chunks), "chunking_seconds": chunking_seconds,
+                                   "chunk_tokens": float(np.mean([c.token_count for c in all_chunks] or [0]))}  # fmt: skip
+            signature = tuple((c.start_char, c.end_char) for c in all_chunks)
+            if signature in seen:  # same chunks, same scores (e.g. markdown on heading-less text = auto)
                 twin = seen[signature]
-                results.rows += [r | base | {"same_as": twin} for r in results.rows if r["config"] == twin]
-                for mode in MODES:
-                    results.curves[(label, mode)] = results.curves[(twin, mode)]
-                for (cfg, retriever), arr in list(results.strict.items()):
+                results.info[label]["same_as"] = twin
+                results.rows += [r | {"config": label, "baseline": baseline} for r in results.rows
+                                 if r["config"] == twin]  # fmt: skip
+                for (cfg, retriever, unit), arr in list(results.strict.items()):
                     if cfg == twin:
-                        results.strict[(label, retriever)] = arr
+                        results.strict[(label, retriever, unit)] = arr
                 print(f"[{number + 1}] {label}: same chunks as {twin}", file=sys.stderr)
                 continue
-            settings = SinkSettings(data_dir=Path(tmp), qdrant_collection=f"bench_{number}")
-            keywords = BM25Sink(settings, path=Path(tmp) / f"bm25_{number}.sqlite")
-            vectors = QdrantSink(settings, embedder=embedder, client=client)
-            for name, doc in corpora.items():
-                keywords.upsert(doc, chunked[name])
-                vectors.upsert(doc, chunked[name])
-            readers = Readers.of({"keywords": keywords, "vectors": vectors})
-            all_chunks = [c for cs in chunked.values() for c in cs]
-            fixed = FixedBM25([(c.document_id, c.start_char, c.end_char) for c in all_chunks],
-                              [c.content for c in all_chunks])  # fmt: skip
-            near = neighbour_map(chunked)
-            ranked = [fixed.ranked(q.text, DEPTH) for q in questions]
-            results.strict[(label, "fixed-bm25")] = np.stack(
-                [strict_rows(q, doc_ids[q.corpus], r) for q, r in zip(questions, ranked, strict=True)]
+            strict, rows = score_config(setting, number, label, baseline, chunked, corpora)
+            results.strict.update(
+                {(label, retriever, unit): arr for (retriever, unit), arr in strict.items()}
             )
-            results.strict[(label, "fixed-bm25+s2b")] = np.stack(
-                [strict_rows(q, doc_ids[q.corpus], small_to_big(r, near))
-                 for q, r in zip(questions, ranked, strict=True)])  # fmt: skip
-            for mode in MODES:
-                # ranking only: the context and the graph are not scored, so not assembled
-                options = SearchOptions(mode=mode, candidates=CANDIDATES, context=False, graph=False)
-                per_question, strict = [], []
-                for q in questions:
-                    result = search(readers, q.text, DEPTH, options)
-                    spans = [(h.document_id, h.start_char, h.end_char) for h in result.hits]
-                    per_question.append(curve(q, doc_ids[q.corpus], spans, starts))
-                    strict.append(strict_rows(q, doc_ids[q.corpus], spans))
-                results.strict[(label, mode)] = np.stack(strict)
-                curves = results.curves[(label, mode)] = np.stack(per_question)
-                for k in KS:
-                    r, p, iou, tok = curves[:, k].mean(axis=0).tolist()
-                    results.rows.append(base | {"retriever": mode, "k": k, "recall": r, "precision": p,
-                                                "iou": iou, "tokens": tok})  # fmt: skip
+            results.rows += rows
             seen[signature] = label
-            keywords.close()
-            client.delete_collection(f"bench_{number}")
             print(
-                f"[{number + 1}] {label}: {n_chunks} chunks, {time.perf_counter() - started:.0f}s "
-                f"(embedded so far: {embedder.embedded})",
+                f"[{number + 1}] {label}: {len(all_chunks)} chunks, chunked in {chunking_seconds:.1f}s, "
+                f"{time.perf_counter() - started:.0f}s in all (embedded so far: {embedder.embedded})",
                 file=sys.stderr,
                 flush=True,
             )
     return results
 
 
-def within_budget(curves: np.ndarray, budget: float) -> tuple[float, float]:
-    """Mean (recall, tokens) when each question takes its ranked hits while they fit in `budget` tokens.
-
-    Hits are added in rank order and the first one that would push the merged text over the budget stops
-    the list, so no question ever reads more than `budget` tokens.
-    """
-    chosen = budget_pick(curves, budget)
-    return float(chosen[:, 0].mean()), float(chosen[:, 3].mean())
-
-
-def budget_pick(curves: np.ndarray, budget: float) -> np.ndarray:
-    """Per question, the score row of the longest ranked prefix whose merged text fits in `budget`."""
-    tokens = curves[:, :, 3]
-    fits = tokens <= budget  # row 0 (nothing) always fits; tokens only grow with n
-    last = np.where(fits, np.arange(tokens.shape[1]), 0).max(axis=1)
-    return curves[np.arange(len(curves)), last]
-
-
-def paired(
-    ours_curves: np.ndarray, base_curves: np.ndarray, k: int | None = None, budget: float | None = None
-) -> tuple[float, int, int]:
-    """(recall difference summed over questions, questions ours covers better, questions it covers worse),
-    at top-k or, with `budget`, at that token budget."""
-    if budget is not None:
-        diff = budget_pick(ours_curves, budget)[:, 0] - budget_pick(base_curves, budget)[:, 0]
-    else:
-        diff = ours_curves[:, k, 0] - base_curves[:, k, 0]
-    return float(diff.sum()), int((diff > 1e-9).sum()), int((diff < -1e-9).sum())
-
-
-def print_tables(results: Results, budgets: Sequence[int] = BUDGETS, k_main: int = 5) -> None:
-    """The k=5 table (every config x retriever), hybrid recall/tokens at each k, the budget-matched view,
-    and each of ours against the baselines, paired by question."""
-    rows = results.rows
-    by = {(r["config"], r["retriever"], r["k"]): r for r in rows}
-    configs = list(dict.fromkeys(r["config"] for r in rows))
-    info = {r["config"]: r for r in rows}
-    print(f"\n### k = {k_main}: recall / precision / IoU (%), retrieved tokens per question\n")
-    head = "| chunking | chunks | mean tokens | " + " | ".join(
-        f"{m} R / P / IoU | {m} tokens" for m in MODES) + " |"  # fmt: skip
-    print(head)
+def print_topk(results: Results, k_main: int = 5) -> None:
+    """The lenient view, for comparison with earlier runs: recall of whatever the top k touch, and the
+    tokens that cost (bigger chunks always look better here; the strict tables correct for it)."""
+    by = {(r["config"], r["retriever"], r["k"]): r for r in results.rows}
+    print(
+        f"\n### lenient top-k (not budgeted): recall / precision / IoU (%) at k = {k_main}, tokens retrieved\n"
+    )
+    print(
+        "| chunking | chunks | mean tokens | "
+        + " | ".join(f"{m} R / P / IoU | {m} tokens" for m in MODES)
+        + " |"
+    )
     print("|" + "---|" * (3 + 2 * len(MODES)))
-    for c in configs:
+    for c in results.configs:
         cells = []
         for m in MODES:
             r = by[(c, m, k_main)]
             cells += [f"{100 * r['recall']:.1f} / {100 * r['precision']:.1f} / {100 * r['iou']:.1f}",
                       f"{r['tokens']:.0f}"]  # fmt: skip
-        name = f"**{c}** (baseline)" if info[c]["baseline"] else c
-        print(f"| {name} | {info[c]['chunks']} | {info[c]['chunk_tokens']:.0f} | " + " | ".join(cells) + " |")
-    print("\n### hybrid recall (%) and retrieved tokens at each k\n")
-    print("| chunking | " + " | ".join(f"R@{k} | tok@{k}" for k in KS) + " |")
-    print("|" + "---|" * (1 + 2 * len(KS)))
-    for c in configs:
-        cells = [
-            f"{100 * by[(c, 'hybrid', k)]['recall']:.1f} | {by[(c, 'hybrid', k)]['tokens']:.0f}" for k in KS
-        ]
-        print(f"| {c} | " + " | ".join(cells) + " |")
-    print_budget_table(results, configs, info, budgets, k_main)
-    print_paired(results, configs, info, k_main)
-    print()
-    for m in MODES:
-        baselines = [(c, by[(c, m, k_main)]) for c in configs if info[c]["baseline"]]
-        ours_rows = [(c, by[(c, m, k_main)]) for c in configs if not info[c]["baseline"]]
-        for bc, b in baselines:
-            fair = [(c, r) for c, r in ours_rows if r["tokens"] <= b["tokens"]]
-            if not fair:
-                print(f"{m}: no config of ours retrieves <= {b['tokens']:.0f} tokens (vs {bc})")
-                continue
-            c, r = max(fair, key=lambda cr: cr[1]["recall"])
-            verdict = "beats" if r["recall"] > b["recall"] else "does not beat"
-            print(
-                f"{m} R@{k_main}: best of ours within {bc}'s {b['tokens']:.0f} tokens is {c} "
-                f"({100 * r['recall']:.1f}% at {r['tokens']:.0f} tokens), {verdict} {100 * b['recall']:.1f}%"
-            )
-
-
-def print_budget_table(
-    results: Results, configs: list[str], info: dict, budgets: Sequence[int], k_main: int
-) -> None:
-    """Recall (%) when every question reads at most B tokens of ranked hits; B includes the reference
-    baseline's own tokens@k (per retriever), so that column is its recall@k against everyone at its budget."""
-    matched = {
-        m: next(
-            (
-                r["tokens"]
-                for r in results.rows
-                if (r["config"], r["retriever"], r["k"]) == (REFERENCE, m, k_main)
-            ),
-            None,
-        )
-        for m in MODES
-    }
-    print("\n### budget-matched recall (%): ranked hits taken while the merged text fits in B tokens\n")
-    cols = [("hybrid", float(b)) for b in budgets]
-    cols += [(m, matched[m]) for m in ("hybrid", "keywords", "vectors") if matched[m] is not None]
-    print(
-        "| chunking | "
-        + " | ".join(f"{m} B={b:.0f}" + (" (ref)" if b == matched[m] else "") for m, b in cols)
-        + " |"
-    )
-    print("|" + "---|" * (1 + len(cols)))
-    for c in configs:
-        cells = [f"{100 * within_budget(results.curves[(c, m)], b)[0]:.1f}" for m, b in cols]
-        name = f"**{c}** (baseline)" if info[c]["baseline"] else c
-        print(f"| {name} | " + " | ".join(cells) + " |")
-    if matched["hybrid"] is not None:
-        print(f"\n(ref) = {REFERENCE}'s own tokens@{k_main} for that retriever: the budget it spent.")
-
-
-def print_paired(results: Results, configs: list[str], info: dict, k_main: int) -> None:
-    """Each of ours against each baseline at R@k, question by question: the recall difference expressed in
-    questions (sum of per-question differences) and how many questions it covers better / worse."""
-    baselines = [c for c in configs if info[c]["baseline"] and c in (REFERENCE, WINDOW)]
-    n = len(next(iter(results.curves.values())))
-    print(
-        f"\n### paired by question, R@k vs baselines: recall difference in questions (of {n}), better / worse\n"
-    )
-    ref_budget = next(r["tokens"] for r in results.rows if (r["config"], r["retriever"], r["k"]) == (
-        REFERENCE, "hybrid", k_main))  # fmt: skip
-    cols = [(m, k, b) for b in baselines for m, k in (("hybrid", 3), ("hybrid", k_main), ("hybrid", 10),
-            ("keywords", k_main), ("vectors", k_main), ("hybrid", None))]  # fmt: skip
-    short = {REFERENCE: "SS", WINDOW: "win"}
-    print(
-        "| chunking | "
-        + " | ".join(
-            f"{short[b]} {m[0]}@{k}" if k else f"{short[b]} h B={ref_budget:.0f}" for m, k, b in cols
-        )
-        + " |"
-    )
-    print("|" + "---|" * (1 + len(cols)))
-    for c in configs:
-        if info[c]["baseline"]:
-            continue
-        cells = []
-        for m, k, b in cols:
-            budget = None if k else ref_budget
-            diff, better, worse = paired(results.curves[(c, m)], results.curves[(b, m)], k, budget)
-            cells.append(f"{diff:+.1f} ({better}/{worse})")
-        print(f"| {c} | " + " | ".join(cells) + " |")
-    print(
-        f"\nSS = {REFERENCE}, win = {WINDOW}; h/k/v = hybrid/keywords/vectors; B = SS's hybrid tokens@{k_main}"
-    )
-    print("as a per-question budget. A cell is the sum over questions of (our recall - its recall), then")
-    print("(questions we cover better / worse).")
+        info = results.info[c]
+        print(f"| {strict_report.name_cell(c, results.baseline)} | {info['chunks']} | {info['chunk_tokens']:.0f} | "
+              + " | ".join(cells) + " |")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -594,52 +467,51 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--questions", type=Path, help="questions CSV (default: questions.csv of the eval data)"
     )
-    parser.add_argument("--quick", action="store_true", help="2 strategies, 1 size, every 6th question")
+    parser.add_argument(
+        "--quick", action="store_true", help="auto, semantic and two baselines on every 6th question"
+    )
     parser.add_argument(
         "--configs",
         default=None,
-        help="only these of ours, comma-separated: sweep, quick, auto or STRATEGY:SIZE/OVERLAP "
-        "(e.g. sentence:390/58,markdown:400/60,auto:220/33); the baselines always run",
-    )
-    parser.add_argument(
-        "--budgets", default=",".join(map(str, BUDGETS)), help="token budgets of the budget-matched view"
+        help="ours, comma-separated: default (auto and each strategy at auto's size), sweep, quick, or "
+        "STRATEGY[:SIZE/OVERLAP][:FIELD=VALUE...] (e.g. auto,sentence:390/58,semantic:220/0:semantic_window=0); "
+        "the baselines always run",
     )
     parser.add_argument("--cache-dir", default=str(Path(".unichunk") / "bench_embeddings"),
                         help="on-disk embedding cache ('' to disable)")  # fmt: skip
-    parser.add_argument("--plots-dir", type=Path, default=Path("benchmarks") / "results",
+    parser.add_argument("--plots-dir", default=str(Path("benchmarks") / "results"),
                         help="where the recall-vs-budget PNGs are written ('' to skip)")  # fmt: skip
+    parser.add_argument("--strict-only", action="store_true", help="print only the strict tables")
+    parser.add_argument("--headline-only", action="store_true",
+                        help="the fixed BM25 alone (no stores, nothing embedded but semantic's sentences): "
+                        "a fast sweep of boundaries")  # fmt: skip
     parser.add_argument(
-        "--strict-only", action="store_true", help="print only the strict character-budget tables"
+        "--json", type=Path, default=None, help="also write every mean figure to this JSON file"
     )
-    parser.add_argument("--json", type=Path, default=None, help="also write every figure to this JSON file")
     args = parser.parse_args(argv)
-    budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
     if args.configs:
-        parse_configs(args.configs)  # fail on a typo before loading anything
-    logging.getLogger("sinks.vectors.qdrant").setLevel(logging.ERROR)  # 800-token chunks exceed MiniLM's 256
+        parse_configs(args.configs, lambda texts: [], args.quick)  # fail on a typo before loading anything
+    logging.getLogger("sinks.vectors.qdrant").setLevel(
+        logging.ERROR
+    )  # 512+-token baselines exceed MiniLM's 256
     started = time.perf_counter()
     cache = Path(args.cache_dir) if args.cache_dir else None
     corpora = args.corpora or evaldata.corpora_dir("retrieval_quality")
     questions = args.questions or evaldata.questions_file("retrieval_quality")
-    results = run(corpora, questions, args.quick, cache, args.configs)
-    if args.json:  # one row per (config, retriever, k); the budget view rides along per (config, retriever)
-        for row in results.rows:
-            curves = results.curves[(row["config"], row["retriever"])]
-            spent = {str(b): within_budget(curves, b) for b in budgets}
-            row["budget_recall"] = {b: r for b, (r, _) in spent.items()}
-            row["budget_tokens"] = {b: t for b, (_, t) in spent.items()}
-        args.json.write_text(json.dumps(results.rows, indent=1))
-    if not args.strict_only:
-        print_tables(results, budgets)
-    configs = list(dict.fromkeys(r["config"] for r in results.rows))
-    baseline = {r["config"]: r["baseline"] for r in results.rows}
-    strict_report.print_strict(results.strict, configs, baseline, results.chars_per_token)
-    if str(args.plots_dir):
-        for path in strict_report.write_plots(results.strict, configs, baseline, args.plots_dir):
+    results = run(corpora, questions, args.quick, cache, args.configs, args.headline_only)
+    if args.json:
+        args.json.write_text(json.dumps(strict_report.as_json(results), indent=1))
+    if not args.strict_only and results.rows:
+        print_topk(results)
+    strict_report.print_strict(results)
+    if args.plots_dir:
+        for path in strict_report.write_plots(results, Path(args.plots_dir)):
             print(f"plot: {path}")
     if LOST[0]:
         print(f"note: {LOST[0]} SentenceSplitter chunks could not be located in the text and were dropped")
-    print(f"\n{len(results.rows)} rows in {time.perf_counter() - started:.0f}s")
+    print(
+        f"\n{len(results.configs)} configurations, {len(results.corpus)} questions in {time.perf_counter() - started:.0f}s"
+    )
 
 
 if __name__ == "__main__":

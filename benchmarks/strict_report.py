@@ -1,111 +1,200 @@
-"""The strict table, the paired comparisons and the recall-vs-budget plots of `retrieval_quality`.
+"""The strict tables, paired comparisons, leave-one-corpus-out check and plots of `retrieval_quality`.
 
-Kept apart from the run so the printing and plotting can be tested on hand-made score arrays. Figures
-come from `benchmarks.budget_metric` (the budget filling and its scores are defined there).
+Kept apart from the run so they can be tested on hand-made score arrays. Every figure comes from the
+per-question arrays `Results.strict[(config, retriever, unit)]` of shape (questions, len(GRID), 3):
+(recall, precision, IoU) at each budget, in characters (GRID) or tokens (`Results.token_grid`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from chonkie import RecursiveChunker, SentenceChunker, TokenChunker
 
-from benchmarks.budget_metric import BUDGETS, paired_bootstrap
-from chunking.models import Chunk, Document
-from chunking.tokenizer import TokenCounter, get_encoding
+from benchmarks.budget_metric import BUDGETS, GRID, paired_bootstrap
 
-GRID = (250, 500, 1000, 1500, 2000, 3000, 4000, 6000)  # characters; the plots use all, the tables BUDGETS
-RETRIEVERS = ("fixed-bm25", "fixed-bm25+s2b", "keywords", "vectors", "hybrid")
-SPLITTER = "llama SentenceSplitter 512/128"
+if TYPE_CHECKING:
+    from benchmarks.retrieval_quality import Results
 
-
-def issue_baselines(quick: bool, from_spans: Callable, llama: Callable) -> list[tuple[str, bool, Callable]]:
-    """The issue's baselines beside the existing ones: SentenceSplitter 512/128 and chonkie's token,
-    sentence and recursive chunkers at 512 cl100k tokens (128 overlap where they take one). chonkie gives
-    exact start/end offsets, so its chunks are used as they are."""
-    encoding, counter = get_encoding(), TokenCounter()
-
-    def chonkie(chunker: object) -> Callable[[Document], list[Chunk]]:
-        def chunk(document: Document) -> list[Chunk]:
-            pieces = chunker(document.text)  # type: ignore[operator]
-            return from_spans(document, [(p.start_index, p.end_index) for p in pieces], counter)
-
-        return chunk
-
-    out = [(SPLITTER, True, llama(512, 128))]
-    if quick:
-        return out
-    return [
-        *out,
-        ("chonkie TokenChunker 512/128", True, chonkie(TokenChunker(tokenizer=encoding, chunk_size=512, chunk_overlap=128))),
-        ("chonkie SentenceChunker 512/128", True, chonkie(SentenceChunker(tokenizer=encoding, chunk_size=512, chunk_overlap=128))),
-        ("chonkie RecursiveChunker 512", True, chonkie(RecursiveChunker(tokenizer=encoding, chunk_size=512))),
-    ]  # fmt: skip
+HEADLINE = "fixed-bm25"
+# The issue's targets for the shipped default's fixed-BM25 character recall, by character budget.
+TARGETS = {1000: 0.55, 2000: 0.85, 4000: 0.94}
 
 
-def default_label(configs: list[str], baseline: dict[str, bool]) -> str:
+def retrievers(results: Results) -> list[str]:
+    """Retriever names in the order the run made them."""
+    return list(dict.fromkeys(r for _, r, _ in results.strict))
+
+
+def unit_of(results: Results, retriever: str) -> str:
+    """ "chars" where the retriever was scored in characters (rankers), else "tokens" (contexts)."""
+    return "chars" if any(r == retriever and u == "chars" for _, r, u in results.strict) else "tokens"
+
+
+def columns(results: Results, unit: str) -> list[tuple[int, str]]:
+    """(index into the grid, label) of the table budgets (BUDGETS, or their token equivalents)."""
+    if unit == "chars":
+        return [(GRID.index(b), f"{b:,} chars") for b in BUDGETS]
+    return [(GRID.index(b), f"{results.token_grid[GRID.index(b)]:,} tokens") for b in BUDGETS]
+
+
+def default_label(results: Results) -> str:
     """The shipped default's row (`auto (...)`), else the first of ours."""
-    return next((c for c in configs if c.startswith("auto (")), next(c for c in configs if not baseline[c]))
+    ours = [c for c in results.configs if not results.baseline[c]]
+    return next((c for c in ours if c.startswith("auto (")), ours[0])
 
 
-def print_strict(
-    strict: dict[tuple[str, str], np.ndarray],
-    configs: list[str],
-    baseline: dict[str, bool],
-    chars_per_token: float,
-    budgets: tuple[int, ...] = BUDGETS,
-) -> None:
-    """Per retriever: mean strict recall / precision / IoU (%) at each character budget; then the default
-    against every other row, question by question, on recall; then the two halves of the questions."""
-    cols = [GRID.index(b) for b in budgets]
-    retrievers = [r for r in RETRIEVERS if any((c, r) in strict for c in configs)]
-    equiv = ", ".join(f"{b:,} chars ~ {b / chars_per_token:.0f} tokens" for b in budgets)
-    print(f"\n### strict character budget: recall / precision / IoU (%) ({equiv}; cl100k on these corpora)\n")
-    for r in retrievers:
-        print(f"\n#### {r}\n")
-        print("| chunking | " + " | ".join(f"B={b:,} R / P / IoU" for b in budgets) + " |")
-        print("|" + "---|" * (1 + len(budgets)))
-        for c in configs:
-            if (c, r) not in strict:
+def name_cell(config: str, baseline: dict[str, bool]) -> str:
+    return f"**{config}** (baseline)" if baseline[config] else config
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}"
+
+
+def print_strict(results: Results) -> None:
+    """Every strict view, as Markdown tables."""
+    budgets = ", ".join(f"{b:,} chars ~ {results.token_grid[GRID.index(b)]} tokens" for b in BUDGETS)
+    print(f"\n### strict budgeted metric: recall / precision / IoU (%) ({budgets}: cl100k on these corpora)")
+    for retriever in retrievers(results):
+        print_retriever(results, retriever)
+    print_per_corpus(results)
+    print_paired(results)
+    print_leave_one_corpus_out(results)
+    print_verdict(results)
+
+
+def print_retriever(results: Results, retriever: str) -> None:
+    """One retriever: R / P / IoU at each budget of its unit, and for rankers recall at the token budgets."""
+    unit = unit_of(results, retriever)
+    cols = columns(results, unit)
+    extra = columns(results, "tokens") if unit == "chars" else []
+    print(f"\n#### {retriever}\n")
+    print("| chunking | " + " | ".join(f"{label} R / P / IoU" for _, label in cols)
+          + "".join(f" | R@{label}" for _, label in extra) + " |")  # fmt: skip
+    print("|" + "---|" * (1 + len(cols) + len(extra)))
+    for c in results.configs:
+        if (c, retriever, unit) not in results.strict:
+            continue
+        mean = results.strict[(c, retriever, unit)].mean(axis=0)
+        cells = [" / ".join(_pct(v) for v in mean[i]) for i, _ in cols]
+        if extra:
+            tok = results.strict[(c, retriever, "tokens")].mean(axis=0)
+            cells += [_pct(tok[i, 0]) for i, _ in extra]
+        print(f"| {name_cell(c, results.baseline)} | " + " | ".join(cells) + " |")
+
+
+def print_per_corpus(results: Results) -> None:
+    """Recall (%) per corpus at each budget, per retriever: a gain that shows on one corpus only is not one."""
+    corpora = sorted(set(results.corpus))
+    corpus = np.array(results.corpus)
+    print("\n### recall (%) per corpus\n")
+    for retriever in retrievers(results):
+        unit = unit_of(results, retriever)
+        cols = columns(results, unit)
+        print(f"\n#### {retriever} ({'characters' if unit == 'chars' else 'tokens'})\n")
+        print(
+            "| chunking | "
+            + " | ".join(f"{name} {label.split()[0]}" for name in corpora for _, label in cols)
+            + " |"
+        )
+        print("|" + "---|" * (1 + len(corpora) * len(cols)))
+        for c in results.configs:
+            if (c, retriever, unit) not in results.strict:
                 continue
-            mean = strict[(c, r)].mean(axis=0)
-            cells = [" / ".join(f"{100 * v:.1f}" for v in mean[i]) for i in cols]
-            print(f"| {'**' + c + '** (baseline)' if baseline[c] else c} | " + " | ".join(cells) + " |")
-    ours = default_label(configs, baseline)
+            arr = results.strict[(c, retriever, unit)]
+            cells = [_pct(arr[corpus == name, i, 0].mean()) for name in corpora for i, _ in cols]
+            print(f"| {name_cell(c, results.baseline)} | " + " | ".join(cells) + " |")
+
+
+def print_paired(results: Results) -> None:
+    """The default minus every other row, question by question, on recall: mean difference (points),
+    95 % bootstrap CI, wins/losses/ties, exact sign-test p. `*` marks a CI that excludes zero."""
+    ours = default_label(results)
+    print(f"\n### paired by question, recall: {ours} minus each row")
     print(
-        f"\n### paired by question, strict recall: {ours} minus each row (mean, 95 % bootstrap CI; W/L/T)\n"
+        "(mean difference in points, [95 % bootstrap CI], wins/losses/ties, sign-test p; * = CI excludes 0)"
     )
-    for r in retrievers:
-        print(f"\n#### {r}\n")
-        print("| vs | " + " | ".join(f"B={b:,}" for b in budgets) + " |")
-        print("|" + "---|" * (1 + len(budgets)))
-        for c in configs:
-            if c == ours or (c, r) not in strict:
+    for retriever in retrievers(results):
+        unit = unit_of(results, retriever)
+        cols = columns(results, unit)
+        if (ours, retriever, unit) not in results.strict:
+            continue
+        print(f"\n#### {retriever}\n")
+        print("| vs | " + " | ".join(label for _, label in cols) + " |")
+        print("|" + "---|" * (1 + len(cols)))
+        mine = results.strict[(ours, retriever, unit)]
+        for c in results.configs:
+            if c == ours or (c, retriever, unit) not in results.strict:
                 continue
+            theirs = results.strict[(c, retriever, unit)]
             cells = []
-            for i in cols:
-                d, lo, hi, w, lo_n, t = paired_bootstrap(strict[(ours, r)][:, i, 0], strict[(c, r)][:, i, 0])
-                cells.append(f"{100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] {w}/{lo_n}/{t}")
-            print(f"| {c} | " + " | ".join(cells) + " |")
-    print(
-        "\n### held-out check, fixed-bm25 strict recall (%): even-numbered questions / odd-numbered questions\n"
-    )
-    print("| chunking | " + " | ".join(f"B={b:,} even / odd" for b in budgets) + " |")
-    print("|" + "---|" * (1 + len(budgets)))
-    for c in configs:
-        if (c, "fixed-bm25") in strict:
-            arr = strict[(c, "fixed-bm25")]
-            cells = [f"{100 * arr[0::2, i, 0].mean():.1f} / {100 * arr[1::2, i, 0].mean():.1f}" for i in cols]
-            print(f"| {c} | " + " | ".join(cells) + " |")
+            for i, _ in cols:
+                p = paired_bootstrap(mine[:, i, 0], theirs[:, i, 0])
+                cells.append(f"{100 * p.mean:+.1f} [{100 * p.low:+.1f}, {100 * p.high:+.1f}] "
+                             f"{p.wins}/{p.losses}/{p.ties} p={p.p:.2g}{'*' if p.significant else ''}")  # fmt: skip
+            print(f"| {name_cell(c, results.baseline)} | " + " | ".join(cells) + " |")
 
 
-def write_plots(
-    strict: dict[tuple[str, str], np.ndarray], configs: list[str], baseline: dict[str, bool], out_dir: Path
-) -> list[Path]:
-    """One PNG per retriever: mean strict recall against the character budget, a line per config
-    (baselines dashed). Small (100 dpi) so they can sit beside the README tables."""
+def leave_one_corpus_out(results: Results, retriever: str = HEADLINE) -> list[tuple[str, str, np.ndarray]]:
+    """For each corpus: the config of ours with the best mean recall over BUDGETS on the *other* corpora,
+    and its recall at BUDGETS on the held-out one: (held-out corpus, chosen config, recalls). Nothing
+    with fewer than two corpora."""
+    corpus = np.array(results.corpus)
+    if len(set(results.corpus)) < 2:
+        return []
+    idx = [GRID.index(b) for b in BUDGETS]
+    ours = [
+        c for c in results.configs if not results.baseline[c] and (c, retriever, "chars") in results.strict
+    ]
+    out = []
+    for held in sorted(set(results.corpus)):
+        train = corpus != held
+        chosen = max(ours, key=lambda c: results.strict[(c, retriever, "chars")][train][:, idx, 0].mean())
+        out.append(
+            (held, chosen, results.strict[(chosen, retriever, "chars")][~train][:, idx, 0].mean(axis=0))
+        )
+    return out
+
+
+def print_leave_one_corpus_out(results: Results) -> None:
+    """Choosing on two corpora, reporting the third: does the choice generalise?"""
+    ours, corpus = default_label(results), np.array(results.corpus)
+    idx = [GRID.index(b) for b in BUDGETS]
+    bases = [c for c in results.configs if results.baseline[c] and (c, HEADLINE, "chars") in results.strict]
+    print(f"\n### leave one corpus out ({HEADLINE}, recall %): the best of ours on the other two corpora, "
+          "scored on the held-out one\n")  # fmt: skip
+    print("| held out | chosen on the others | " + " | ".join(f"{b:,} chars" for b in BUDGETS)
+          + f" | {ours} | best baseline there |")  # fmt: skip
+    print("|" + "---|" * (4 + len(BUDGETS)))
+    for held, chosen, recall in leave_one_corpus_out(results):
+        default = results.strict[(ours, HEADLINE, "chars")][corpus == held][:, idx, 0].mean(axis=0)
+        best = [max(results.strict[(b, HEADLINE, "chars")][corpus == held][:, i, 0].mean() for b in bases)
+                for i in idx] if bases else []  # fmt: skip
+        print(f"| {held} | {chosen} | " + " | ".join(_pct(v) for v in recall)
+              + f" | {' / '.join(_pct(v) for v in default)} | {' / '.join(_pct(v) for v in best)} |")  # fmt: skip
+
+
+def print_verdict(results: Results) -> None:
+    """The issue's targets and whether the default beats every baseline at every budget (headline)."""
+    ours = default_label(results)
+    if (ours, HEADLINE, "chars") not in results.strict:
+        return
+    mean = results.strict[(ours, HEADLINE, "chars")].mean(axis=0)
+    print(f"\n### verdict ({HEADLINE} character recall of {ours})\n")
+    for budget, target in TARGETS.items():
+        value = mean[GRID.index(budget), 0]
+        losers = [c for c in results.configs if results.baseline[c] and (c, HEADLINE, "chars") in results.strict
+                  and results.strict[(c, HEADLINE, "chars")].mean(axis=0)[GRID.index(budget), 0] >= value]  # fmt: skip
+        print(f"- {budget:,} chars: {_pct(value)} % (target {_pct(target)}: {'met' if value >= target else 'NOT met'}); "
+              + ("ahead of every baseline" if not losers else "not ahead of " + ", ".join(losers)))  # fmt: skip
+
+
+def write_plots(results: Results, out_dir: Path) -> list[Path]:
+    """One PNG per retriever: mean recall against the budget (characters for rankers, tokens for the
+    assembled contexts), a line per config, baselines dashed. 100 dpi, to sit beside the tables."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -113,22 +202,56 @@ def write_plots(
 
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for r in RETRIEVERS:
-        rows = [c for c in configs if (c, r) in strict]
-        if not rows:
-            continue
-        fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
-        for c in rows:
-            ax.plot(GRID, 100 * strict[(c, r)][:, :, 0].mean(axis=0), "--" if baseline[c] else "-",
-                    marker=".", label=c, linewidth=1.2)  # fmt: skip
-        ax.set(xscale="log", xlabel="budget (characters of retrieved text)", ylabel="character recall (%)",
-               title=f"strict recall vs budget: {r}", ylim=(0, 100))  # fmt: skip
-        ax.set_xticks(GRID, [f"{b:,}" for b in GRID])
+    for retriever in retrievers(results):
+        unit = unit_of(results, retriever)
+        grid: Sequence[int] = GRID if unit == "chars" else results.token_grid
+        fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=100)
+        for c in results.configs:
+            if (c, retriever, unit) in results.strict:
+                recall = 100 * results.strict[(c, retriever, unit)][:, :, 0].mean(axis=0)
+                ax.plot(grid, recall, "--" if results.baseline[c] else "-", marker=".", label=c,
+                        linewidth=2.2 if c == default_label(results) else 1.1)  # fmt: skip
+        what = "characters" if unit == "chars" else "cl100k tokens, headers included"
+        ax.set(xscale="log", xlabel=f"budget ({what} of retrieved text)", ylabel="recall (%)",
+               title=f"strict recall vs budget: {retriever}", ylim=(0, 100))  # fmt: skip
+        ax.set_xticks(list(grid), [f"{b:,}" for b in grid])
+        ax.minorticks_off()  # log-scale minor labels would print over the budgets
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6, loc="lower right")
         fig.tight_layout()
-        path = out_dir / f"strict_recall_{r.replace('+', '_')}.png"
+        path = out_dir / f"strict_recall_{_slug(retriever)}.png"
         fig.savefig(path)
         plt.close(fig)
         written.append(path)
     return written
+
+
+def _slug(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name).strip("_").replace("__", "_")
+
+
+def as_json(results: Results) -> dict:
+    """Every mean figure: the lenient top-k rows, and per (config, retriever, unit) the mean
+    recall/precision/IoU at every budget of the grid, overall and per corpus."""
+    corpus = np.array(results.corpus)
+    strict = []
+    for (c, retriever, unit), arr in results.strict.items():
+        grid = GRID if unit == "chars" else results.token_grid
+        row = {
+            "config": c,
+            "baseline": results.baseline[c],
+            "retriever": retriever,
+            "unit": unit,
+            "budgets": list(grid),
+        }
+        row["mean"] = arr.mean(axis=0).tolist()
+        row["per_corpus"] = {
+            name: arr[corpus == name].mean(axis=0).tolist() for name in sorted(set(results.corpus))
+        }
+        strict.append(row)
+    return {
+        "topk": results.rows,
+        "strict": strict,
+        "info": results.info,
+        "chars_per_token": results.chars_per_token,
+    }

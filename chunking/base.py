@@ -9,7 +9,7 @@ pieces, checking order) happens here, once, so no strategy can break the offset 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -17,6 +17,10 @@ from chunking.config import ChunkStrategy
 from chunking.ids import chunk_id_for_hash, sha256_hex
 from chunking.models import Chunk, Document
 from chunking.tokenizer import TokenCounter
+
+# Texts -> one vector each: how a strategy that measures meaning (`semantic`) is handed the configured
+# embedder without `chunking` importing it.
+EmbedFunction = Callable[[list[str]], Sequence[Sequence[float]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,10 @@ class BaseChunker(ABC):
     @abstractmethod
     def spans(self, text: str, document: Document) -> list[Span]:
         """Ordered spans of `text` to become chunks (they may overlap; they must not go backwards)."""
+
+    def embedded_spans(self, text: str, document: Document, embed: EmbedFunction) -> list[Span]:
+        """`spans`, for a strategy that measures text with `embed`; the others have no use for it."""
+        return self.spans(text, document)
 
     def chunk(self, document: Document) -> list[Chunk]:
         return chunks_from_spans(

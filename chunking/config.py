@@ -18,7 +18,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from chunking.ids import sha256_hex
 
-StrategyName = Literal["auto", "token_window", "fixed_chars", "sentence", "paragraph", "markdown", "html"]
+StrategyName = Literal[
+    "auto", "token_window", "fixed_chars", "sentence", "paragraph", "markdown", "html", "semantic"
+]
 
 # (chunk_size, chunk_overlap) per strategy. Units: tokens, except fixed_chars (characters).
 STRATEGY_DEFAULTS: dict[str, tuple[int, int]] = {
@@ -28,7 +30,16 @@ STRATEGY_DEFAULTS: dict[str, tuple[int, int]] = {
     "paragraph": (512, 0),
     "markdown": (512, 0),
     "html": (512, 0),  # html packs by words (target/max/min_words); chunk_size is a token ceiling
+    # semantic: a cap, not a target (boundaries follow the text); lowered to fit the embedder like auto's
+    # sizes (`EmbeddingBudget.auto_sizes`), and no overlap: a boundary at a topic shift is the point.
+    "semantic": (512, 0),
 }
+# Strategies whose chunks are fitted to the embedder (`EmbeddingBudget`): default sizes lowered to fit its
+# limit, and a final pass (`chunking.embedding_fit`) cutting any chunk whose embedded text is still over.
+FITTED_STRATEGIES = frozenset({"auto", "semantic"})
+# Settings only the semantic strategy reads: hashed into its fingerprint alone, so adding them left every
+# other strategy's chunks valid.
+SEMANTIC_FIELDS = frozenset({"semantic_percentile", "semantic_window", "semantic_model"})
 
 DocumentKind = Literal["markdown", "html", "text"]
 
@@ -48,6 +59,7 @@ AUTO_DEFAULTS: dict[str, tuple[str, int, int]] = {
 # all-MiniLM-L6-v2 (the default embedder) reads at most 256 word pieces, [CLS] and [SEP] included.
 MINILM_MAX_TOKENS = 256
 MINILM_TOKENIZER = "minilm"
+MINILM_MODEL_NAME = "all-MiniLM-L6-v2"
 # `auto`'s default size is at most this share of the embedder's limit, in cl100k tokens: room for the
 # heading chain embedded with each chunk and for a tokenizer counting more than cl100k (word pieces split
 # punctuation and code finer). all-MiniLM-L6-v2: 256 -> 220/33, which the final pass (`chunking.embedding_fit`)
@@ -123,6 +135,25 @@ class ChunkStrategy(BaseSettings):
     overlap_sentences: int = Field(
         2, ge=0, le=10, description="html: sentences repeated at the start of the next chunk."
     )
+    semantic_percentile: float = Field(
+        95.0,
+        ge=50.0,
+        le=100.0,
+        description="semantic: a boundary goes where adjacent sentences' embedding distance is above this "
+        "percentile of the document's distances (95, as Kamradt and LlamaIndex's SemanticSplitter).",
+    )
+    semantic_window: int = Field(
+        0,
+        ge=0,
+        le=5,
+        description="semantic: sentences on each side embedded with each sentence (0: each alone; "
+        "benchmarks/README.md compares 0 and Kamradt's 1).",
+    )
+    semantic_model: str = Field(
+        "",
+        description="semantic: the embedder its boundaries are computed with; the pipeline sets it from "
+        "UNICHUNK_EMBEDDER / UNICHUNK_EMBEDDING_MODEL, so chunks cut with another model are not reused.",
+    )
     embedding: EmbeddingBudget = Field(
         default_factory=EmbeddingBudget,
         description="auto: the embedder's input limit no chunk (heading chain included) exceeds; auto's "
@@ -145,7 +176,10 @@ class ChunkStrategy(BaseSettings):
         return self
 
     def sizes_for(self, strategy: str) -> tuple[int, int]:
-        """(chunk_size, chunk_overlap) for `strategy`, filling unset values with its defaults."""
+        """(chunk_size, chunk_overlap) for `strategy`, filling unset values with its defaults (semantic's
+        default cap fitted to the embedder, as `auto`'s sizes are)."""
+        if strategy == "semantic":
+            return self._fill(*self.embedding.auto_sizes(*STRATEGY_DEFAULTS[strategy]))
         return self._fill(*STRATEGY_DEFAULTS[strategy])
 
     def _fill(self, default_size: int, default_overlap: int) -> tuple[int, int]:
@@ -172,10 +206,18 @@ class ChunkStrategy(BaseSettings):
                     for s in [self.for_kind(kind)]}  # fmt: skip
         return {self.name: list(self.sizes_for(self.name))}
 
+    @property
+    def fits_embedder(self) -> bool:
+        """Whether this strategy's chunks are fitted to `embedding` (FITTED_STRATEGIES)."""
+        return self.name in FITTED_STRATEGIES
+
     def settings_payload(self) -> dict[str, object]:
-        """Every setting, as JSON-ready data; the embedding budget only for `auto`, the one strategy it
-        changes (so an explicit strategy's fingerprint does not move with the embedder)."""
-        return self.model_dump(mode="json", exclude=None if self.name == "auto" else {"embedding"})
+        """Every setting, as JSON-ready data; the embedding budget only for the strategies it changes and
+        the semantic settings only for `semantic` (so a fingerprint moves only with what cut its chunks)."""
+        excluded = set() if self.fits_embedder else {"embedding"}
+        if self.name != "semantic":
+            excluded |= SEMANTIC_FIELDS
+        return self.model_dump(mode="json", exclude=excluded or None)
 
     def fingerprint(self) -> str:
         """Stable hash of every setting and of the sizes they resolve to: chunks made under equal

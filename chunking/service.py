@@ -1,8 +1,9 @@
 """`ChunkingService`: the one entry point the pipeline calls to chunk a document.
 
 It resolves "auto" to a concrete strategy and sizes (`AUTO_DEFAULTS` per document kind, fitted to the
-embedder), fits `auto`'s chunks to the embedder's input limit (`chunking.embedding_fit`), reuses chunker
-instances (token tables and compiled settings are built once), and records metrics. Strategies are
+embedder), fits `auto`'s and `semantic`'s chunks to the embedder's input limit (`chunking.embedding_fit`),
+hands `semantic` the caller's embedding function, reuses chunker instances (token tables and compiled
+settings are built once), and records metrics. Strategies are
 imported lazily from a name -> "module:Class" registry, so a strategy's heavy dependencies load only when
 it is used.
 """
@@ -15,7 +16,7 @@ import time
 from pathlib import PurePosixPath
 
 from chunking import metrics
-from chunking.base import BaseChunker, chunks_from_spans
+from chunking.base import BaseChunker, EmbedFunction, chunks_from_spans
 from chunking.config import ChunkStrategy, DocumentKind
 from chunking.embedding_fit import fit_spans
 from chunking.models import Chunk, Document
@@ -27,6 +28,7 @@ REGISTRY: dict[str, str] = {
     "paragraph": "chunking.paragraph:ParagraphChunker",
     "markdown": "chunking.markdown:MarkdownChunker",
     "html": "chunking.html:HtmlChunker",
+    "semantic": "chunking.semantic:SemanticChunker",
 }
 
 _MARKDOWN_MIME = {"text/markdown", "text/x-markdown"}
@@ -85,19 +87,25 @@ class ChunkingService:
                 chunker = self._chunkers[key] = chunker_class(settings.name)(settings)
         return chunker
 
-    def chunk(self, document: Document, strategy: ChunkStrategy | None = None) -> list[Chunk]:
+    def chunk(
+        self, document: Document, strategy: ChunkStrategy | None = None, embed: EmbedFunction | None = None
+    ) -> list[Chunk]:
         """Chunks of `document`; `strategy` None reads `ChunkStrategy()` from UNICHUNK_CHUNK_* variables.
 
-        Under `auto` no chunk's embedded text exceeds `strategy.embedding` (`fit_spans`); a strategy named
-        explicitly is cut as configured (the vector sink warns about a chunk its embedder truncates)."""
+        Under `auto` and `semantic` no chunk's embedded text exceeds `strategy.embedding` (`fit_spans`); a
+        strategy named explicitly is cut as configured (the vector sink warns about a chunk its embedder
+        truncates). `embed` (texts -> vectors) is what `semantic` measures sentences with; the other
+        strategies ignore it. It is passed per call, not kept, so a chunker never holds an embedder."""
         strategy = strategy or ChunkStrategy()
         chunker = self.chunker_for(document, strategy)
         started = time.perf_counter()
-        if strategy.name == "auto":
-            spans = fit_spans(document.text, chunker.spans(document.text, document), strategy.embedding)
-            chunks = chunks_from_spans(document, spans, strategy=chunker.name, counter=chunker.counter)
+        if embed is None:
+            spans = chunker.spans(document.text, document)
         else:
-            chunks = chunker.chunk(document)
+            spans = chunker.embedded_spans(document.text, document, embed)
+        if strategy.fits_embedder:
+            spans = fit_spans(document.text, spans, strategy.embedding)
+        chunks = chunks_from_spans(document, spans, strategy=chunker.name, counter=chunker.counter)
         metrics.record(chunker.name, time.perf_counter() - started, [c.token_count for c in chunks])
         return chunks
 

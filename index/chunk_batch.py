@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from chunking.base import EmbedFunction
 from chunking.errors import UnichunkError
 from chunking.models import Chunk, Document
 from chunking.service import shared_service
@@ -66,6 +67,7 @@ def chunk_items(items: list[SourceItem], run: RunConfig, *, dry_run: bool = Fals
         rows = status.get_many(item.document_id for item in items)
         changed: list[tuple[SourceItem, Document, ChunkKey]] = []
         size = 0
+        embed = run.chunk_embedding()  # `semantic` measures sentences with the configured embedder
         for item in items:
             document_id = item.document_id
             try:
@@ -85,10 +87,10 @@ def chunk_items(items: list[SourceItem], run: RunConfig, *, dry_run: bool = Fals
             changed.append((item, document, key))
             size += len(document.text)
             if size >= FLUSH_CHARS:
-                _chunk_changed(changed, run, writer, result)
+                _chunk_changed(changed, run, embed, writer, result)
                 changed, size = [], 0
         if writer is not None:
-            _chunk_changed(changed, run, writer, result)
+            _chunk_changed(changed, run, embed, writer, result)
             writer.flush()
     return result
 
@@ -96,6 +98,7 @@ def chunk_items(items: list[SourceItem], run: RunConfig, *, dry_run: bool = Fals
 def _chunk_changed(
     changed: list[tuple[SourceItem, Document, ChunkKey]],
     run: RunConfig,
+    embed: EmbedFunction | None,
     writer: _BatchWriter,
     result: ChunkBatchResult,
 ) -> None:
@@ -104,7 +107,7 @@ def _chunk_changed(
     for item, document, key in changed:
         if key not in cached:
             try:
-                chunks = shared_service().chunk(document, run.strategy)
+                chunks = shared_service().chunk(document, run.strategy, embed)
             except Exception as exc:  # any strategy bug fails this document, not the batch
                 _fail(result, writer, item, f"chunking failed: {type(exc).__name__}: {exc}")
                 continue

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from chunking.base import EmbedFunction
 from chunking.config import ChunkStrategy
 from chunking.ids import sha256_hex
 from index.chunk_cache import ChunkCache
@@ -50,7 +51,9 @@ class RunConfig:
 
     `settings.generation` says which generation's stores the run writes; `index.generations` pins it.
     The strategy's embedding budget is always the configured embedder's (`SinkSettings.embedding_budget`),
-    so `auto` cuts chunks that embedder reads whole, whatever budget the given strategy carried.
+    so `auto` cuts chunks that embedder reads whole, whatever budget the given strategy carried; `semantic`
+    also records which embedder measures its sentences (`SinkSettings.embedder_identity`), so its chunk
+    fingerprint names it.
     """
 
     strategy: ChunkStrategy
@@ -58,9 +61,28 @@ class RunConfig:
     sinks: tuple[SinkName, ...] = SINK_NAMES
 
     def __post_init__(self) -> None:
+        update: dict[str, object] = {}
         budget = self.settings.embedding_budget()
         if self.strategy.embedding != budget:
-            object.__setattr__(self, "strategy", self.strategy.model_copy(update={"embedding": budget}))
+            update["embedding"] = budget
+        if (
+            self.strategy.name == "semantic"
+            and self.strategy.semantic_model != self.settings.embedder_identity()
+        ):
+            update["semantic_model"] = self.settings.embedder_identity()
+        if update:
+            object.__setattr__(self, "strategy", self.strategy.model_copy(update=update))
+
+    def chunk_embedding(self, strategy: ChunkStrategy | None = None) -> EmbedFunction | None:
+        """What `strategy` (the run's by default) measures text with: the configured embedder's `embed` for
+        `semantic`, nothing for the others (so they never construct an embedder)."""
+        if (strategy or self.strategy).name != "semantic":
+            return None
+        # Imported here: the embedders bring torch or an HTTP client (seconds), which every other strategy,
+        # and every run's fingerprint, do without.
+        from sinks.vectors.embedders import make_embedder
+
+        return make_embedder(self.settings).embed
 
     @cached_property
     def chunk_fingerprint(self) -> str:

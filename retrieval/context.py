@@ -1,24 +1,31 @@
-"""Context assembly: retrieved chunks -> the text a generator reads, within a token budget.
+"""Context assembly: retrieved chunks -> the text a generator reads, within a token budget (small-to-big).
 
 Steps, each for a reason:
-- neighbour expansion (±`radius` chunks, fetched by `chunk_index` from the BM25 store, which keeps every
-  chunk's text and offsets): an answer often straddles a chunk boundary;
+- small-to-big admission: the best hit first, then its ±`radius` neighbour chunks (the following one
+  first: text is read forward), then the next hit and its neighbours, each piece admitted while the
+  rendered context fits the budget: retrieval ranks small chunks (precise), the reader gets the text
+  around them (an answer often straddles a chunk boundary). Neighbours are fetched by `chunk_index` from a
+  read-side store (`ChunkSearch.chunks_at`; the BM25 store keeps every chunk's text and offsets);
+- the piece that would overflow is cut at a sentence boundary on the side of its hit (a hit or a
+  following neighbour keeps its head, a preceding neighbour its tail), never mid-sentence, and admission
+  stops there: what is left over is ranked lower than what was cut;
 - merge by offsets, not IDs: overlapping windows of one document (and a hit that is another hit's
-  neighbour) become one span, so no text reaches the prompt twice; within a span each chunk contributes
-  only the text the previous ones did not cover, pieces separated by `[CHUNK BOUNDARY]`;
+  neighbour) become one span, so no text reaches the prompt twice (a piece already covered costs
+  nothing); within a span each chunk contributes only the text the previous ones did not cover, pieces
+  separated by `[CHUNK BOUNDARY]`;
 - spans ordered by document (most relevant document first) then position, so text reads in order;
-- each span headed by `[Source: "<title>", Section: "<heading chain>"]` for attribution;
-- a token budget (tiktoken): spans are admitted best hit first; one that does not fit loses its leading
-  neighbour and is cut at the last whole sentence that fits, never mid-sentence.
+- each span headed by `[Source: "<title>", Section: "<heading chain>"]` for attribution (counted in the
+  budget).
 
-Neighbours come from any store of the read side (`ChunkSearch.chunks_at`); titles from what the store keeps
-beside each chunk (`StoredChunk.title`, found by `document_records`).
+Titles come from what the store keeps beside each chunk (`StoredChunk.title`, found by `document_records`).
+Nothing here writes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from chunking.sentences import sentence_spans
 from chunking.tokenizer import TokenCounter
@@ -37,6 +44,7 @@ class Piece(StoredChunk):
 
     rank: int | None = None
     score: float = 0.0
+    before_hit: bool = False  # a neighbour preceding the hit it was fetched for (cut keeps its tail)
 
 
 @dataclass
@@ -91,33 +99,64 @@ class AssembledContext:
 
 
 def pieces_for_hits(hits: Sequence[Hit], store: ChunkSearch | None = None, radius: int = 1) -> list[Piece]:
-    """Hits as pieces, plus their ±`radius` neighbours from `store` (any read-side store: `chunks_at`)."""
-    pieces: dict[str, Piece] = {}
+    """Hits as pieces, plus their ±`radius` neighbours from `store`, in small-to-big admission order
+    (`small_to_big`)."""
+    ranked: list[Piece] = []
+    seen: set[str] = set()
     for rank, hit in enumerate(hits, start=1):
-        pieces[hit.chunk_id] = Piece(
-            hit.chunk_id, hit.document_id, hit.chunk_index, hit.start_char, hit.end_char, hit.content,
-            tuple(hit.heading_chain), rank=rank, score=hit.score,
+        if hit.chunk_id in seen:
+            continue
+        seen.add(hit.chunk_id)
+        ranked.append(
+            Piece(
+                hit.chunk_id, hit.document_id, hit.chunk_index, hit.start_char, hit.end_char, hit.content,
+                tuple(hit.heading_chain), rank=rank, score=hit.score,
+            )
         )  # fmt: skip
+    around: dict[tuple[str, int], Piece] = {}
     if store is not None and radius > 0:
         wanted: dict[str, set[int]] = {}
-        for p in list(pieces.values()):
+        for p in ranked:
             wanted.setdefault(p.document_id, set()).update(
                 range(p.chunk_index - radius, p.chunk_index + radius + 1)
             )
         for document_id, indexes in wanted.items():
             for c in store.chunks_at(document_id, indexes):
-                if c.chunk_id not in pieces:
-                    pieces[c.chunk_id] = Piece(
-                        c.chunk_id, c.document_id, c.chunk_index, c.start_char, c.end_char, c.content,
-                        tuple(c.heading_chain),
-                    )  # fmt: skip
-    return list(pieces.values())
+                around[(c.document_id, c.chunk_index)] = Piece(
+                    c.chunk_id, c.document_id, c.chunk_index, c.start_char, c.end_char, c.content,
+                    tuple(c.heading_chain),
+                )  # fmt: skip
+    return small_to_big(ranked, around, radius)
+
+
+def small_to_big(
+    ranked: Sequence[Piece], around: Mapping[tuple[str, int], Piece], radius: int
+) -> list[Piece]:
+    """Admission order: each hit (best first) followed by its neighbours from `around` (keyed by
+    (document, chunk_index)), nearest first and the following one before the preceding one; a chunk
+    listed once, at its first place (a hit ranked lower that is already a neighbour keeps its rank)."""
+    hit_ids = {p.chunk_id: p for p in ranked}
+    order: list[Piece] = []
+    placed: set[str] = set()
+    for hit in ranked:  # a hit placed already as a better hit's neighbour still brings its own
+        neighbours = [(around.get((hit.document_id, hit.chunk_index + step * side)), side < 0)
+                      for step in range(1, radius + 1) for side in (1, -1)]  # fmt: skip
+        for piece, before in ((hit, False), *neighbours):
+            if piece is None or piece.chunk_id in placed:
+                continue
+            placed.add(piece.chunk_id)
+            if piece.chunk_id in hit_ids:  # a neighbour that is a hit keeps its rank
+                order.append(hit_ids[piece.chunk_id])
+            else:
+                order.append(replace(piece, before_hit=before))
+    return order
 
 
 def merge_pieces(pieces: Sequence[Piece]) -> list[ContextSpan]:
     """Merge each document's pieces that overlap, touch or are consecutive chunks into spans.
 
-    Returned ordered by document (best-ranked document first), then by position.
+    Returned ordered by document (best-ranked document first), then by position; a span holding no hit
+    is left out.
     """
     spans: list[ContextSpan] = []
     current: ContextSpan | None = None
@@ -136,7 +175,8 @@ def merge_pieces(pieces: Sequence[Piece]) -> list[ContextSpan]:
             spans.append(current)
             last_index = p.chunk_index
         else:
-            current.chunk_ids.append(p.chunk_id)
+            if p.chunk_id not in current.chunk_ids:
+                current.chunk_ids.append(p.chunk_id)
             last_index = max(last_index, p.chunk_index)
             if p.end_char > current.end_char:
                 doc_from = max(p.start_char, current.end_char)
@@ -147,37 +187,68 @@ def merge_pieces(pieces: Sequence[Piece]) -> list[ContextSpan]:
         if p.rank is not None:
             if not current.hit_chunk_ids:
                 current.hit_offset = current.text_offset(p.start_char)
-            current.hit_chunk_ids.append(p.chunk_id)
+            if p.chunk_id not in current.hit_chunk_ids:
+                current.hit_chunk_ids.append(p.chunk_id)
             if p.rank < current.rank:
                 current.rank, current.score, current.heading_chain = p.rank, p.score, p.heading_chain
     return merge_order([s for s in spans if s.hit_chunk_ids])
 
 
-def _fit_sentences(span: ContextSpan, room: int, counter: TokenCounter) -> ContextSpan | None:
-    """The span from its first hit on, cut after the last whole sentence that fits in `room` tokens."""
-    body = span.text[span.hit_offset :]
-    ends = [e for _, e in sentence_spans(body)]
-    best: int | None = None
-    lo, hi = 0, len(ends) - 1
-    while lo <= hi:  # token counts grow with the prefix, so binary search the sentence ends
+class _Admitted:
+    """The pieces admitted so far and what their rendered context costs, re-rendering only the spans a
+    new piece changes (span token counts are cached by the span's extent and pieces)."""
+
+    def __init__(self, titles: Mapping[str, str], counter: TokenCounter) -> None:
+        self.pieces: list[Piece] = []
+        self.titles, self.counter = titles, counter
+        self._span_tokens: dict[tuple, int] = {}
+        self._separator = counter.count(SEPARATOR)
+
+    def spans(self, pieces: Sequence[Piece]) -> list[ContextSpan]:
+        spans = merge_pieces(pieces)
+        for s in spans:
+            s.title = self.titles.get(s.document_id, "") or s.document_id
+        return spans
+
+    def cost(self, pieces: Sequence[Piece]) -> int:
+        """Tokens of the context these pieces render to: each span counted apart, plus the separators
+        (a BPE merge across a join can add a token; `assemble_context` checks the joined text last)."""
+        spans = self.spans(pieces)
+        total = 0
+        for s in spans:
+            key = (s.document_id, s.start_char, s.end_char, s.title, s.heading_chain, s.text)
+            if key not in self._span_tokens:
+                self._span_tokens[key] = self.counter.count(s.render())
+            total += self._span_tokens[key]
+        return total + self._separator * max(0, len(spans) - 1)
+
+    def covers(self, piece: Piece) -> bool:
+        """Whether the admitted pieces already hold all of `piece`'s text."""
+        return any(
+            p.document_id == piece.document_id
+            and p.start_char <= piece.start_char
+            and piece.end_char <= p.end_char
+            for p in self.pieces
+        )
+
+
+def _cut(piece: Piece, keep: Literal["head", "tail"], admitted: _Admitted, budget: int) -> Piece | None:
+    """The longest part of `piece` that ends (head) or starts (tail) at a sentence boundary and still fits
+    `budget` beside the admitted pieces; None if not even one sentence does."""
+    sentences = sentence_spans(piece.content)
+    bounds = [e for _, e in sentences] if keep == "head" else [s for s, _ in reversed(sentences)]
+    best: Piece | None = None
+    lo, hi = 0, len(bounds) - 1
+    while lo <= hi:  # longer cuts cost more tokens: binary search the sentence boundaries
         mid = (lo + hi) // 2
-        trial = ContextSpan(**{**span.__dict__, "text": body[: ends[mid]]})
-        if counter.count(trial.render()) <= room:
-            best, lo = mid, mid + 1
+        start, end = (0, bounds[mid]) if keep == "head" else (bounds[mid], len(piece.content))
+        trial = replace(piece, start_char=piece.start_char + start, end_char=piece.start_char + end,
+                        content=piece.content[start:end])  # fmt: skip
+        if admitted.cost([*admitted.pieces, trial]) <= budget:
+            best, lo = trial, mid + 1
         else:
             hi = mid - 1
-    if best is None:
-        return None
-    h, cut = span.hit_offset, ends[best]
-    segments = []
-    for at, start, end in span.segments:
-        lo, hi = max(at, h), min(at + end - start, h + cut)
-        if lo < hi:
-            segments.append((lo - h, start + lo - at, start + hi - at))
-    return ContextSpan(
-        **{**span.__dict__, "text": body[:cut], "hit_offset": 0, "truncated": True, "segments": segments,
-           "start_char": segments[0][1], "end_char": segments[-1][2]}
-    )  # fmt: skip
+    return best
 
 
 def assemble_context(
@@ -189,36 +260,36 @@ def assemble_context(
     budget: int = DEFAULT_BUDGET,
     counter: TokenCounter | None = None,
 ) -> AssembledContext:
-    """Expand, merge, attribute and fit `hits` (best first) into at most `budget` tokens."""
+    """Admit `hits` (best first) and their ±`radius` neighbours small-to-big into at most `budget` tokens."""
     counter = counter or TokenCounter()
-    spans = merge_pieces(pieces_for_hits(hits, store, radius))
+    admitted = _Admitted(titles or {}, counter)
+    cut_ids: set[str] = set()
+    for piece in pieces_for_hits(hits, store, radius):
+        if admitted.covers(piece):  # costs nothing; a hit still counts as found (and not dropped)
+            if piece.rank is not None:
+                admitted.pieces.append(piece)
+            continue
+        if admitted.cost([*admitted.pieces, piece]) <= budget:
+            admitted.pieces.append(piece)
+            continue
+        fitted = _cut(piece, "tail" if piece.before_hit else "head", admitted, budget)
+        if fitted is not None:
+            admitted.pieces.append(fitted)
+            cut_ids.add(fitted.chunk_id)
+        break
+    spans = admitted.spans(admitted.pieces)
     for s in spans:
-        s.title = (titles or {}).get(s.document_id, "") or s.document_id
-    kept: list[ContextSpan] = []
-    dropped: list[str] = []
-    used = 0
-    for span in sorted(spans, key=lambda s: s.rank):  # best hit first gets the budget
-        room = budget - used - (counter.count(SEPARATOR) if kept else 0)
-        cost = counter.count(span.render())
-        if cost > room:
-            fitted = _fit_sentences(span, room, counter)
-            if fitted is None:
-                dropped += span.hit_chunk_ids
-                continue
-            span, cost = fitted, counter.count(fitted.render())
-        kept.append(span)
-        used += cost + (counter.count(SEPARATOR) if len(kept) > 1 else 0)
-    order = {id(s): i for i, s in enumerate(merge_order(kept))}
-    kept.sort(key=lambda s: order[id(s)])
-    text = SEPARATOR.join(s.render() for s in kept)
+        s.truncated = any(chunk_id in cut_ids for chunk_id in s.chunk_ids)
+    text = SEPARATOR.join(s.render() for s in spans)
     tokens = counter.count(text)
-    while tokens > budget and kept:  # BPE merges across a join can add a token or two; never exceed
-        worst = max(kept, key=lambda s: s.rank)
-        kept.remove(worst)
-        dropped += worst.hit_chunk_ids
-        text = SEPARATOR.join(s.render() for s in kept)
+    while tokens > budget and spans:  # BPE merges across a join can add a token or two; never exceed
+        worst = max(spans, key=lambda s: s.rank)
+        spans.remove(worst)
+        text = SEPARATOR.join(s.render() for s in spans)
         tokens = counter.count(text)
-    return AssembledContext(kept, text, tokens, budget, dropped)
+    kept = {chunk_id for s in spans for chunk_id in s.hit_chunk_ids}
+    dropped = list(dict.fromkeys(h.chunk_id for h in hits if h.chunk_id not in kept))
+    return AssembledContext(spans, text, tokens, budget, dropped)
 
 
 def merge_order(spans: Sequence[ContextSpan]) -> list[ContextSpan]:

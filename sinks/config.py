@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from chunking.config import MINILM_MAX_TOKENS, MINILM_TOKENIZER, EmbeddingBudget
+from chunking.config import MINILM_MAX_TOKENS, MINILM_MODEL_NAME, MINILM_TOKENIZER, EmbeddingBudget
 
 
 class SinkSettings(BaseSettings):
@@ -123,6 +123,13 @@ class SinkSettings(BaseSettings):
         if self.embedder == "openai":
             return EmbeddingBudget(max_tokens=self.embedding_max_tokens, tokenizer="cl100k_base")
         return EmbeddingBudget(max_tokens=MINILM_MAX_TOKENS, tokenizer=MINILM_TOKENIZER)
+
+    def embedder_identity(self) -> str:
+        """Which model the configured embedder is, as the `semantic` strategy records it
+        (`ChunkStrategy.semantic_model`): boundaries measured by another model are other chunks."""
+        if self.embedder == "openai":
+            return f"openai:{self.embedding_model}:{self.embedding_dimensions or ''}"
+        return MINILM_MODEL_NAME
 
     @property
     def qdrant_path(self) -> Path:

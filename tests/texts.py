@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 TOPICS = [
     "The harbour crane lifts containers from the cargo ship onto waiting trucks.",
     "Tide tables tell the pilot when the channel is deep enough for the tanker.",
@@ -25,3 +27,15 @@ GARDEN = [
 
 def repeated(sentences: list[str], repeat: int) -> str:
     return " ".join(f"{s} (note {i})" for i in range(repeat) for s in sentences)
+
+
+def hashed_words(texts: list[str]) -> list[list[float]]:
+    """A real, simple, deterministic embedding function for the `semantic` strategy's tests: a bag of
+    words hashed into 64 dimensions (the same words, the same vector)."""
+    out = []
+    for text in texts:
+        vector = [0.0] * 64
+        for word in text.lower().split():
+            vector[zlib.crc32(word.strip(".,;:()").encode()) % 64] += 1.0
+        out.append(vector)
+    return out

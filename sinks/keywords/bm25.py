@@ -39,6 +39,7 @@ import numpy as np
 from sqlalchemy.exc import SQLAlchemyError
 
 from chunking.ids import sha256_hex
+from chunking.models import embed_text
 from sinks.base import (
     NO_CONTENT_HASH,
     DocumentChunks,
@@ -60,6 +61,11 @@ from sinks.keywords.postings import METHODS, Loaded, Postings, Snapshot, Vocabul
 from sinks.keywords.term_store import TermStore
 
 STORE = "keywords"  # the store's PostgreSQL schema is `unichunk_keywords[__<generation>]`
+# What is analysed for each chunk: its heading chain as a context header, then its content
+# (`chunking.models.embed_text`, the text its vector is computed from); only `content` is stored as the
+# chunk's text. Part of the stored terms' signature, so a store indexed from content alone is re-analysed
+# once on open.
+INDEXED_TEXT = "headings+content"
 # A refresh that loaded at least this share of the index's rows (or was a full load) saves it again.
 RESAVE_FRACTION = 0.1
 
@@ -114,9 +120,10 @@ class BM25Sink(Sink):
                 db = open_store_database(settings, sqlite_path, STORE, generation=settings.generation)
                 self.path = sqlite_path if db.dialect == "sqlite" else None
             self.store = TermStore(db)
-            if self.store.open(self.analyzer.signature) != self.analyzer.signature:
-                # Stored terms from other analyzer settings would never match queries: re-analyse once.
-                self.store.reanalyze(self.analyzer.signature, self._analyse)
+            if self.store.open(self.terms_signature) != self.terms_signature:
+                # Stored terms from other analyzer settings (or other text) would not match queries as terms
+                # made now do: re-analyse them once.
+                self.store.reanalyze(self.terms_signature, self._analyse_stored)
         except SQLAlchemyError as exc:
             raise SinkError(self.name, f"cannot open {self._where()}: {exc}") from exc
 
@@ -136,13 +143,25 @@ class BM25Sink(Sink):
         """Where the index is saved: beside the SQLite file; nowhere in server mode (module docstring)."""
         return None if self.path is None else self.path.with_name(self.path.stem + ".index.npz")
 
+    @property
+    def terms_signature(self) -> str:
+        """Names how stored terms were made: the analyzer's settings and the text analysed (INDEXED_TEXT)."""
+        return f"{self.analyzer.signature}|{INDEXED_TEXT}"
+
     def _analyse(self, texts: list[str]) -> list[tuple[str, bytes, int]]:
         return stored_terms(self.analyzer.count_many(texts))
+
+    def _analyse_stored(self, rows: list[tuple[str, str]]) -> list[tuple[str, bytes, int]]:
+        """Terms of stored (content, heading chain JSON) rows, analysed as `prepare` analyses a chunk."""
+        return self._analyse(
+            [embed_text(tuple(json.loads(chain or "[]")), content) for content, chain in rows]
+        )
 
     # -- Sink API ------------------------------------------------------------------------------------
 
     def prepare(self, batch: Sequence[DocumentChunks]) -> Prepared:
-        """Analyse every chunk (the only place the analyzer runs on chunk text); writes nothing."""
+        """Analyse every chunk's heading chain and content (`Chunk.embed_text`: the only place the analyzer
+        runs on chunk text); stores the content alone as its text; writes nothing."""
         documents, chunks = group_batch(self.name, batch)
         flat = [chunk for doc_chunks in chunks.values() for chunk in doc_chunks]
         if self.store.db.dialect == "postgresql":
@@ -151,7 +170,9 @@ class BM25Sink(Sink):
                     raise InvalidRequest(self.name, f"chunk ID {chunk.chunk_id!r} holds a NUL character")
         rows = []
         total_terms = 0
-        for chunk, (terms, tfs, doc_len) in zip(flat, self._analyse([c.content for c in flat]), strict=True):
+        for chunk, (terms, tfs, doc_len) in zip(
+            flat, self._analyse([c.embed_text for c in flat]), strict=True
+        ):
             total_terms += doc_len
             row = (
                 chunk.chunk_id,
@@ -339,7 +360,7 @@ class BM25Sink(Sink):
         path = self._saved_path
         if path is None:
             return None
-        saved = saved_index.load(path, self.analyzer.signature)
+        saved = saved_index.load(path, self.terms_signature)
         if saved is not None:
             self._saved_revision = saved.revision
         return saved
@@ -348,7 +369,7 @@ class BM25Sink(Sink):
         path = self._saved_path
         if path is None or revision == self._saved_revision:
             return
-        saved = saved_index.SavedIndex(revision, self.analyzer.signature, self._postings, self._vocab)
+        saved = saved_index.SavedIndex(revision, self.terms_signature, self._postings, self._vocab)
         if saved_index.save(path, saved):
             self._saved_revision, self._loaded_since_save = revision, 0
 
@@ -368,5 +389,5 @@ class BM25Sink(Sink):
             "method": self.method,
             "k1": self.k1,
             "b": self.b,
-            "analyzer": self.analyzer.signature,
+            "analyzer": self.terms_signature,
         }

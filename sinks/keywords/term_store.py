@@ -234,14 +234,17 @@ class TermStore:
             conn.exec_driver_sql("DROP INDEX IF EXISTS chunks_gen")
             conn.exec_driver_sql("DROP INDEX IF EXISTS removed_gen")
 
-    def reanalyze(self, signature: str, analyze: Callable[[list[str]], list[tuple[str, bytes, int]]]) -> None:
-        """Re-derive every row's terms with another analyzer (one transaction, one revision)."""
+    def reanalyze(
+        self, signature: str, analyze: Callable[[list[tuple[str, str]]], list[tuple[str, bytes, int]]]
+    ) -> None:
+        """Re-derive every row's terms another way (one transaction, one revision): `analyze` gets each
+        row's (content, heading chain JSON)."""
         with self.db.write() as conn:
             revision = self._lock(conn) + 1
-            rows = conn.execute(text("SELECT chunk_id, content FROM chunks")).fetchall()
+            rows = conn.execute(text("SELECT chunk_id, content, heading_chain FROM chunks")).fetchall()
             for start in range(0, len(rows), LOAD_PAGE):
                 page = rows[start : start + LOAD_PAGE]
-                stored = analyze([self.dialect.decode(r[1]) or "" for r in page])
+                stored = analyze([(self.dialect.decode(r[1]) or "", r[2] or "[]") for r in page])
                 conn.execute(
                     text(
                         "UPDATE chunks SET terms = :terms, tfs = :tfs, doc_len = :doc_len, rev = :rev "

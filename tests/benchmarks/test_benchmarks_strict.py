@@ -1,5 +1,5 @@
-"""The strict character-budget metric: its arithmetic on hand-made spans, budget filling, the paired
-comparison, and an end-to-end run on a tiny corpus that prints the strict table and writes the plots."""
+"""The strict report on hand-made per-question scores (tables, paired comparison, leave-one-corpus-out,
+verdict, plots), and the whole benchmark on a tiny corpus of its own (real sinks, MiniLM)."""
 
 from __future__ import annotations
 
@@ -8,92 +8,69 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from benchmarks.budget_metric import (
-    FixedBM25,
-    fill_budget,
-    merge,
-    paired_bootstrap,
-    small_to_big,
-    strict_scores,
-    subtract,
-)
-from benchmarks.retrieval_quality import main
-from benchmarks.strict_report import GRID, print_strict, write_plots
+from benchmarks.budget_metric import GRID
+from benchmarks.retrieval_quality import Results, main, parse_configs
+from benchmarks.strict_report import leave_one_corpus_out, print_strict, write_plots
 
 
-def test_fill_budget_dedupes_overlaps_and_cuts_the_last_chunk_at_its_head() -> None:
-    # [0,10) costs 10; [5,20) costs only its 10 new characters; [30,40) gets the 5 left: [30,35)
-    assert fill_budget([("d", 0, 10), ("d", 5, 20), ("d", 30, 40)], 25) == {"d": [(0, 20), (30, 35)]}
-    # a chunk wholly inside what was taken costs nothing, and the next still gets the whole rest
-    assert fill_budget([("d", 0, 10), ("d", 2, 8), ("e", 0, 100)], 15) == {"d": [(0, 10)], "e": [(0, 5)]}
-    # a chunk straddling a taken one spends its new characters in text order: [0,5) then [15,20)
-    assert fill_budget([("d", 5, 15), ("d", 0, 30)], 20) == {"d": [(0, 20)]}
-    assert fill_budget([("d", 5, 15), ("d", 0, 30)], 13) == {"d": [(0, 3), (5, 15)]}  # 3 left: [0,3)
-    assert fill_budget([], 1000) == {}
+def _results() -> Results:
+    """Four questions (two corpora); ours "auto (x)" and "small", one baseline. Recall at every budget:
+    auto 0.8 everywhere; small 1.0 on corpus a, 0.2 on b; the baseline 0.4."""
+    corpus = ["a", "a", "b", "b"]
+    shape = (4, len(GRID), 3)
+    auto, small, base = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    auto[:, :, 0] = 0.8
+    small[:2, :, 0], small[2:, :, 0] = 1.0, 0.2
+    base[:, :, 0] = 0.4
+    strict = {}
+    for name, arr in (("auto (x)", auto), ("small", small), ("base", base)):
+        strict[(name, "fixed-bm25", "chars")] = arr
+        strict[(name, "fixed-bm25", "tokens")] = arr
+        strict[(name, "context ±1", "tokens")] = arr / 2
+    return Results(rows=[], strict=strict, corpus=corpus, configs=["auto (x)", "small", "base"],
+                   baseline={"auto (x)": False, "small": False, "base": True}, chars_per_token=4.0)  # fmt: skip
 
 
-def test_strict_scores_exact_numbers() -> None:
-    refs = [(100, 200), (150, 250)]  # overlapping references merge: [100, 250), 150 characters
-    # 120 characters retrieved: [80, 200); 100 of them in the reference
-    r, p, iou = strict_scores(refs, "d", [("d", 80, 200), ("d", 300, 400)], 120)
-    assert (r, p, iou) == pytest.approx((100 / 150, 100 / 120, 100 / 170))
-    # the budget reaches the second chunk: [80,200) + [300,330); a hit in another document is noise
-    r, p, iou = strict_scores(refs, "d", [("d", 80, 200), ("x", 100, 200), ("d", 200, 260)], 300)
-    assert (r, p, iou) == pytest.approx((150 / 150, 150 / 280, 150 / 280))
-    assert strict_scores(refs, "d", [], 1000) == (0.0, 0.0, 0.0)
+def test_leave_one_corpus_out_chooses_on_the_other_corpora() -> None:
+    # holding a out, b decides: auto (0.8) beats small (0.2); holding b out, a decides: small (1.0) wins
+    chosen = {held: (config, recall.tolist()) for held, config, recall in leave_one_corpus_out(_results())}
+    assert chosen == {"a": ("auto (x)", [0.8, 0.8, 0.8]), "b": ("small", [pytest.approx(0.2)] * 3)}
 
 
-@given(
-    st.lists(st.tuples(st.integers(0, 500), st.integers(0, 200)), max_size=20),
-    st.integers(0, 2000),
-)
-def test_fill_budget_never_exceeds_the_budget_and_takes_only_retrieved_characters(hits, budget) -> None:
-    ranked = [("d", s, s + n) for s, n in hits]
-    taken = fill_budget(ranked, budget).get("d", [])
-    total = sum(e - s for s, e in taken)
-    assert total <= budget
-    union = merge([(s, e) for _, s, e in ranked])
-    assert total == min(budget, sum(e - s for s, e in union))  # fills the budget unless hits run out
-    assert all(not subtract(span, union) for span in taken)  # nothing retrieved that no hit covers
-
-
-def test_small_to_big_follows_each_hit_with_its_neighbours() -> None:
-    a, b, c = ("d", 0, 10), ("d", 10, 20), ("d", 20, 30)
-    near = {a: (None, b), b: (a, c), c: (b, None)}
-    assert small_to_big([b, a], near) == [b, c, a, a, b]
-
-
-def test_fixed_bm25_ranks_the_matching_span_first() -> None:
-    bm25 = FixedBM25([("d", 0, 5), ("d", 5, 10)], ["harbour lights at night", "garden roses in june"])
-    assert bm25.ranked("roses garden", 5) == [("d", 5, 10)]
-    assert bm25.ranked("zzz unknown", 5) == []
-
-
-def test_paired_bootstrap_counts_and_brackets_the_mean() -> None:
-    d, lo, hi, wins, losses, ties = paired_bootstrap(
-        np.array([1.0, 0.5, 0.2, 0.3]), np.array([0.5, 0.5, 0.4, 0.3])
-    )
-    assert d == pytest.approx(0.075) and (wins, losses, ties) == (1, 1, 2)
-    assert lo <= d <= hi
-
-
-def test_print_and_plot_on_hand_made_scores(tmp_path, capsys) -> None:
-    ours = np.zeros((4, len(GRID), 3))
-    ours[:, :, 0] = np.linspace(0.2, 0.9, len(GRID))
-    theirs = ours * 0.5
-    strict = {("auto (x)", "fixed-bm25"): ours, ("base", "fixed-bm25"): theirs}
-    configs, baseline = ["auto (x)", "base"], {"auto (x)": False, "base": True}
-    print_strict(strict, configs, baseline, chars_per_token=4.0)
+def test_print_strict_tables_paired_and_verdict(capsys) -> None:
+    print_strict(_results())
     out = capsys.readouterr().out
-    i = GRID.index(1000)
-    assert f"| auto (x) | {100 * ours[0, i, 0]:.1f} / 0.0 / 0.0 |" in out
-    assert "1,000 chars ~ 250 tokens" in out and "| base | +" in out and "4/0/0" in out
-    paths = write_plots(strict, configs, baseline, tmp_path / "plots")
-    assert [p.name for p in paths] == ["strict_recall_fixed-bm25.png"]
-    assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "1,000 chars ~ 250 tokens" in out
+    assert "| auto (x) | 80.0 / 0.0 / 0.0 | 80.0 / 0.0 / 0.0 | 80.0 / 0.0 / 0.0 | 80.0 | 80.0 | 80.0 |" in out
+    assert "| auto (x) | 40.0 / 0.0 / 0.0 |" in out  # the context row, in tokens
+    assert "| auto (x) | 80.0 | 80.0 | 80.0 | 80.0 | 80.0 | 80.0 |" in out  # per corpus: a then b
+    # auto minus the baseline: +40 points on all 4 questions, CI [40, 40], sign test 2/16
+    assert "| **base** (baseline) | +40.0 [+40.0, +40.0] 4/0/0 p=0.12* |" in out
+    assert "| b | small | 20.0 | 20.0 | 20.0 | 80.0 / 80.0 / 80.0 | 40.0 / 40.0 / 40.0 |" in out
+    assert "- 1,000 chars: 80.0 % (target 55.0: met); ahead of every baseline" in out
+    assert "- 4,000 chars: 80.0 % (target 94.0: NOT met)" in out
+
+
+def test_plots_are_pngs_one_per_retriever(tmp_path) -> None:
+    paths = write_plots(_results(), tmp_path / "plots")
+    assert sorted(p.name for p in paths) == ["strict_recall_context_1.png", "strict_recall_fixed-bm25.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
+
+
+def test_parse_configs_labels_dedups_and_refuses_typos() -> None:
+    embed = lambda texts: [[1.0] for _ in texts]  # noqa: E731 (never called: nothing is chunked here)
+    labels = [c[0] for c in parse_configs("sentence:390/58,fixed_chars:1600/240,sentence:390/58", embed)]
+    assert labels == ["sentence 390/58", "fixed_chars 1600c/240"]
+    assert [c[0] for c in parse_configs("semantic:200/0:semantic_window=0", embed)] == [
+        "semantic 200/0 semantic_window=0"
+    ]
+    assert parse_configs("auto", embed)[0][0].startswith("auto (markdown ")
+    assert len(parse_configs("default", embed)) == 7
+    with pytest.raises(SystemExit, match="bad --configs item"):
+        parse_configs("sentense:400/60", embed)
+    with pytest.raises(SystemExit, match="bad --configs item"):
+        parse_configs("semantic:200/0:semantic_window=9", embed)
 
 
 def test_strict_benchmark_end_to_end_on_a_tiny_corpus(tmp_path, capsys, monkeypatch) -> None:
@@ -116,13 +93,18 @@ def test_strict_benchmark_end_to_end_on_a_tiny_corpus(tmp_path, capsys, monkeypa
             "end_index": text.index(answer) + len(answer),
         }
         writer.writerow(["lighthouse keeper leather-bound book", json.dumps([ref]), "harbour"])
-    plots = tmp_path / "plots"
+    plots, figures = tmp_path / "plots", tmp_path / "figures.json"
     main(["--corpora", str(corpora), "--questions", str(questions), "--quick", "--configs", "auto",
-          "--cache-dir", "", "--strict-only", "--plots-dir", str(plots)])  # fmt: skip
+          "--cache-dir", "", "--strict-only", "--plots-dir", str(plots), "--json", str(figures)])  # fmt: skip
     out = capsys.readouterr().out
-    assert "### strict character budget" in out and "#### fixed-bm25" in out and "held-out check" in out
+    assert "### strict budgeted metric" in out and "#### fixed-bm25" in out and "leave one corpus out" in out
     row = next(line for line in out.splitlines() if line.startswith("| auto (") and "/" in line)
     assert row.split("|")[2].strip().startswith("100.0 /")  # the answer sentence fills part of 1,000 chars
     assert sorted(p.name for p in plots.iterdir()) == sorted(
-        f"strict_recall_{r}.png" for r in ("fixed-bm25", "fixed-bm25_s2b", "keywords", "vectors", "hybrid")
+        f"strict_recall_{r}.png"
+        for r in ("fixed-bm25", "keywords", "vectors", "hybrid", "context_1", "context_0")
     )
+    saved = json.loads(figures.read_text())
+    fixed = next(r for r in saved["strict"] if r["retriever"] == "fixed-bm25" and r["unit"] == "chars"
+                 and r["config"].startswith("auto ("))  # fmt: skip
+    assert fixed["mean"][GRID.index(1000)][0] == 1.0 and fixed["per_corpus"]["harbour"] == fixed["mean"]

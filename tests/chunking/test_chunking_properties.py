@@ -7,9 +7,12 @@ import importlib.util
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from texts import hashed_words
 
+from chunking.base import Span
 from chunking.config import ChunkStrategy
 from chunking.models import Document
+from chunking.semantic import SemanticChunker
 from chunking.service import REGISTRY, chunker_class
 
 # Pieces that break naive chunkers: multi-byte and multi-token characters, ZWJ sequences, combining marks,
@@ -73,8 +76,16 @@ STRATEGIES = [
 ]
 
 
+class _HashedSemantic(SemanticChunker):
+    """`semantic` measuring sentences with a real, simple embedding (tests/texts.hashed_words), so the
+    properties every strategy owes apply to it as they are."""
+
+    def spans(self, text: str, document: Document) -> list[Span]:
+        return self.embedded_spans(text, document, hashed_words)
+
+
 def _chunker(name: str, **overrides: object):
-    cls = chunker_class(name)
+    cls = _HashedSemantic if name == "semantic" else chunker_class(name)
     strategy = ChunkStrategy(name=name, **(SMALL | overrides))
     if name == "token_window":
         return cls(strategy, segment_chars=64)  # tiny segments: exercise segmented tokenization

@@ -312,7 +312,7 @@ def test_incremental_add_does_not_reanalyse_or_reload_existing_chunks(keyword_se
     hits = sink.search("fox Valkyria")
 
     # The analyzer ran over the new document's chunks and the query, nothing else.
-    assert analyzer.texts == [c.content for c in FOX[1]] + ["fox Valkyria"]
+    assert analyzer.texts == [c.embed_text for c in FOX[1]] + ["fox Valkyria"]
     # Stored rows of other documents were not rewritten, and the index refresh loaded only the new rows.
     new_revs = revs(sink)
     assert {cid: new_revs[cid] for cid in old_revs} == old_revs
@@ -733,3 +733,24 @@ def test_a_forked_child_searches_on_connections_of_its_own(database_url: str, tm
             assert [h.chunk_id for h in sink.search("quick")] == expected
         assert _backend_pid(sink) == parent_pid
     dispose_engines()
+
+
+def test_heading_chain_is_searchable_but_not_stored_as_content(tmp_path: Path) -> None:
+    """BM25 reads what the vector is computed from (`Chunk.embed_text`: heading chain + content); the
+    stored text stays the content, exact to its offsets."""
+    text = "Logs every passing vessel in a book."
+    doc = Document(text=text, source_system="test", source_id="keeper.md")
+    (chunk,) = chunks_from_spans(doc, [Span(0, len(text), None, ("Lighthouse keeping",))])
+    with BM25Sink(SinkSettings(data_dir=tmp_path)) as sink:
+        sink.upsert(doc, [chunk])
+        (hit,) = sink.search("lighthouse")
+        assert hit.chunk_id == chunk.chunk_id and hit.content == text
+        assert hit.heading_chain == ("Lighthouse keeping",)
+    # A store indexed from content alone (an earlier release) is re-analysed once when opened.
+    with sqlite3.connect(tmp_path / "bm25" / "bm25.sqlite") as conn:
+        conn.execute("UPDATE state SET analyzer = ?", (Analyzer().signature,))
+        conn.execute("UPDATE chunks SET terms = 'log everi pass vessel book', tfs = ?, doc_len = 5",
+                     (np.ones(5, dtype="<u4").tobytes(),))  # fmt: skip
+    with BM25Sink(SinkSettings(data_dir=tmp_path)) as reopened:
+        assert [h.chunk_id for h in reopened.search("lighthouse")] == [chunk.chunk_id]
+        assert reopened.stats()["analyzer"].endswith("|headings+content")
