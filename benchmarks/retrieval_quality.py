@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +59,7 @@ from benchmarks.budget_metric import (
     merge,
     strict_grid,
 )
+from benchmarks.strict_report import Results
 from chunking.config import ChunkStrategy
 from chunking.ids import sha256_hex
 from chunking.models import Chunk, Document
@@ -289,30 +290,6 @@ def context_scores(question: Question, doc_id: str, hits: list[Hit], store: BM25
 
 
 # -- the run ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Results:
-    """Lenient top-k means in `rows`; per-question strict scores in `strict`:
-    (config, retriever, unit) -> (questions, len(GRID), 3) with unit "chars" (budgets GRID) or "tokens"
-    (budgets `token_grid`)."""
-
-    rows: list[dict]
-    strict: dict[tuple[str, str, str], np.ndarray] = field(default_factory=dict)
-    corpus: list[str] = field(default_factory=list)  # each question's corpus
-    configs: list[str] = field(default_factory=list)
-    baseline: dict[str, bool] = field(default_factory=dict)
-    chars_per_token: float = 4.0  # of the corpora (cl100k)
-    info: dict[str, dict] = field(default_factory=dict)  # per config: chunks, mean tokens, chunking seconds
-
-    @property
-    def token_grid(self) -> tuple[int, ...]:
-        return token_budgets(GRID, self.chars_per_token)
-
-
-def token_budgets(char_budgets: Sequence[int], chars_per_token: float) -> tuple[int, ...]:
-    """The character budgets as cl100k tokens of these corpora."""
-    return tuple(round(b / chars_per_token) for b in char_budgets)
 
 
 @dataclass

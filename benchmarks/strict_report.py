@@ -8,19 +8,40 @@ per-question arrays `Results.strict[(config, retriever, unit)]` of shape (questi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from benchmarks.budget_metric import BUDGETS, GRID, paired_bootstrap
 
-if TYPE_CHECKING:
-    from benchmarks.retrieval_quality import Results
-
 HEADLINE = "fixed-bm25"
 # The issue's targets for the shipped default's fixed-BM25 character recall, by character budget.
 TARGETS = {1000: 0.55, 2000: 0.85, 4000: 0.94}
+
+
+@dataclass
+class Results:
+    """Lenient top-k means in `rows`; per-question strict scores in `strict`:
+    (config, retriever, unit) -> (questions, len(GRID), 3) with unit "chars" (budgets GRID) or "tokens"
+    (budgets `token_grid`)."""
+
+    rows: list[dict]
+    strict: dict[tuple[str, str, str], np.ndarray] = field(default_factory=dict)
+    corpus: list[str] = field(default_factory=list)  # each question's corpus
+    configs: list[str] = field(default_factory=list)
+    baseline: dict[str, bool] = field(default_factory=dict)
+    chars_per_token: float = 4.0  # of the corpora (cl100k)
+    info: dict[str, dict] = field(default_factory=dict)  # per config: chunks, mean tokens, chunking seconds
+
+    @property
+    def token_grid(self) -> tuple[int, ...]:
+        return token_budgets(GRID, self.chars_per_token)
+
+
+def token_budgets(char_budgets: Sequence[int], chars_per_token: float) -> tuple[int, ...]:
+    """The character budgets as cl100k tokens of these corpora."""
+    return tuple(round(b / chars_per_token) for b in char_budgets)
 
 
 def retrievers(results: Results) -> list[str]:

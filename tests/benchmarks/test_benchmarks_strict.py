@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from benchmarks.budget_metric import GRID
-from benchmarks.retrieval_quality import Results, main, parse_configs
-from benchmarks.strict_report import leave_one_corpus_out, print_strict, write_plots
+from benchmarks.retrieval_quality import main, parse_configs
+from benchmarks.strict_report import Results, leave_one_corpus_out, print_strict, write_plots
 
 
 def _results() -> Results:
