@@ -16,10 +16,9 @@ from itertools import pairwise
 
 import numpy as np
 
-from chunking.tokenizer import TokenCounter, get_encoding
+from chunking.tokenizer import TokenCounter, get_encoding, token_array
 
 _WORD = re.compile(r"\S+")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,11 +35,7 @@ def token_starts(text: str, encoding_name: str = "cl100k_base") -> np.ndarray:
     inside a multi-byte character (BPE may split one) is mapped to the start of that character, so a
     cut at any returned offset is a valid `str` slice.
     """
-    encoding = get_encoding(encoding_name)
-    try:
-        tokens = encoding.encode_to_numpy(text, disallowed_special=())
-    except UnicodeEncodeError:  # a lone surrogate: tokenized as U+FFFD, one character and 3 bytes like it
-        tokens = encoding.encode_to_numpy(_SURROGATE.sub("\ufffd", text), disallowed_special=())
+    tokens = token_array(text, encoding_name)
     byte_lengths = _token_byte_lengths(encoding_name)[tokens]
     offsets = np.empty(len(tokens) + 1, dtype=np.int64)
     offsets[0] = 0
