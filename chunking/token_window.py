@@ -12,7 +12,6 @@ The cut rules are proven for cl100k_base (the default). Other encodings have oth
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -22,53 +21,10 @@ import numpy as np
 from chunking.base import BaseChunker, Span
 from chunking.config import ChunkStrategy
 from chunking.models import Document
-from chunking.packing import _token_byte_lengths
+from chunking.pieces import DEFAULT_SEGMENT_CHARS, char_offsets, segment_bounds, token_table
 from chunking.tokenizer import token_array
 
-# Positions where cl100k's pre-tokenizer always starts a new piece, so encoding the text in segments cut
-# there gives exactly the tokens of the whole text (tests/chunking/test_chunking_token_window.py checks it):
-# right after a newline followed by a non-space (no piece pattern continues past "\n" into a non-space),
-# and, as a fallback for texts without such newlines, before a space that follows a non-space and precedes
-# an ASCII letter (the space becomes the prefix of the next letter run).
-_NEWLINE_CUT = re.compile(r"\n(?=\S)")
-_SPACE_CUT = re.compile(r"(?<=\S) (?=[A-Za-z])")
-
-DEFAULT_SEGMENT_CHARS = 1 << 17
 DEFAULT_WORKERS = 2  # tokenizing threads for long texts (tiktoken releases the GIL)
-
-
-SEGMENTABLE_ENCODINGS = frozenset({"cl100k_base"})
-
-
-def segment_bounds(
-    text: str, segment_chars: int = DEFAULT_SEGMENT_CHARS, encoding_name: str = "cl100k_base"
-) -> list[tuple[int, int]]:
-    """Split `text` into consecutive segments of about `segment_chars` at pre-tokenizer piece boundaries.
-
-    A text without any safe cut point (one long run without spaces or newlines), or for an encoding
-    whose cut rules are not verified, stays one segment.
-    """
-    if encoding_name not in SEGMENTABLE_ENCODINGS:
-        return [(0, len(text))] if text else []
-    bounds: list[tuple[int, int]] = []
-    start, n = 0, len(text)
-    while start < n:
-        target = start + segment_chars
-        if target >= n:
-            bounds.append((start, n))
-            break
-        cut = _find_cut(text, target, min(n, target + segment_chars)) or _find_cut(text, target, n) or n
-        bounds.append((start, cut))
-        start = cut
-    return bounds
-
-
-def _find_cut(text: str, begin: int, end: int) -> int | None:
-    match = _NEWLINE_CUT.search(text, begin, end)
-    if match:
-        return match.end()
-    match = _SPACE_CUT.search(text, begin, end)
-    return match.start() if match else None
 
 
 def _segment_tokens(segment: str, encoding_name: str) -> np.ndarray:
@@ -131,23 +87,6 @@ def _window_bounds(first: int, stop: int, size: int, stride: int) -> list[int]:
     return sorted({*starts, *ends})
 
 
-def _chars_at(raw: bytes, byte_offsets: list[int]) -> list[int]:
-    """Character offsets of sorted UTF-8 byte offsets into `raw`, each floored to its character's start.
-
-    Decodes only between consecutive offsets: a document needs a handful of window bounds, and mapping
-    every byte (as `bytes_to_char_offsets` does for dense offsets) cost more than that on short texts.
-    """
-    chars: list[int] = []
-    previous_byte = previous_char = 0
-    for offset in byte_offsets:
-        while offset < len(raw) and raw[offset] & 0xC0 == 0x80:  # inside a character: back to its start
-            offset -= 1
-        previous_char += len(raw[previous_byte:offset].decode("utf-8", "surrogatepass"))
-        previous_byte = offset
-        chars.append(previous_char)
-    return chars
-
-
 def _window_token_offsets(
     text: str, encoding_name: str, size: int, stride: int, segment_chars: int, workers: int, whole_max: int
 ) -> tuple[dict[int, int], int]:
@@ -158,20 +97,15 @@ def _window_token_offsets(
     """
     offsets: dict[int, int] = {}
     base_token = 0
-    byte_lengths = _token_byte_lengths(encoding_name)
+    table = token_table(encoding_name)
     for seg_start, seg_end, tokens in _tokenized_segments(text, encoding_name, segment_chars, workers):
         n = len(tokens)
         if seg_end == len(text) and base_token == 0 and n <= whole_max:
             return offsets, n
         wanted = _window_bounds(base_token, base_token + n, size, stride)
         if wanted:
-            byte_starts = np.zeros(n + 1, dtype=np.int64)  # byte offset of token k = bytes of tokens [0, k)
-            np.cumsum(byte_lengths[tokens], out=byte_starts[1:])
-            selected = byte_starts[np.array(wanted, dtype=np.int64) - base_token].tolist()
-            segment = text[seg_start:seg_end] if seg_end - seg_start < len(text) else text
-            if not segment.isascii():
-                selected = _chars_at(segment.encode("utf-8", "surrogatepass"), selected)
-            for index, char in zip(wanted, selected, strict=True):
+            starts = char_offsets(tokens, table)[np.array(wanted, dtype=np.int64) - base_token]
+            for index, char in zip(wanted, starts.tolist(), strict=True):
                 offsets[index] = seg_start + char
         base_token += n
     return offsets, base_token

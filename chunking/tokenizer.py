@@ -51,18 +51,21 @@ def get_encoding(name: str = "cl100k_base") -> tiktoken.Encoding:
         ) from exc
 
 
-def token_array(text: str, encoding_name: str = "cl100k_base") -> np.ndarray:
+def token_array(text: str, encoding_name: str = "cl100k_base", *, surrogates: bool = True) -> np.ndarray:
     """Tokens of `text` as a numpy array (as `encode_ordinary`: special tokens are text).
 
     A lone surrogate (a `str` may hold one; UTF-8 cannot) is read as U+FFFD: one character and three
     UTF-8 bytes, like the surrogate under "surrogatepass", so byte and character offsets computed from
     these tokens still line up with the text. (tiktoken's own fallback re-decodes through UTF-16, which
-    joins a split surrogate pair into one character and would shift every offset after it.)
+    joins a split surrogate pair into one character and would shift every offset after it.) With
+    `surrogates=False` a text holding one raises `UnicodeEncodeError` instead.
     """
     encoding = get_encoding(encoding_name)
     try:
         return encoding.encode_to_numpy(text, disallowed_special=())
     except UnicodeEncodeError:
+        if not surrogates:
+            raise
         return encoding.encode_to_numpy(_SURROGATE.sub("\ufffd", text), disallowed_special=())
 
 
