@@ -44,29 +44,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.pipeline_speed import model_only_seconds, stopwatch
+from benchmarks.rust_book import NOT_INSTALLED, book_pages, rust_book
 
 SIDES = {"L": "LlamaIndex IngestionPipeline", "V": "unichunk, vectors only", "U": "unichunk, all sinks"}
 QUICK_PAGES = 10
-
-
-def rust_book() -> Path | None:
-    """The Rust book's HTML directory of the active toolchain (or Debian's rust-doc), if installed."""
-    candidates = []
-    try:
-        sysroot = subprocess.run(
-            ["rustc", "--print", "sysroot"], capture_output=True, text=True, check=True, timeout=60
-        ).stdout.strip()
-        candidates.append(Path(sysroot) / "share/doc/rust/html/book")
-    except (OSError, subprocess.SubprocessError):
-        pass
-    candidates.append(Path("/usr/share/doc/rust-doc/html/book"))
-    return next((c for c in candidates if (c / "ch01-00-getting-started.html").is_file()), None)
-
-
-def book_pages(book: Path, n: int) -> list[Path]:
-    """The first `n` chapters in name order (the other files are redirects, the index and print.html)."""
-    pages = sorted([*book.glob("ch*.html"), *book.glob("appendix-*.html")])
-    return pages[:n]
 
 
 def _bench_env() -> None:
@@ -276,10 +257,7 @@ def main(argv: list[str] | None = None) -> None:
 
     book = args.book or rust_book()
     if book is None:
-        raise SystemExit(
-            "the Rust book is not installed: `rustup component add rust-docs` (then it is under "
-            "`rustc --print sysroot`/share/doc/rust/html/book), or `apt-get install rust-doc`; or --book DIR"
-        )
+        raise SystemExit(NOT_INSTALLED + "; or --book DIR")
     n_pages, repeat = (QUICK_PAGES, 1) if args.quick else (args.pages, args.repeat)
     pages = book_pages(book, n_pages)
     if not pages:

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from chunking.config import ChunkStrategy
 from chunking.ids import chunk_id_for_hash, sha256_hex
 from chunking.models import Chunk, Document
+from chunking.span_counts import span_counter
 from chunking.tokenizer import TokenCounter
 
 
@@ -73,7 +74,11 @@ def chunks_from_spans(
     _check_order(kept, len(text), strategy or "explicit spans")
     missing = [i for i, s in enumerate(kept) if s.token_count is None]
     if missing:
-        counts = (counter or TokenCounter()).count_many([contents[i] for i in missing])
+        counter = counter or TokenCounter()
+        if sum(len(contents[i]) for i in missing) > len(text) // 2:  # tokenizing the text once is cheaper
+            counts = span_counter(text, counter).count_spans([(kept[i].start, kept[i].end) for i in missing])
+        else:
+            counts = counter.count_many([contents[i] for i in missing])
         counted = dict(zip(missing, counts, strict=True))
     chunks = []
     for index, (span, content) in enumerate(zip(kept, contents, strict=True)):

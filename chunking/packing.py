@@ -27,13 +27,14 @@ class Packed:
     token_count: int
 
 
-def _gap_tokens(text: str, units: Sequence[tuple[int, int]], j: int) -> int:
-    """Estimated tokens of the whitespace before unit j: a newline or a run of spaces is its own token,
-    a single space merges into the next word."""
-    if j == 0:
-        return 0
-    gap = text[units[j - 1][1] : units[j][0]]
-    return 1 if len(gap) > 1 or "\n" in gap else 0
+def _gap_tokens(text: str, units: Sequence[tuple[int, int]]) -> list[int]:
+    """Estimated tokens of the whitespace before each unit: a newline or a run of spaces is its own
+    token, a single space merges into the next word (0 before the first unit)."""
+    gaps = [0] * len(units)
+    for j in range(1, len(units)):
+        end, start = units[j - 1][1], units[j][0]
+        gaps[j] = 1 if start - end > 1 or (start - end == 1 and text[end] == "\n") else 0
+    return gaps
 
 
 def split_to_fit(
@@ -132,11 +133,12 @@ def pack_units(
     """
     packed: list[Packed] = []
     n = len(units)
+    gaps = _gap_tokens(text, units)
     i = 0
     while i < n:
         j, estimate = i, 0
         while j < n:
-            cost = unit_tokens[j] + (_gap_tokens(text, units, j) if j > i else 0)
+            cost = unit_tokens[j] + (gaps[j] if j > i else 0)
             if j > i and estimate + cost > max_tokens:
                 break
             estimate += cost
@@ -149,7 +151,7 @@ def pack_units(
             excess = exact - max_tokens
             while j - 1 > i and excess > 0:
                 j -= 1
-                excess -= unit_tokens[j] + _gap_tokens(text, units, j)
+                excess -= unit_tokens[j] + gaps[j]
         packed.append(Packed(units[i][0], units[j - 1][1], exact))
         if j >= n:
             break

@@ -66,8 +66,7 @@ _WORD_BEFORE = re.compile(r"([\w.]+)$")
 
 def _is_abbreviation(text: str, terminator_start: int) -> bool:
     """True when the `.` at terminator_start closes an abbreviation or an initial, not a sentence."""
-    window = text[max(0, terminator_start - 12) : terminator_start]
-    match = _WORD_BEFORE.search(window)
+    match = _WORD_BEFORE.search(text, max(0, terminator_start - 12), terminator_start)
     if not match:
         return False
     word = match.group(1).lower().rstrip(".")

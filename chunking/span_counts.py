@@ -92,7 +92,14 @@ class IndexedCounter:
         self._cut_tokens = np.concatenate(cut_tokens) if cut_tokens else np.zeros(0, dtype=np.int64)
 
     def count_span(self, start: int, end: int) -> int:
-        return self.count_spans([(start, end)])[0]
+        """`count_spans` for one span (packing checks each chunk it closes), without array set-up."""
+        cuts = self._cut_chars
+        first, last = int(cuts.searchsorted(start + 1)), int(cuts.searchsorted(end - 1)) - 1
+        if first > last:
+            return self._piece_count(self.text[start:end])
+        middle = int(self._cut_tokens[last] - self._cut_tokens[first])
+        head, tail = self.text[start : int(cuts[first])], self.text[int(cuts[last]) : end]
+        return self._piece_count(head) + middle + self._piece_count(tail)
 
     def count_spans(self, spans: Sequence[tuple[int, int]]) -> list[int]:
         if not spans:
@@ -109,13 +116,18 @@ class IndexedCounter:
             middle = (self._cut_tokens[last] - self._cut_tokens[first]).tolist()  # tokens in [x1, x2)
         else:
             x1, x2, middle = starts, ends, [0] * len(spans)
-        text, piece = self.text, self._piece_count
-        return [
-            piece(text[a:c1]) + mid + piece(text[c2:b]) if ok else piece(text[a:b])
-            for a, b, c1, c2, mid, ok in zip(
-                starts.tolist(), ends.tolist(), x1.tolist(), x2.tolist(), middle, usable, strict=True
-            )
-        ]
+        text, cached, piece = self.text, self._cache.get, self._piece_count
+        counts = []
+        for a, b, c1, c2, mid, ok in zip(
+            starts.tolist(), ends.tolist(), x1.tolist(), x2.tolist(), middle, usable, strict=True
+        ):
+            if ok:  # a non-empty piece has at least one token, so a cached count is never 0
+                head, tail = text[a:c1], text[c2:b]
+                counts.append((cached(head) or piece(head)) + mid + (cached(tail) or piece(tail)))
+            else:
+                whole = text[a:b]
+                counts.append(cached(whole) or piece(whole))
+        return counts
 
     def _piece_count(self, piece: str) -> int:
         """Tokens of `piece` encoded alone; short pieces (a word or two, mostly) from the cache."""
