@@ -108,15 +108,25 @@ def token_table(encoding_name: str) -> TokenTable:
     return table
 
 
-def char_offsets(tokens: np.ndarray, table: TokenTable) -> np.ndarray:
-    """Character offset where each of `tokens` starts, then the characters of all of them (n + 1 values).
+def char_offsets(tokens: np.ndarray, table: TokenTable, at: np.ndarray | None = None) -> np.ndarray:
+    """Character offset where each of `tokens` starts, then the characters of all of them (n + 1 values);
+    with `at`, only those of the token indices in `at` (0..n).
 
     A token that starts inside a multi-byte character (BPE may split one) is mapped to the start of that
-    character, so a cut at any returned offset is a valid `str` slice.
+    character, so a cut at any returned offset is a valid `str` slice. (`take`, not fancy indexing: numpy
+    converts uint32 token IDs for indexing at several times the cost of the lookup.)
     """
-    offsets = np.zeros(len(tokens) + 1, dtype=np.int64)
-    np.cumsum(table.char_starts[tokens], out=offsets[1:])
-    offsets[:-1] -= table.bits[tokens] & _INSIDE  # inside a character: back to the one started before
+    started = np.add.accumulate(table.char_starts.take(tokens))  # characters started up to token k
+    if at is not None and len(tokens) == 0:
+        return np.zeros(len(at), dtype=np.int64)
+    if at is None:
+        offsets = np.zeros(len(tokens) + 1, dtype=np.int64)
+        offsets[1:] = started
+        offsets[:-1] -= table.bits.take(tokens) & _INSIDE  # inside a character: back to its start
+        return offsets
+    offsets = np.where(at > 0, started.take(np.maximum(at - 1, 0), mode="clip"), 0)
+    inner = at < len(tokens)
+    offsets[inner] -= table.bits.take(tokens.take(at[inner])) & _INSIDE
     return offsets
 
 
@@ -128,7 +138,7 @@ def safe_cut_tokens(tokens: np.ndarray, table: TokenTable) -> np.ndarray:
     in one token), so they find a subset of the positions those patterns find. An ASCII byte is always a
     whole character in UTF-8, so the rules read the same on bytes as on characters.
     """
-    bits = table.bits[tokens]
+    bits = table.bits.take(tokens)
     before, at = bits[:-1], bits[1:]
     space = (at & _SPACE_LETTER).astype(bool) & (before & _PRINTABLE_LAST).astype(bool)
     newline = (before & _NEWLINE_LAST).astype(bool) & (at & _PRINTABLE_FIRST).astype(bool)

@@ -85,7 +85,7 @@ class IndexedCounter:
             segment = text[seg_start:seg_end] if seg_end - seg_start < len(text) else text
             tokens = token_array(segment, self.encoding_name, surrogates=False)
             cuts = safe_cut_tokens(tokens, table)
-            cut_chars.append(char_offsets(tokens, table)[cuts] + seg_start)
+            cut_chars.append(char_offsets(tokens, table, at=cuts) + seg_start)
             cut_tokens.append(cuts + base_token)
             base_token += len(tokens)
         self._cut_chars = np.concatenate(cut_chars) if cut_chars else np.zeros(0, dtype=np.int64)

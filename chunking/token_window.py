@@ -104,7 +104,7 @@ def _window_token_offsets(
             return offsets, n
         wanted = _window_bounds(base_token, base_token + n, size, stride)
         if wanted:
-            starts = char_offsets(tokens, table)[np.array(wanted, dtype=np.int64) - base_token]
+            starts = char_offsets(tokens, table, at=np.array(wanted, dtype=np.int64) - base_token)
             for index, char in zip(wanted, starts.tolist(), strict=True):
                 offsets[index] = seg_start + char
         base_token += n

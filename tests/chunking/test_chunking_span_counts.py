@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from itertools import accumulate, pairwise
 
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -111,6 +112,8 @@ def test_token_starts_are_the_characters_where_each_token_begins(text: str) -> N
     # character maps to that character's start: its leading bytes are an incomplete, ignored sequence)
     expected = [len(raw[:b].decode("utf-8", errors="ignore")) for b in byte_offsets]
     assert starts.tolist() == expected and starts[-1] == len(text)
+    at = np.arange(len(tokens) + 1)[::3]  # only some offsets, as token_window asks for its window bounds
+    assert char_offsets(token_array(text), token_table("cl100k_base"), at=at).tolist() == starts[at].tolist()
 
 
 def test_a_text_with_a_lone_surrogate_is_counted_by_slices() -> None:
