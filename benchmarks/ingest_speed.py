@@ -24,8 +24,7 @@ CPU (the process and its children: Prefect's temporary server, the graph server)
 both sides: imports, loading the model (LlamaIndex loads it in `HuggingFaceEmbedding()`; unichunk's sinks
 are opened and the models warmed, the HTML extraction imported and the chunker's tokenizer loaded, as
 LlamaIndex's splitter loads its own when built), and for unichunk a trivial flow so Prefect's temporary
-server is up
-(the CLI keeps a local server between runs). "flow body" is the summary's own duration: the ingest work
+server is up (the CLI keeps a local server between runs). "flow body" is the summary's own duration: the ingest work
 without Prefect's flow-run lifecycle. `--profile FILE` samples every thread of one more U run with py-spy
 during its ingest call (`benchmarks.thread_profile`), writes the raw stacks to FILE and prints where they
 fell.
