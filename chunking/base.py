@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from chunking.config import ChunkStrategy
 from chunking.ids import chunk_id_for_hash, sha256_hex
 from chunking.models import Chunk, Document
+from chunking.span_counts import span_counter
 from chunking.tokenizer import TokenCounter
 
 # Texts -> one vector each: how a strategy that measures meaning (`semantic`) is handed the configured
@@ -71,15 +72,24 @@ def chunks_from_spans(
     Strategies reach it through `BaseChunker.chunk`; tests and benchmarks call it to cut chunks by hand.
     """
     text = document.text
-    kept = [s for s in spans if s.end > s.start and not text[s.start : s.end].isspace()]
+    kept: list[Span] = []
+    contents: list[str] = []  # each span's text, sliced once (a slice is a copy)
+    for span in spans:
+        content = text[span.start : span.end]
+        if content and not content.isspace():
+            kept.append(span)
+            contents.append(content)
     _check_order(kept, len(text), strategy or "explicit spans")
     missing = [i for i, s in enumerate(kept) if s.token_count is None]
     if missing:
-        counts = (counter or TokenCounter()).count_many([text[kept[i].start : kept[i].end] for i in missing])
+        counter = counter or TokenCounter()
+        if sum(len(contents[i]) for i in missing) > len(text) // 2:  # tokenizing the text once is cheaper
+            counts = span_counter(text, counter).count_spans([(kept[i].start, kept[i].end) for i in missing])
+        else:
+            counts = counter.count_many([contents[i] for i in missing])
         counted = dict(zip(missing, counts, strict=True))
     chunks = []
-    for index, span in enumerate(kept):
-        content = text[span.start : span.end]
+    for index, (span, content) in enumerate(zip(kept, contents, strict=True)):
         digest = sha256_hex(content)
         metadata = {"strategy": strategy, **span.metadata} if strategy else dict(span.metadata)
         chunks.append(

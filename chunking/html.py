@@ -24,6 +24,7 @@ from chunking.base import BaseChunker, Span
 from chunking.models import Block, Document
 from chunking.packing import split_to_fit
 from chunking.sentences import sentence_spans
+from chunking.span_counts import SpanCounter, span_counter
 
 _WORD = re.compile(r"\S+")
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
@@ -152,9 +153,11 @@ class HtmlChunker(BaseChunker):
                 if block.kind in _PROSE_KINDS and (level := _looks_like_heading(texts[i], following)):
                     headings[i] = level
         spans: list[Span] = []
+        counter = span_counter(text, self.counter)
         for index, section in enumerate(_sections(text, blocks, headings)):
             metadata = {"html_mode": mode, "section": section.title, "section_index": index}
-            for start, end, tokens in self._pack(text, self._units(text, section.blocks)):
+            units = self._units(text, section.blocks, counter)
+            for start, end, tokens in self._pack(units, counter):
                 spans.append(Span(start, end, tokens, section.chain, metadata))
         if mode == "flat" and not headings:
             total = len(spans)
@@ -172,15 +175,15 @@ class HtmlChunker(BaseChunker):
 
     # -- units -------------------------------------------------------------------------------------
 
-    def _fits(self, text: str, start: int, end: int) -> bool:
+    def _fits(self, text: str, start: int, end: int, counter: SpanCounter) -> bool:
         words = len(text[start:end].split())
-        return words <= self.strategy.max_words and self.counter.count(text[start:end]) <= self._ceiling
+        return words <= self.strategy.max_words and counter.count_span(start, end) <= self._ceiling
 
     @property
     def _ceiling(self) -> int:
         return self.strategy.sizes_for("html")[0]
 
-    def _units(self, text: str, blocks: list[_Block]) -> list[_Unit]:
+    def _units(self, text: str, blocks: list[_Block], counter: SpanCounter) -> list[_Unit]:
         """Units of one section: sentences of prose; list runs, tables and code whole when they fit."""
         raw: list[tuple[int, int, bool]] = []
         i = 0
@@ -190,24 +193,26 @@ class HtmlChunker(BaseChunker):
                 j = i
                 while j < len(blocks) and blocks[j].kind == "list_item":
                     j += 1
-                raw.extend(self._list_units(text, blocks[i:j]))
+                raw.extend(self._list_units(text, blocks[i:j], counter))
                 i = j
                 continue
             if block.kind == "heading":
                 raw.append((block.start, block.end, False))
             elif block.kind in ("table", "code"):
-                if self._fits(text, block.start, block.end):
+                if self._fits(text, block.start, block.end, counter):
                     raw.append((block.start, block.end, False))
                 else:  # rows / lines
                     raw.extend((a, b, False) for a, b in _lines(text, block.start, block.end))
             else:
                 raw.extend((a, b, True) for a, b in sentence_spans(text, block.start, block.end))
             i += 1
-        return self._measure(text, raw)
+        return self._measure(text, raw, counter)
 
-    def _list_units(self, text: str, items: list[_Block]) -> list[tuple[int, int, bool]]:
+    def _list_units(
+        self, text: str, items: list[_Block], counter: SpanCounter
+    ) -> list[tuple[int, int, bool]]:
         """A run of list items whole if it fits, else each top-level item with its nested items, else each item."""
-        if self._fits(text, items[0].start, items[-1].end):
+        if self._fits(text, items[0].start, items[-1].end, counter):
             return [(items[0].start, items[-1].end, False)]
         top = min(b.level for b in items)
         out: list[tuple[int, int, bool]] = []
@@ -218,20 +223,20 @@ class HtmlChunker(BaseChunker):
             else:
                 groups[-1].append(item)
         for group in groups:
-            if self._fits(text, group[0].start, group[-1].end):
+            if self._fits(text, group[0].start, group[-1].end, counter):
                 out.append((group[0].start, group[-1].end, False))
                 continue
             for item in group:
-                if self._fits(text, item.start, item.end):
+                if self._fits(text, item.start, item.end, counter):
                     out.append((item.start, item.end, False))
                 else:
                     out.extend((a, b, True) for a, b in sentence_spans(text, item.start, item.end))
         return out
 
-    def _measure(self, text: str, raw: list[tuple[int, int, bool]]) -> list[_Unit]:
+    def _measure(self, text: str, raw: list[tuple[int, int, bool]], counter: SpanCounter) -> list[_Unit]:
         """Word and token counts; a unit over max_words or the token ceiling is cut (last resort)."""
         max_words, ceiling = self.strategy.max_words, self._ceiling
-        tokens = self.counter.count_many([text[a:b] for a, b, _ in raw])
+        tokens = counter.count_spans([(a, b) for a, b, _ in raw])
         units: list[_Unit] = []
         for (start, end, sentence), count in zip(raw, tokens, strict=True):
             words = len(text[start:end].split())
@@ -241,9 +246,9 @@ class HtmlChunker(BaseChunker):
             pieces = [
                 piece
                 for a, b in _split_words(text, start, end, max_words)
-                for piece in split_to_fit(text, a, b, ceiling, self.counter)
+                for piece in split_to_fit(text, a, b, ceiling, counter)
             ]
-            counts = self.counter.count_many([text[a:b] for a, b in pieces])
+            counts = counter.count_spans(pieces)
             units.extend(
                 _Unit(a, b, len(text[a:b].split()), c, False)
                 for (a, b), c in zip(pieces, counts, strict=True)
@@ -252,7 +257,7 @@ class HtmlChunker(BaseChunker):
 
     # -- packing -----------------------------------------------------------------------------------
 
-    def _pack(self, text: str, units: list[_Unit]) -> list[tuple[int, int, int]]:
+    def _pack(self, units: list[_Unit], counter: SpanCounter) -> list[tuple[int, int, int]]:
         """(start, end, exact tokens) of the chunks of one section (see the module docstring)."""
         s = self.strategy
         ceiling = self._ceiling
@@ -269,10 +274,10 @@ class HtmlChunker(BaseChunker):
                 ):
                     break
                 words, tokens, j = words + unit.words, tokens + unit.tokens, j + 1
-            exact = self.counter.count(text[units[i].start : units[j - 1].end])
+            exact = counter.count_span(units[i].start, units[j - 1].end)
             while exact > ceiling and j - 1 > i:
                 j -= 1
-                exact = self.counter.count(text[units[i].start : units[j - 1].end])
+                exact = counter.count_span(units[i].start, units[j - 1].end)
             chunks.append((i, j, exact))
             if j >= n:
                 break
@@ -288,11 +293,11 @@ class HtmlChunker(BaseChunker):
                 carried_words += units[k].words
                 carried_tokens += units[k].tokens
             i = k
-        chunks = self._merge_tail(text, units, chunks)
+        chunks = self._merge_tail(units, chunks, counter)
         return [(units[a].start, units[b - 1].end, tokens) for a, b, tokens in chunks]
 
     def _merge_tail(
-        self, text: str, units: list[_Unit], chunks: list[tuple[int, int, int]]
+        self, units: list[_Unit], chunks: list[tuple[int, int, int]], counter: SpanCounter
     ) -> list[tuple[int, int, int]]:
         if len(chunks) < 2:
             return chunks
@@ -300,7 +305,7 @@ class HtmlChunker(BaseChunker):
         new_words = sum(u.words for u in units[b:d])
         if new_words >= self.strategy.min_words or sum(u.words for u in units[a:d]) > self.strategy.max_words:
             return chunks
-        tokens = self.counter.count(text[units[a].start : units[d - 1].end])
+        tokens = counter.count_span(units[a].start, units[d - 1].end)
         if tokens > self._ceiling:
             return chunks
         return [*chunks[:-2], (a, d, tokens)]

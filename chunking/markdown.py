@@ -20,6 +20,7 @@ from chunking.models import Document
 from chunking.packing import pack_units, split_to_fit
 from chunking.sentences import sentence_spans
 from chunking.slugs import Slugger
+from chunking.span_counts import SpanCounter, span_counter
 
 BOUNDARY_LEVEL = 4  # deeper headings (#####, ######) are ordinary text
 _EQUATION_SEARCH_LINES = 500  # an unclosed $$ / \[ further than this is text, not an equation
@@ -243,30 +244,29 @@ class MarkdownChunker(BaseChunker):
         lines = _Lines(text)
         sections = split_sections(scan_blocks(lines.content))
         ranges = [(lines.start[s.blocks[0].first], lines.end(s.blocks[-1].stop - 1)) for s in sections]
-        counts = self.counter.count_many([text[a:b] for a, b in ranges])
+        counter = span_counter(text, self.counter)
+        counts = counter.count_spans(ranges)
         spans: list[Span] = []
         for section, (start, end), count in zip(sections, ranges, counts, strict=True):
             if count <= size:
                 spans.append(Span(start, end, count, section.chain, section.metadata))
                 continue
-            units, unit_counts = self._units(text, lines, section.blocks, size)
-            for packed in pack_units(text, units, unit_counts, size, overlap, self.counter):
+            units, unit_counts = self._units(text, lines, section.blocks, size, counter)
+            for packed in pack_units(text, units, unit_counts, size, overlap, counter):
                 spans.append(
                     Span(packed.start, packed.end, packed.token_count, section.chain, section.metadata)
                 )
         return spans
 
     def _units(
-        self, text: str, lines: _Lines, blocks: list[_Block], size: int
+        self, text: str, lines: _Lines, blocks: list[_Block], size: int, counter: SpanCounter
     ) -> tuple[list[tuple[int, int]], list[int]]:
         """Units of an oversize section, each at most `size` tokens, equations glued to what precedes."""
         units: list[tuple[int, int]] = []
         glue: list[bool] = []
         ranges = [(lines.start[b.first], lines.end(b.stop - 1)) for b in blocks]
         whole = [i for i, b in enumerate(blocks) if b.kind in _WHOLE_KINDS]
-        whole_counts = dict(
-            zip(whole, self.counter.count_many([text[slice(*ranges[i])] for i in whole]), strict=True)
-        )
+        whole_counts = dict(zip(whole, counter.count_spans([ranges[i] for i in whole]), strict=True))
         for i, block in enumerate(blocks):
             start, end = ranges[i]
             if block.kind == "heading" and block.level <= BOUNDARY_LEVEL:
@@ -276,7 +276,7 @@ class MarkdownChunker(BaseChunker):
             elif whole_counts[i] <= size:
                 parts, joined = [(start, end)], [False]
             elif block.kind == "list":
-                parts = self._list_units(text, lines, block.first, block.stop, size, 0)
+                parts = self._list_units(text, lines, block.first, block.stop, size, 0, counter)
                 joined = [False] * len(parts)
             else:
                 parts, joined = _line_units(lines, block.first, block.stop, header=block.kind == "table")
@@ -284,10 +284,17 @@ class MarkdownChunker(BaseChunker):
                 joined[0] = True
             units.extend(parts)
             glue.extend(joined)
-        return self._fit_and_glue(text, units, glue, size)
+        return self._fit_and_glue(text, units, glue, size, counter)
 
     def _list_units(
-        self, text: str, lines: _Lines, first: int, stop: int, size: int, depth: int
+        self,
+        text: str,
+        lines: _Lines,
+        first: int,
+        stop: int,
+        size: int,
+        depth: int,
+        counter: SpanCounter,
     ) -> list[tuple[int, int]]:
         """Top-level items (with their nested items) that fit; larger items split into their children."""
         markers = [i for i in range(first, stop) if _LIST_MARKER.match(lines.content[i])]
@@ -299,7 +306,7 @@ class MarkdownChunker(BaseChunker):
             tops.insert(0, first)
         items = list(zip(tops, [*tops[1:], stop], strict=True))
         ranges = [(lines.start[a], lines.end(_last_text_line(lines, a, b))) for a, b in items]
-        counts = self.counter.count_many([text[a:b] for a, b in ranges])
+        counts = counter.count_spans(ranges)
         units: list[tuple[int, int]] = []
         for (a, b), (start, end), count in zip(items, ranges, counts, strict=True):
             if count <= size:
@@ -309,23 +316,21 @@ class MarkdownChunker(BaseChunker):
             head_end = lines.end(_last_text_line(lines, a, nested))
             units.extend(_prose_units(text, start, head_end)[0])
             if nested < b:
-                units.extend(self._list_units(text, lines, nested, b, size, depth + 1))
+                units.extend(self._list_units(text, lines, nested, b, size, depth + 1, counter))
         return units
 
     def _fit_and_glue(
-        self, text: str, units: list[tuple[int, int]], glue: list[bool], size: int
+        self, text: str, units: list[tuple[int, int]], glue: list[bool], size: int, counter: SpanCounter
     ) -> tuple[list[tuple[int, int]], list[int]]:
         """Split units over `size` (last resort), then merge glued units when the result still fits."""
-        counts = self.counter.count_many([text[a:b] for a, b in units])
+        counts = counter.count_spans(units)
         fitted: list[tuple[int, int]] = []
         fitted_counts: list[int] = []
         fitted_glue: list[bool] = []
         for unit, count, joined in zip(units, counts, glue, strict=True):
-            pieces = [unit] if count <= size else split_to_fit(text, *unit, size, self.counter)
+            pieces = [unit] if count <= size else split_to_fit(text, *unit, size, counter)
             fitted.extend(pieces)
-            fitted_counts.extend(
-                [count] if len(pieces) == 1 else self.counter.count_many([text[a:b] for a, b in pieces])
-            )
+            fitted_counts.extend([count] if len(pieces) == 1 else counter.count_spans(pieces))
             fitted_glue.extend([joined] + [False] * (len(pieces) - 1))
         groups: list[list[int]] = []
         for k, joined in enumerate(fitted_glue):
@@ -337,7 +342,7 @@ class MarkdownChunker(BaseChunker):
         exact = dict(
             zip(
                 map(id, merged),
-                self.counter.count_many([text[fitted[g[0]][0] : fitted[g[-1]][1]] for g in merged]),
+                counter.count_spans([(fitted[g[0]][0], fitted[g[-1]][1]) for g in merged]),
                 strict=True,
             )
         )

@@ -14,12 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-import numpy as np
-
-from chunking.tokenizer import TokenCounter, get_encoding
+from chunking.pieces import token_starts
+from chunking.span_counts import SpanCounter
 
 _WORD = re.compile(r"\S+")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,84 +27,26 @@ class Packed:
     token_count: int
 
 
-def token_starts(text: str, encoding_name: str = "cl100k_base") -> np.ndarray:
-    """Character offset where each token of `text` starts, then `len(text)`: n_tokens + 1 sorted values.
-
-    Computed from byte lengths of the token IDs, never by decoding token slices. A token that starts
-    inside a multi-byte character (BPE may split one) is mapped to the start of that character, so a
-    cut at any returned offset is a valid `str` slice.
-    """
-    encoding = get_encoding(encoding_name)
-    try:
-        tokens = encoding.encode_to_numpy(text, disallowed_special=())
-    except UnicodeEncodeError:  # a lone surrogate: tokenized as U+FFFD, one character and 3 bytes like it
-        tokens = encoding.encode_to_numpy(_SURROGATE.sub("\ufffd", text), disallowed_special=())
-    byte_lengths = _token_byte_lengths(encoding_name)[tokens]
-    offsets = np.empty(len(tokens) + 1, dtype=np.int64)
-    offsets[0] = 0
-    np.cumsum(byte_lengths, out=offsets[1:])
-    if text.isascii():
-        return offsets
-    return bytes_to_char_offsets(text.encode("utf-8", "surrogatepass"), offsets)
-
-
-def bytes_to_char_offsets(data: bytes, byte_offsets: np.ndarray) -> np.ndarray:
-    """Map sorted UTF-8 byte offsets of `data` to character offsets, flooring into character starts."""
-    raw = np.frombuffer(data, dtype=np.uint8)
-    continuation = (raw & 0xC0) == 0x80
-    inner = byte_offsets[byte_offsets < len(raw)]
-    if len(inner) == 0:
-        return byte_offsets - int(np.count_nonzero(continuation))
-    # continuation bytes before each offset, counted per segment (no per-byte prefix-sum array).
-    per_segment = np.add.reduceat(continuation.view(np.uint8), inner, dtype=np.int64)
-    before = np.empty(len(byte_offsets), dtype=np.int64)
-    before[0] = int(np.count_nonzero(continuation[: inner[0]]))
-    before[1 : len(inner)] = before[0] + np.cumsum(per_segment[:-1])
-    before[len(inner) :] = int(np.count_nonzero(continuation))
-    chars = byte_offsets - before
-    # an offset that lands on a continuation byte is inside a character: floor to its start
-    inside = np.zeros(len(byte_offsets), dtype=bool)
-    inside[: len(inner)] = continuation[inner]
-    chars[inside] -= 1
-    return chars
-
-
-_BYTE_LENGTH_CACHE: dict[str, np.ndarray] = {}
-
-
-def _token_byte_lengths(encoding_name: str) -> np.ndarray:
-    table = _BYTE_LENGTH_CACHE.get(encoding_name)
-    if table is None:
-        encoding = get_encoding(encoding_name)
-        table = np.zeros(encoding.n_vocab, dtype=np.int64)
-        for token_id in range(encoding.n_vocab):
-            try:
-                table[token_id] = len(encoding.decode_single_token_bytes(token_id))
-            except KeyError:
-                continue
-        _BYTE_LENGTH_CACHE[encoding_name] = table
-    return table
-
-
-def _gap_tokens(text: str, units: Sequence[tuple[int, int]], j: int) -> int:
-    """Estimated tokens of the whitespace before unit j: a newline or a run of spaces is its own token,
-    a single space merges into the next word."""
-    if j == 0:
-        return 0
-    gap = text[units[j - 1][1] : units[j][0]]
-    return 1 if len(gap) > 1 or "\n" in gap else 0
+def _gap_tokens(text: str, units: Sequence[tuple[int, int]]) -> list[int]:
+    """Estimated tokens of the whitespace before each unit: a newline or a run of spaces is its own
+    token, a single space merges into the next word (0 before the first unit)."""
+    gaps = [0] * len(units)
+    for j in range(1, len(units)):
+        end, start = units[j - 1][1], units[j][0]
+        gaps[j] = 1 if start - end > 1 or (start - end == 1 and text[end] == "\n") else 0
+    return gaps
 
 
 def split_to_fit(
-    text: str, start: int, end: int, max_tokens: int, counter: TokenCounter
+    text: str, start: int, end: int, max_tokens: int, counter: SpanCounter
 ) -> list[tuple[int, int]]:
     """Cut `text[start:end]` into pieces of at most ~max_tokens tokens: between words, else between tokens."""
-    if counter.count(text[start:end]) <= max_tokens:
+    if counter.count_span(start, end) <= max_tokens:
         return [(start, end)]
     words = [(m.start(), m.end()) for m in _WORD.finditer(text, start, end)]
     if len(words) > 1:
         pieces = [p for w in words for p in split_to_fit(text, w[0], w[1], max_tokens, counter)]
-        counts = counter.count_many([text[s:e] for s, e in pieces])
+        counts = counter.count_spans(pieces)
         return [(p.start, p.end) for p in pack_units(text, pieces, counts, max_tokens, 0, counter)]
     # one run without whitespace: cut between tokens, a little under the limit so re-encoding fits
     step = max(1, max_tokens - 4)
@@ -116,10 +56,10 @@ def split_to_fit(
 
 
 def fit_units(
-    text: str, units: Sequence[tuple[int, int]], max_tokens: int, counter: TokenCounter
+    text: str, units: Sequence[tuple[int, int]], max_tokens: int, counter: SpanCounter
 ) -> tuple[list[tuple[int, int]], list[int]]:
     """Count each unit's tokens and split any unit larger than max_tokens; returns (units, counts)."""
-    counts = counter.count_many([text[s:e] for s, e in units])
+    counts = counter.count_spans(units)
     if all(c <= max_tokens for c in counts):
         return list(units), counts
     fitted: list[tuple[int, int]] = []
@@ -140,7 +80,7 @@ def refine_oversize(
     units: Sequence[tuple[int, int]],
     counts: Sequence[int],
     max_tokens: int,
-    counter: TokenCounter,
+    counter: SpanCounter,
     finer: Callable[[str, int, int], list[tuple[int, int]]],
 ) -> tuple[list[tuple[int, int]], list[int]]:
     """Replace every unit over max_tokens by its `finer(text, start, end)` pieces, fitted with `fit_units`.
@@ -164,12 +104,12 @@ def refine_oversize(
 
 
 def _split_counted(
-    text: str, start: int, end: int, max_tokens: int, counter: TokenCounter
+    text: str, start: int, end: int, max_tokens: int, counter: SpanCounter
 ) -> list[tuple[tuple[int, int], int]]:
     """`split_to_fit` plus counts; a piece that re-encodes to more than max_tokens is split again."""
     pieces = split_to_fit(text, start, end, max_tokens, counter)
     out: list[tuple[tuple[int, int], int]] = []
-    for (a, b), count in zip(pieces, counter.count_many([text[a:b] for a, b in pieces]), strict=True):
+    for (a, b), count in zip(pieces, counter.count_spans(pieces), strict=True):
         if count > max_tokens and (a, b) != (start, end) and b - a > 1:
             out.extend(_split_counted(text, a, b, max_tokens, counter))
         else:
@@ -183,7 +123,7 @@ def pack_units(
     unit_tokens: Sequence[int],
     max_tokens: int,
     overlap_tokens: int,
-    counter: TokenCounter,
+    counter: SpanCounter,
 ) -> list[Packed]:
     """Greedily pack consecutive units into chunks of at most max_tokens (measured on the real text).
 
@@ -193,24 +133,25 @@ def pack_units(
     """
     packed: list[Packed] = []
     n = len(units)
+    gaps = _gap_tokens(text, units)
     i = 0
     while i < n:
         j, estimate = i, 0
         while j < n:
-            cost = unit_tokens[j] + (_gap_tokens(text, units, j) if j > i else 0)
+            cost = unit_tokens[j] + (gaps[j] if j > i else 0)
             if j > i and estimate + cost > max_tokens:
                 break
             estimate += cost
             j += 1
         while True:
-            exact = counter.count(text[units[i][0] : units[j - 1][1]])
+            exact = counter.count_span(units[i][0], units[j - 1][1])
             if exact <= max_tokens or j - 1 == i:
                 break
             # drop just enough trailing units (by their counts) to remove the excess, then re-measure
             excess = exact - max_tokens
             while j - 1 > i and excess > 0:
                 j -= 1
-                excess -= unit_tokens[j] + _gap_tokens(text, units, j)
+                excess -= unit_tokens[j] + gaps[j]
         packed.append(Packed(units[i][0], units[j - 1][1], exact))
         if j >= n:
             break

@@ -14,6 +14,7 @@ from chunking.base import BaseChunker, Span
 from chunking.models import Document
 from chunking.packing import pack_units, refine_oversize
 from chunking.sentences import sentence_spans, split_between
+from chunking.span_counts import span_counter
 
 
 @lru_cache(maxsize=16)
@@ -34,7 +35,8 @@ class ParagraphChunker(BaseChunker):
     def spans(self, text: str, document: Document) -> list[Span]:
         size, overlap = self.strategy.sizes_for(self.name)
         units = paragraph_spans(text, self.strategy.paragraph_separator)
-        counts = self.counter.count_many([text[s:e] for s, e in units])
-        units, counts = refine_oversize(text, units, counts, size, self.counter, sentence_spans)
-        packed = pack_units(text, units, counts, size, overlap, self.counter)
+        counter = span_counter(text, self.counter)
+        counts = counter.count_spans(units)
+        units, counts = refine_oversize(text, units, counts, size, counter, sentence_spans)
+        packed = pack_units(text, units, counts, size, overlap, counter)
         return [Span(p.start, p.end, token_count=p.token_count) for p in packed]

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import tiktoken
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _bundled_cache_dir() -> Path | None:
@@ -45,6 +49,24 @@ def get_encoding(name: str = "cl100k_base") -> tiktoken.Encoding:
             f"tiktoken encoding {name!r} is not available offline; set TIKTOKEN_CACHE_DIR to a directory "
             "holding its BPE file (llama-index-core ships cl100k_base and o200k_base)"
         ) from exc
+
+
+def token_array(text: str, encoding_name: str = "cl100k_base", *, surrogates: bool = True) -> np.ndarray:
+    """Tokens of `text` as a numpy array (as `encode_ordinary`: special tokens are text).
+
+    A lone surrogate (a `str` may hold one; UTF-8 cannot) is read as U+FFFD: one character and three
+    UTF-8 bytes, like the surrogate under "surrogatepass", so byte and character offsets computed from
+    these tokens still line up with the text. (tiktoken's own fallback re-decodes through UTF-16, which
+    joins a split surrogate pair into one character and would shift every offset after it.) With
+    `surrogates=False` a text holding one raises `UnicodeEncodeError` instead.
+    """
+    encoding = get_encoding(encoding_name)
+    try:
+        return encoding.encode_to_numpy(text, disallowed_special=())
+    except UnicodeEncodeError:
+        if not surrogates:
+            raise
+        return encoding.encode_to_numpy(_SURROGATE.sub("\ufffd", text), disallowed_special=())
 
 
 class TokenCounter:

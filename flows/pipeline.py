@@ -33,7 +33,7 @@ from index.chunk_batch import LOAD_FAILED, ChunkBatchResult
 from index.chunk_cache import ChunkKey
 from index.generations import ensure_live_alias, expired_generations
 from index.run import RunConfig
-from index.sink_writes import PrepareOutcome, record_outcome
+from index.sink_writes import PrepareOutcome, optimize_sinks, record_outcome
 from index.status import DocumentStatus
 from sinks.base import SINK_NAMES, Sink
 from sinks.config import SinkSettings
@@ -63,6 +63,7 @@ def unchanged_by_stat(item: SourceItem, row: DocumentStatus | None, run: RunConf
 # The loaders' size-limit message ("... over the 8388608-byte limit"): such a failure is the limit's, not
 # the file's, so a raised limit must try the file again.
 _OVER_LIMIT = "-byte limit"
+OPTIMIZE_LOG_SECONDS = 1.0  # a store's post-run optimisation is logged when it took this long
 
 
 def known_unreadable(item: SourceItem, row: DocumentStatus | None) -> bool:
@@ -106,6 +107,20 @@ def sinks_context(run: RunConfig, dry_run: bool) -> Iterator[dict[str, Sink]]:
         with flow_sinks(run.sinks, run.settings) as sinks:
             ensure_live_alias(run, sinks)
             yield sinks
+            optimize_after_run(sinks)
+
+
+def optimize_after_run(sinks: dict[str, Sink]) -> None:
+    """Once the run's writes are done, let the stores reorganise (qdrant-edge builds its HNSW graph and
+    vacuums deleted points). A failure is logged, not the run's: every write already succeeded, and the
+    store stays due for optimisation at the next run."""
+    seconds, errors = optimize_sinks(sinks)
+    logger = get_run_logger()
+    for name, error in errors.items():
+        logger.warning("optimising %s after the run failed (tried again next run): %s", name, error)
+    slow = [f"{name} in {s:.1f} s" for name, s in seconds.items() if s >= OPTIMIZE_LOG_SECONDS]
+    if slow:
+        logger.info("optimised the stores after the run: %s", ", ".join(slow))
 
 
 @dataclass

@@ -11,6 +11,7 @@ Plain functions the Prefect tasks in `tasks/` wrap, so the rules live here once:
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,6 +65,26 @@ def write_prepared(sink: Sink, prepared: Prepared) -> int:
         written = sink.write(prepared)
     metrics.CHUNKS_WRITTEN.labels(sink=sink.name).inc(written)
     return written
+
+
+def optimize_sinks(sinks: Mapping[str, Sink]) -> tuple[dict[str, float], dict[str, str]]:
+    """Let every sink reorganise after a run's writes (`Sink.optimize`): seconds each took, and the error
+    of each that failed (the others still run).
+
+    Once per run, after the last write: qdrant-edge's optimisation is synchronous, and would pay its
+    planning in every batch. A failure costs no data (every write already succeeded); a sink that did not
+    finish stays due for the next run."""
+    seconds: dict[str, float] = {}
+    errors: dict[str, str] = {}
+    for name, sink in sinks.items():
+        started = time.perf_counter()
+        try:
+            with metrics.timed("optimize", name):
+                sink.optimize()
+        except Exception as exc:
+            errors[name] = f"{type(exc).__name__}: {exc}"
+        seconds[name] = time.perf_counter() - started
+    return seconds, errors
 
 
 def _describe(sink_name: str, exc: BaseException) -> str:

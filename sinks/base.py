@@ -251,6 +251,12 @@ class Sink(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook, most sinks hold a client to release
         """Release clients, files and locks."""
 
+    def optimize(self) -> bool:
+        """Reorganise the store after a run's writes (build search indexes, reclaim deleted entries'
+        space); True when it changed something. The pipeline calls it once per run, after the last write,
+        because it can take long. Most stores organise themselves as they write: nothing to do."""
+        return False
+
     def check_prepared(self, prepared: Prepared) -> None:
         """Refuse a batch another sink prepared (its payload would mean nothing here)."""
         if prepared.sink != self.name:

@@ -10,9 +10,11 @@ Layout: `<generation dir or data_dir>/qdrant_edge/<collection>/` is a shard; `al
 names the collection an alias points at. A shard is opened by one handle at a time (its WAL is locked),
 so sinks of one process share it (`SHARED_HANDLES`) and another process is refused with a clear error.
 
-The shard is not optimised (no HNSW graph is built; searches compare against every vector in Rust):
-building the graph costs tens of seconds per 20k points on two cores, more than brute force saves at
-the sizes measured; see the benchmark's README section.
+qdrant-edge never optimises on its own: new points stay in plain segments searched by brute force, and
+deleted points keep their space, until `EdgeShard.optimize()` runs (it builds the HNSW graph of segments
+past the indexing threshold, merges small segments, vacuums deleted points; synchronous, seconds per
+ten thousand points). `optimize()` runs it after a run's last write, when this process changed the
+shard since it last ran (the pipeline calls it once per run: `flows.pipeline.sinks_context`).
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ class EdgeQdrantSink(QdrantSink):
         # The shard opens on first use: a sink that only reads an absent collection creates nothing.
         self._handle: dict[str, EdgeShard] = {}
         self._closed = False
+        self._changed = False  # points written or deleted since the last optimize()
         self._lock = threading.RLock()
         if _is_shard(self.path):
             self._attach()
@@ -155,10 +158,25 @@ class EdgeQdrantSink(QdrantSink):
             UpdateOperation.upsert_points([Point(pid, vector, payload) for pid, vector, payload in points])
         )
         shard.flush()  # durable when write() returns, like qdrant-client's wait=True
+        self._changed = True
 
     def _store_delete(self, ids: list[str]) -> None:
         self.shard.update(UpdateOperation.delete_points([uuid.UUID(i) for i in ids]))
         self.shard.flush()
+        self._changed = True
+
+    def optimize(self) -> bool:
+        """Index, merge and vacuum the shard (`EdgeShard.optimize`) if this sink changed it since the last
+        time: without it queries compare against every vector and deleted points are never reclaimed.
+        Nothing to do costs microseconds; a shard never optimised before, about a millisecond a point."""
+        with self._operation("optimize"), self._lock:
+            if not self._changed or "shard" not in self._handle:
+                return False
+            shard = self._handle["shard"]
+            optimised = bool(shard.optimize())
+            shard.flush()
+            self._changed = False
+            return optimised
 
     def _store_scroll(
         self, conditions: Conditions | None, fields: list[str] | bool

@@ -1,4 +1,4 @@
-"""`benchmarks.ingest_speed` finds its pages: the Rust book's chapters, never print.html or the redirects."""
+"""`benchmarks.rust_book` finds the benchmarks' pages: the Rust book's chapters, never print.html or the redirects."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.ingest_speed import book_pages, rust_book
+from benchmarks.rust_book import book_pages, rust_book
 
 
 def test_pages_are_the_chapters_in_name_order(tmp_path: Path) -> None:

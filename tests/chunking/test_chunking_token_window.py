@@ -193,3 +193,18 @@ def test_other_encodings_are_tokenized_whole_and_windowed_exactly() -> None:
     assert sum(c.token_count for c in chunks) == total + 100 * (len(chunks) - 1)
     assert chunks[0].token_count == 900 and chunks[-1].end_char == len(text)
     assert should_chunk(text, strategy) == (True, total)
+
+
+def test_lone_surrogates_are_windowed_with_exact_offsets() -> None:
+    # a str may hold lone surrogates (UTF-8 cannot); they are read as U+FFFD, one character like them
+    text = "".join(f"word{i} \ud800 more text here \udfff\n" for i in range(600))
+    chunks = windows(text)
+    assert len(chunks) > 2 and chunks[-1].end_char == len(text)
+    replaced = text.replace("\ud800", "\ufffd").replace("\udfff", "\ufffd")
+    starts = token_starts(replaced)
+    total = len(starts) - 1
+    assert count_tokens(text) == total
+    for index, chunk in enumerate(chunks):
+        assert text[chunk.start_char : chunk.end_char] == chunk.content
+        assert chunk.start_char == starts[800 * index]
+        assert chunk.token_count == min(800 * index + 900, total) - 800 * index

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from prometheus_client import REGISTRY
 
 from chunking.config import ChunkStrategy
 from chunking.models import Document
@@ -51,11 +52,25 @@ def _assert_aligned(data_dir) -> set[str]:
     return expected
 
 
+def _optimize_calls() -> dict[str, float]:
+    """How many times each sink was asked to optimise after a run (`flows.pipeline.optimize_after_run`)."""
+    return {
+        name: REGISTRY.get_sample_value(
+            "unichunk_task_duration_seconds_count", {"task": "optimize", "sink": name}
+        )
+        or 0.0
+        for name in SINK_NAMES
+    }
+
+
 def test_ingest_writes_one_set_of_chunk_ids_to_every_sink_chunking_each_document_once(
     pipeline_env, corpus, chunk_calls
 ):
-    state, summary = _run(ingest, _params(corpus))
+    optimized = _optimize_calls()
+    state, summary = _run(ingest, _params(corpus, batch_size=1))  # three batches
     assert state.is_completed(), state.message
+    # the stores are optimised once, after the run's last write, not per batch
+    assert _optimize_calls() == {name: optimized[name] + 1 for name in SINK_NAMES}
     assert (summary.listed, summary.processed, summary.skipped, summary.failed) == (3, 3, 0, [])
     rows = live_status(pipeline_env).rows()
     assert sorted(r.source_id for r in rows) == ["guide.md", "notes/page.html", "notes/plain.txt"]

@@ -520,3 +520,18 @@ def test_edge_indexes_document_and_source_fields_so_filters_do_not_scan(tmp_path
     with open_sink("edge", settings_for(tmp_path), HashEmbedder()) as sink:  # reopened: indexes persist
         assert sink.count({"source_id": "src-2"}) == 3 and sink.count() == 9
         assert "document_id" in sink.shard.info().payload_schema
+
+
+def test_edge_optimize_vacuums_deleted_points_only_after_changes(fast_dir: Path, engine: str) -> None:
+    documents = [make_document([f"doc {d} paragraph {i}" for i in range(40)], f"opt-{d}") for d in range(30)]
+    with open_sink(engine, settings_for(fast_dir), HashEmbedder()) as sink:
+        sink.write(sink.prepare([(doc, make_chunks(doc)) for doc in documents]))
+        for doc in documents[:12]:  # 480 of 1200 points: past qdrant's 20 % vacuum threshold
+            assert sink.delete(doc.document_id) == 40
+        # qdrant-edge reclaims the deleted points' space; local mode organises itself (nothing to do)
+        assert sink.optimize() is (engine == "edge")
+        assert sink.optimize() is False  # nothing changed since
+        kept = {c.chunk_id for doc in documents[12:] for c in make_chunks(doc)}
+        assert sink.count() == 720 and sink.chunk_ids() == kept
+        hits = sink.search("doc 20 paragraph 3", k=3)  # the hash embedder: the same text, the same vector
+        assert hits[0].content == "doc 20 paragraph 3" and hits[0].chunk_id in kept
