@@ -36,6 +36,7 @@ from chunking.models import Document
 from chunking.packing import refine_oversize
 from chunking.sentence import clause_spans
 from chunking.sentences import sentence_spans
+from chunking.span_counts import SpanCounter, span_counter
 
 # A cut forced by the cap leaves the chunk at least this share of it, when the sentences allow.
 MIN_FORCED_SHARE = 0.5
@@ -72,13 +73,14 @@ class SemanticChunker(BaseChunker):
         units = sentence_spans(text)
         if not units:
             return []
-        counts = self.counter.count_many([text[s:e] for s, e in units])
-        units, counts = refine_oversize(text, units, counts, size, self.counter, clause_spans)
+        counter = span_counter(text, self.counter)  # one tokenization of the text counts every span
+        counts = counter.count_spans(units)
+        units, counts = refine_oversize(text, units, counts, size, counter, clause_spans)
         if len(units) == 1:
             return [Span(units[0][0], units[0][1], token_count=counts[0])]
         distances = sentence_distances(self._vectors(text, units, embed))
         threshold = float(np.percentile(distances, self.strategy.semantic_percentile))
-        return self._segment(text, units, counts, distances, threshold, size)
+        return self._segment(text, units, counts, distances, threshold, size, counter)
 
     def _vectors(self, text: str, units: list[tuple[int, int]], embed: EmbedFunction) -> np.ndarray:
         window, last = self.strategy.semantic_window, len(units) - 1
@@ -104,6 +106,7 @@ class SemanticChunker(BaseChunker):
         distances: np.ndarray,
         threshold: float,
         size: int,
+        counter: SpanCounter,
     ) -> list[Span]:
         """Greedy left to right: a chunk ends at the first boundary (distance above `threshold`), or, when
         the cap comes first, at the most divergent gap that keeps it at least MIN_FORCED_SHARE of the cap."""
@@ -125,10 +128,10 @@ class SemanticChunker(BaseChunker):
                 allowed = [e for e, tokens in ends if tokens >= MIN_FORCED_SHARE * size] or [b]
                 end = max(allowed, key=lambda e: (distances[e - 1], e))
             start_char = units[a][0]
-            exact = self.counter.count(text[start_char : units[end - 1][1]])
+            exact = counter.count_span(start_char, units[end - 1][1])
             while exact > size and end - 1 > a:  # the estimate missed merged tokens: drop trailing units
                 end -= 1
-                exact = self.counter.count(text[start_char : units[end - 1][1]])
+                exact = counter.count_span(start_char, units[end - 1][1])
             out.append(Span(start_char, units[end - 1][1], token_count=exact))
             a = end
         return out

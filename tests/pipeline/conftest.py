@@ -43,9 +43,9 @@ def chunk_calls(monkeypatch) -> Counter:
     calls: Counter = Counter()
     real = ChunkingService.chunk
 
-    def counting(self, document, strategy=None):
+    def counting(self, document, strategy=None, embed=None):
         calls[document.document_id] += 1
-        return real(self, document, strategy)
+        return real(self, document, strategy, embed)
 
     monkeypatch.setattr(ChunkingService, "chunk", counting)
     return calls
