@@ -3,6 +3,7 @@ and rank_bm25 as the reference ranking."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sqlite3
@@ -706,29 +707,39 @@ def _backend_pid(sink: BM25Sink) -> int:
     return int(sink.store._query(lambda c: c.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()))
 
 
-def _search_in_child(sink: BM25Sink, queue: Any) -> None:
-    queue.put(([h.chunk_id for h in sink.search("quick")], _backend_pid(sink)))
+def _search_in_fork(sink: BM25Sink) -> tuple[list[str], int, int]:
+    """Fork; the child searches and reports (hits, its backend's PID) through a pipe, then leaves with
+    `os._exit` (a fork of a process that ran Prefect flows must not run the interpreter's exit machinery,
+    whose inherited services end it with status 1). Returns what the child found and its exit status."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        status = 1
+        try:
+            found = ([h.chunk_id for h in sink.search("quick")], _backend_pid(sink))
+            os.write(write, json.dumps(found).encode())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        reported = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    hits, child_pid = json.loads(reported or b"[[], 0]")
+    return hits, child_pid, os.waitstatus_to_exitcode(status)
 
 
 def test_a_forked_child_searches_on_connections_of_its_own(database_url: str, tmp_path: Path) -> None:
     """The per-query pool (PostgreSQL) is not shared across fork: the child opens its own connection (a
     shared socket would interleave two processes' protocol messages), and the parent keeps working."""
-    import multiprocessing
-
     settings = SinkSettings(data_dir=tmp_path / "data", database_url=SecretStr(database_url))
     with BM25Sink(settings) as sink:
         sink.upsert(*FOX)
         expected = [FOX[1][0].chunk_id]
         assert [h.chunk_id for h in sink.search("quick")] == expected  # the parent's pool is open
         parent_pid = _backend_pid(sink)
-        context = multiprocessing.get_context("fork")
-        queue = context.Queue()
-        child = context.Process(target=_search_in_child, args=(sink, queue))
-        child.start()
-        hits, child_pid = queue.get(timeout=60)
-        assert hits == expected and child_pid != parent_pid
-        child.join(timeout=60)
-        assert child.exitcode == 0
+        hits, child_pid, exit_code = _search_in_fork(sink)
+        assert (hits, exit_code) == (expected, 0) and child_pid not in (0, parent_pid)
         for _ in range(3):
             assert [h.chunk_id for h in sink.search("quick")] == expected
         assert _backend_pid(sink) == parent_pid
