@@ -28,7 +28,8 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
     submod_attrs={
         "defaults": ["DEFAULT_BATCH_SIZE", "DEFAULT_RETENTION_HOURS"],
         "generations": ["live_status", "reading_settings", "target_for_ingest"],
-        "registry": ["Generation", "GenerationError", "GenerationMismatch", "GenerationRegistry"],
+        "errors": ["GenerationError", "GenerationMismatch"],
+        "registry": ["Generation", "GenerationRegistry"],
         "run": ["RunConfig"],
         "status": ["DocumentStatus", "StatusStore"],
     },

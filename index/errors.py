@@ -1,0 +1,14 @@
+"""The errors of index generations, apart from the registry that raises them: the CLI maps them to its
+exit codes on every failed command, and must not load the records' database layer to do so."""
+
+from __future__ import annotations
+
+from chunking.errors import UnichunkError
+
+
+class GenerationError(UnichunkError):
+    """A generation operation that must not happen (switching to a missing one, rebuilding the live one)."""
+
+
+class GenerationMismatch(GenerationError):
+    """A run's settings are not the live generation's: only `rebuild` may write them."""
