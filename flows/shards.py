@@ -302,9 +302,11 @@ class _Coordinator:
         if state.type == StateType.SCHEDULED:
             return None  # waiting for a worker
         if record is not None and record.process is not None and record.process.is_gone():
-            state = client.read_flow_run(child.id).state  # it may have failed and exited since the read
+            state = client.read_flow_run(child.id).state
             if state is not None and state.is_final():
-                return f"its run ended {state.name}" + (f": {state.message}" if state.message else "")
+                # It ended since this poll's reads (a retry started for another shard can take seconds):
+                # its summary may be stored now, so the next poll decides, from runs and records read anew.
+                return None
             why = f"its process (pid {record.process.pid}) is gone: its worker stopped or died"
         elif now - attempt.alive_at > SILENT_SECONDS:
             why = f"no sign of life for {now - attempt.alive_at:.0f} s while {state.name}"

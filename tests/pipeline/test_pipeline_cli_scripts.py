@@ -77,7 +77,7 @@ def test_version_and_the_checks_that_fail_before_anything_starts(tmp_path: Path,
     line = _one_error_line(_unichunk("ingest", str(corpus), "--strategy", "foo", env=env), 2, "--strategy: ")
     assert line == (
         "error: --strategy: 'foo' is not one of auto, token_window, fixed_chars, sentence, paragraph, "
-        "markdown, html"
+        "markdown, html, semantic"
     )
     _one_error_line(
         _unichunk("ingest", str(corpus), env={**env, "UNICHUNK_CHUNK_NAME": "foo"}),
