@@ -351,8 +351,8 @@ def _quiet_run_loggers() -> Iterator[None]:
 
 
 # The vector sink's warning for a document whose chunks were longer than the embedder's input
-# (`sinks.vectors.qdrant`, one per document): counted during a command and reported once, with the count.
-TRUNCATION_LOGGER = "sinks.vectors.qdrant"
+# (`sinks.vectors.sink`, one per document): counted during a command and reported once, with the count.
+TRUNCATION_LOGGER = "sinks.vectors.sink"
 _TRUNCATION = re.compile(r"(\d+) chunk\(s\) over (.+?)'s limit of (\d+) tokens")
 
 

@@ -21,8 +21,9 @@ from sinks.factory import SINK_NAMES, open_sinks
 from sinks.graph.sink import KnowledgeGraphSink
 from sinks.keywords.bm25 import BM25Sink
 from sinks.pool import flow_sinks
-from sinks.vectors.qdrant import QdrantSink, point_id
+from sinks.vectors.qdrant import QdrantSink
 from sinks.vectors.qdrant_edge import EdgeQdrantSink
+from sinks.vectors.sink import point_id
 
 TEXTS = {
     "a.md": "# Alpha\n\nAda Lovelace worked with Charles Babbage in London.\n\n## Notes\n\nShe wrote notes.\n",

@@ -27,7 +27,7 @@ from rich.progress import TimeRemainingColumn
 import unichunk
 from deployments import cli
 from deployments.stack import STATE_FILE, stack_dir
-from sinks.vectors.qdrant import QdrantSink
+from sinks.vectors.sink import VectorSink
 
 UNICHUNK = str(Path(sys.executable).parent / "unichunk")
 
@@ -178,7 +178,7 @@ def test_run_logs_print_above_the_bar_and_truncations_once(
     ensure_logging_setup()
     # The sink's logger as a fresh CLI process has it: in the whole suite an earlier test (or a library's
     # logging set-up) can leave it disabled or above WARNING, and its records would then never arrive.
-    sink_logger = logging.getLogger("sinks.vectors.qdrant")
+    sink_logger = logging.getLogger("sinks.vectors.sink")
     monkeypatch.setattr(sink_logger, "disabled", False)
     monkeypatch.setattr(sink_logger, "propagate", True)
     monkeypatch.setattr(sink_logger, "level", logging.NOTSET)
@@ -194,7 +194,7 @@ def test_run_logs_print_above_the_bar_and_truncations_once(
             chunks = [
                 SimpleNamespace(document_id=f"doc_{document}", chunk_id=f"doc_{document}:{i}") for i in (0, 1)
             ]
-            QdrantSink._report_truncation(sink, chunks, ["x" * 300, "x" * (257 if document == 0 else 10)])  # type: ignore[arg-type]
+            VectorSink._report_truncation(sink, chunks, ["x" * 300, "x" * (257 if document == 0 else 10)])  # type: ignore[arg-type]
         logging.getLogger("some.library").warning("something odd\nwith a second line")
         warnings.warn("a library's odd thing", UserWarning, stacklevel=1)  # written to stderr otherwise
         during = capsys.readouterr()
