@@ -394,7 +394,8 @@ def _terminal_logging() -> Iterator[None]:
     """Prefect's console handler on the root logger (its `| WARNING |` lines, written straight to stderr
     through any progress bar) replaced by `_TerminalLog` while the command runs flows, and Python warnings
     (`warnings.warn`, also written straight to stderr) logged there too; then the truncation summary.
-    Restored afterwards, for in-process callers (tests)."""
+    The truncation records reach it whatever level a logging configuration set for our loggers: the summary is the command's report, not a log line. Restored afterwards, for in-process
+    callers (tests)."""
     from prefect.logging.handlers import PrefectConsoleHandler
 
     root = logging.getLogger()
@@ -403,6 +404,10 @@ def _terminal_logging() -> Iterator[None]:
     for handler in replaced:
         root.removeHandler(handler)
     root.addHandler(terminal)
+    truncation = logging.getLogger(TRUNCATION_LOGGER)
+    truncation_level = truncation.level
+    if truncation.getEffectiveLevel() > logging.WARNING:
+        truncation.setLevel(logging.WARNING)
     capture = warnings.showwarning is not logging._showwarning  # type: ignore[attr-defined]
     if capture:
         logging.captureWarnings(True)
@@ -412,6 +417,7 @@ def _terminal_logging() -> Iterator[None]:
         if capture:
             logging.captureWarnings(False)
         root.removeHandler(terminal)
+        truncation.setLevel(truncation_level)
         for handler in replaced:
             root.addHandler(handler)
         for line in terminal.summary():
