@@ -106,6 +106,7 @@ from deployments import stack
 from deployments.service_client import ServiceRefused, ask_service
 from deployments.settings import SAMPLE_CORPUS, ServiceSettings
 from index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_RETENTION_HOURS
+from index.errors import GenerationError
 from retrieval.ranking import RetrievalError
 from retrieval.results import SearchResult
 from sinks.base import InvalidRequest
@@ -172,10 +173,11 @@ class Unreachable(UnichunkError):
 
 
 # Errors that mean "the command cannot run as given" (exit 2); anything else that ends a command is an
-# infrastructure failure (exit 3). `index.registry.GenerationError` is one too (`exit_code_for`); see the
-# module docstring for why GenerationMismatch (a GenerationError) is.
+# infrastructure failure (exit 3). See the module docstring for why GenerationMismatch (a GenerationError)
+# is one.
 USAGE_ERRORS: tuple[type[BaseException], ...] = (
     UserError,
+    GenerationError,
     ServiceRefused,  # a running service's 4xx (no such document, a bad token)
     ValidationError,
     InvalidRequest,
@@ -185,9 +187,7 @@ USAGE_ERRORS: tuple[type[BaseException], ...] = (
 
 def exit_code_for(exc: BaseException) -> int:
     """2 for a usage error, 3 for everything else (a store, a service, Prefect, a crash, a bug)."""
-    from index.registry import GenerationError  # the records' module: loaded once a command has failed
-
-    return EXIT_USAGE if isinstance(exc, (*USAGE_ERRORS, GenerationError)) else EXIT_INFRASTRUCTURE
+    return EXIT_USAGE if isinstance(exc, USAGE_ERRORS) else EXIT_INFRASTRUCTURE
 
 
 def _one_line(exc: BaseException) -> str:

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from index.chunk_cache import ChunkCache
-from index.registry import Generation, GenerationError, GenerationMismatch, GenerationRegistry
+from index.errors import GenerationError, GenerationMismatch
+from index.registry import Generation, GenerationRegistry
 from index.run import RunConfig
 from index.status import DocumentStatus, State, StatusStore
 from sinks.base import SINK_NAMES, AliasedCollection, Sink

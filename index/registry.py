@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, text
 
-from chunking.errors import UnichunkError
+from index.errors import GenerationError
 from sinks.config import SinkSettings
 from sinks.database import Database, open_database
 
@@ -102,14 +102,6 @@ class Generation:
     drop_after: str | None = None
     listed: int | None = None
     last_error: str | None = None
-
-
-class GenerationError(UnichunkError):
-    """A generation operation that must not happen (switching to a missing one, rebuilding the live one)."""
-
-
-class GenerationMismatch(GenerationError):
-    """A run's settings are not the live generation's: only `rebuild` may write them."""
 
 
 class GenerationRegistry:

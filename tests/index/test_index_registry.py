@@ -7,8 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from index.errors import GenerationError
 from index.generations import drop_generation, reading_settings
-from index.registry import GenerationError, GenerationRegistry
+from index.registry import GenerationRegistry
 from index.run import generation_id_for
 from sinks.graph.backends import namespaced_labels
 
