@@ -91,8 +91,8 @@ def batched(items: Sequence[SourceItem], size: int) -> Iterator[list[SourceItem]
 
 class RunStores:
     """A run's stores, opened when the run first needs them (`open`), so a run with nothing to write or
-    delete opens none: no store lock, no client, no model (a no-change ingest, the nightly reindex's
-    usual scan).
+    delete opens none: no store lock, no client, no model (a no-change ingest, a webhook for a file that
+    did not change).
 
     Opening takes the embedded store's lock first (`flows.store_access`: overlapping runs queue instead of
     failing on the store's lock, and a serving process hands its readers over), then the sinks from the
@@ -109,10 +109,6 @@ class RunStores:
         self.run, self.dry_run = run, dry_run
         self._exits = exits
         self._sinks: dict[str, Sink] | None = None
-
-    @property
-    def opened(self) -> bool:
-        return self._sinks is not None
 
     def open(self) -> dict[str, Sink]:
         if self._sinks is None:
