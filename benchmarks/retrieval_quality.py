@@ -40,7 +40,8 @@ import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +75,7 @@ from sinks.keywords.bm25 import BM25Sink
 from sinks.vectors.base import Embedder
 from sinks.vectors.minilm import MiniLMEmbedder
 from sinks.vectors.qdrant import QdrantSink
+from sinks.vectors.sink import logger as vector_sink_logger
 
 KS = (1, 3, 5, 10)
 MODES = ("keywords", "vectors", "hybrid")
@@ -436,6 +438,19 @@ def print_topk(results: Results, k_main: int = 5) -> None:
               + " | ".join(cells) + " |")  # fmt: skip
 
 
+@contextmanager
+def _truncation_warnings_off() -> Iterator[None]:
+    """The vector sink's truncation warnings off for the run (512+-token baselines exceed MiniLM's 256, by
+    design), and back as they were after: `main` also runs inside other processes (the test suite), where
+    a logger left at ERROR silenced the CLI's truncation summary in a later test."""
+    level = vector_sink_logger.level
+    vector_sink_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        vector_sink_logger.setLevel(level)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -468,14 +483,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.configs:
         parse_configs(args.configs, lambda texts: [], args.quick)  # fail on a typo before loading anything
-    logging.getLogger("sinks.vectors.qdrant").setLevel(
-        logging.ERROR
-    )  # 512+-token baselines exceed MiniLM's 256
     started = time.perf_counter()
     cache = Path(args.cache_dir) if args.cache_dir else None
     corpora = args.corpora or evaldata.corpora_dir("retrieval_quality")
     questions = args.questions or evaldata.questions_file("retrieval_quality")
-    results = run(corpora, questions, args.quick, cache, args.configs, args.headline_only)
+    with _truncation_warnings_off():
+        results = run(corpora, questions, args.quick, cache, args.configs, args.headline_only)
     if args.json:
         args.json.write_text(json.dumps(strict_report.as_json(results), indent=1))
     if not args.strict_only and results.rows:

@@ -1,8 +1,8 @@
-"""Both embedded vector engines behind the same `QdrantSink` interface: `python -m benchmarks.vector_store`.
+"""Both embedded vector engines behind the same `VectorSink` interface: `python -m benchmarks.vector_store`.
 
 qdrant-client local mode (`UNICHUNK_VECTOR_ENGINE=local`) against qdrant-edge (`edge`), as written and
 after the sink's `optimize()` (`edge-optimized`: what a pipeline run leaves, since it optimises the shard
-once after its writes), at 20k, 50k and 200k points of 384-d random unit vectors with the payload `QdrantSink` writes (source fields, ~800
+once after its writes), at 20k, 50k and 200k points of 384-d random unit vectors with the payload `VectorSink` writes (source fields, ~800
 characters of content, 40 chunks per document). Each engine grows one store in /dev/shm (when there is
 one: local mode commits every point to SQLite, and the disk is shared), seeding points through the sink's
 own engine method (`_store_upsert`, which skips the per-write stale-point lookup seeding does not need).
@@ -105,14 +105,9 @@ def _settings(directory: Path, engine: str) -> Any:
 
 
 def _open(directory: Path, engine: str) -> Any:
-    from sinks.vectors.qdrant import QdrantSink
+    from sinks.vectors.sink import open_vector_sink
 
-    settings = _settings(directory, engine)
-    if settings.vector_engine == "edge":
-        from sinks.vectors.qdrant_edge import EdgeQdrantSink
-
-        return EdgeQdrantSink(settings, RandomEmbedder())  # type: ignore[arg-type]
-    return QdrantSink(settings, RandomEmbedder())  # type: ignore[arg-type]
+    return open_vector_sink(_settings(directory, engine), RandomEmbedder())  # type: ignore[arg-type]
 
 
 def _document_id(d: int) -> str:
@@ -149,7 +144,7 @@ def _payload(d: int, i: int, rng: random.Random) -> dict[str, Any]:
 def seed(directory: Path, engine: str, start: int, stop: int) -> dict[str, float]:
     """Add points [start, stop) (whole documents) to the store: seconds taken, and for `edge-optimized`
     the seconds of the sink's `optimize()` after it (in this process, as a pipeline run does)."""
-    from sinks.vectors.qdrant import point_id
+    from sinks.vectors.sink import point_id
 
     rng, vectors_rng = random.Random(start), np.random.default_rng(start)
     started = time.perf_counter()

@@ -173,10 +173,11 @@ class Unreachable(UnichunkError):
 
 
 # Errors that mean "the command cannot run as given" (exit 2); anything else that ends a command is an
-# infrastructure failure (exit 3). `index.errors.GenerationError` is one too (`exit_code_for`); see the
-# module docstring for why GenerationMismatch (a GenerationError) is.
+# infrastructure failure (exit 3). See the module docstring for why GenerationMismatch (a GenerationError)
+# is one.
 USAGE_ERRORS: tuple[type[BaseException], ...] = (
     UserError,
+    GenerationError,
     ServiceRefused,  # a running service's 4xx (no such document, a bad token)
     ValidationError,
     InvalidRequest,
@@ -186,7 +187,7 @@ USAGE_ERRORS: tuple[type[BaseException], ...] = (
 
 def exit_code_for(exc: BaseException) -> int:
     """2 for a usage error, 3 for everything else (a store, a service, Prefect, a crash, a bug)."""
-    return EXIT_USAGE if isinstance(exc, (*USAGE_ERRORS, GenerationError)) else EXIT_INFRASTRUCTURE
+    return EXIT_USAGE if isinstance(exc, USAGE_ERRORS) else EXIT_INFRASTRUCTURE
 
 
 def _one_line(exc: BaseException) -> str:
@@ -350,8 +351,8 @@ def _quiet_run_loggers() -> Iterator[None]:
 
 
 # The vector sink's warning for a document whose chunks were longer than the embedder's input
-# (`sinks.vectors.qdrant`, one per document): counted during a command and reported once, with the count.
-TRUNCATION_LOGGER = "sinks.vectors.qdrant"
+# (`sinks.vectors.sink`, one per document): counted during a command and reported once, with the count.
+TRUNCATION_LOGGER = "sinks.vectors.sink"
 _TRUNCATION = re.compile(r"(\d+) chunk\(s\) over (.+?)'s limit of (\d+) tokens")
 
 
@@ -393,7 +394,8 @@ def _terminal_logging() -> Iterator[None]:
     """Prefect's console handler on the root logger (its `| WARNING |` lines, written straight to stderr
     through any progress bar) replaced by `_TerminalLog` while the command runs flows, and Python warnings
     (`warnings.warn`, also written straight to stderr) logged there too; then the truncation summary.
-    Restored afterwards, for in-process callers (tests)."""
+    The truncation records reach it whatever level a logging configuration set for our loggers: the summary is the command's report, not a log line. Restored afterwards, for in-process
+    callers (tests)."""
     from prefect.logging.handlers import PrefectConsoleHandler
 
     root = logging.getLogger()
@@ -402,6 +404,10 @@ def _terminal_logging() -> Iterator[None]:
     for handler in replaced:
         root.removeHandler(handler)
     root.addHandler(terminal)
+    truncation = logging.getLogger(TRUNCATION_LOGGER)
+    truncation_level = truncation.level
+    if truncation.getEffectiveLevel() > logging.WARNING:
+        truncation.setLevel(logging.WARNING)
     capture = warnings.showwarning is not logging._showwarning  # type: ignore[attr-defined]
     if capture:
         logging.captureWarnings(True)
@@ -411,6 +417,7 @@ def _terminal_logging() -> Iterator[None]:
         if capture:
             logging.captureWarnings(False)
         root.removeHandler(terminal)
+        truncation.setLevel(truncation_level)
         for handler in replaced:
             root.addHandler(handler)
         for line in terminal.summary():

@@ -39,8 +39,7 @@ from sinks.config import SinkSettings
 from sinks.factory import open_sinks
 from sinks.vectors.base import Embedder
 from sinks.vectors.embedders import make_embedder
-from sinks.vectors.qdrant import QdrantSink
-from sinks.vectors.qdrant_edge import EdgeQdrantSink
+from sinks.vectors.sink import open_vector_sink
 
 log = logging.getLogger(__name__)
 
@@ -144,10 +143,7 @@ class WarmStores:
             self._opened = open_sinks(settings, ("keywords", "graph"))
             if self._embedder is None:
                 self._embedder = make_embedder(settings)
-            engine = (
-                EdgeQdrantSink if not settings.qdrant_url and settings.vector_engine == "edge" else QdrantSink
-            )
-            self._opened["vectors"] = engine(settings, embedder=self._embedder)
+            self._opened["vectors"] = open_vector_sink(settings, embedder=self._embedder)
         except BaseException:
             self._release()
             raise

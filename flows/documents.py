@@ -11,7 +11,7 @@ from prefect.states import State
 from chunking.config import ChunkStrategy
 from chunking.sources import PathsSource
 from flows.params import IngestSummary
-from flows.pipeline import delete_leased, finish, process_items, sinks_context, timed_summary
+from flows.pipeline import delete_leased, finish, process_items, run_stores, sinks_context, timed_summary
 from flows.run_names import delete_document_run_name, ingest_document_run_name
 from index.generations import target_for_ingest, writable_runs
 from index.run import RunConfig
@@ -45,8 +45,8 @@ def ingest_document(
         if source_id:  # the webhook's own ID for the document wins over the path
             items = [replace(items[0], source_id=source_id)]
         summary.listed = len(items)
-        with sinks_context(run, dry_run=False):
-            process_items(items, run, summary, batch_size=1, dry_run=False)
+        with run_stores(run, dry_run=False) as stores:  # opened only if the file changed
+            process_items(items, run, summary, stores, batch_size=1, dry_run=False)
     # No artifacts: webhooks start these runs by the thousand, and the state's message names the failure.
     return finish(summary, artifacts=False)
 

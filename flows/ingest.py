@@ -7,7 +7,7 @@ from prefect import flow
 from prefect.states import State
 
 from flows.params import IngestParams, IngestSummary
-from flows.pipeline import finish, sinks_context, timed_summary
+from flows.pipeline import finish, run_stores, timed_summary
 from flows.run_names import ingest_run_name
 from flows.shards import cancel_shard_runs
 from flows.sources import list_sources, sync_in_shards, sync_listed
@@ -30,11 +30,12 @@ def sync_source(flow_name: str, params: IngestParams) -> tuple[IngestSummary, Ru
         if params.shards > 1:
             problems = sync_in_shards(listed, run, summary, params)
         else:
-            with sinks_context(run, params.dry_run):
+            with run_stores(run, params.dry_run) as stores:
                 sync_listed(
                     listed,
                     run,
                     summary,
+                    stores,
                     batch_size=params.batch_size,
                     dry_run=params.dry_run,
                     delete=params.delete_missing,

@@ -21,7 +21,7 @@ from prefect.states import State
 from chunking.errors import UnichunkError
 from flows import progress
 from flows.params import IngestSummary, ShardParams
-from flows.pipeline import finish, process_items, sinks_context, timed_summary
+from flows.pipeline import finish, process_items, run_stores, timed_summary
 from flows.run_names import shard_run_name
 from index.generations import target_for_ingest
 from index.run import RunConfig
@@ -105,9 +105,9 @@ def ingest_shard(params: ShardParams) -> IngestSummary | State:
         timed_summary(summary, "ingest-shard"),
         _Heartbeat(records, params) as heartbeat,
         progress.listening(heartbeat.progress),
-        sinks_context(run, params.dry_run),
+        run_stores(run, params.dry_run) as stores,
     ):
-        process_items(items, run, summary, batch_size=params.batch_size, dry_run=params.dry_run)
+        process_items(items, run, summary, stores, batch_size=params.batch_size, dry_run=params.dry_run)
     if not records.finish(params.parent, params.shard, params.attempt, summary.model_dump_json()):
         logger.warning("a later attempt of this shard has begun: its summary, not this one's, counts")
     # No artifacts: the parent publishes the run's, with every shard's counts in them.

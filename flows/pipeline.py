@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -90,24 +90,62 @@ def batched(items: Sequence[SourceItem], size: int) -> Iterator[list[SourceItem]
         yield list(items[start : start + size])
 
 
+class RunStores:
+    """A run's stores, opened when the run first needs them (`open`), so a run with nothing to write or
+    delete opens none: no store lock, no client, no model (a no-change ingest, a webhook for a file that
+    did not change).
+
+    Opening takes the embedded store's lock first (`flows.store_access`: overlapping runs queue instead of
+    failing on the store's lock, and a serving process hands its readers over), then the sinks from the
+    process-wide pool, held for the flow; the flow's tasks get them from there (`RunConfig.open_sinks`),
+    which refuses sinks not opened this way. Opening also keeps the Qdrant alias on the live collection:
+    the first ingest that writes to a data dir creates it, for outside readers. Whatever was opened is
+    closed, and the lock released, when `run_stores` ends. A dry run opens nothing.
+
+    A caller that decided what to do before opening asks again once `open` returns: the lock may have been
+    waited for while another run wrote or deleted the same documents (`process_items`, `delete_missing`).
+    """
+
+    def __init__(self, run: RunConfig, dry_run: bool, exits: ExitStack) -> None:
+        self.run, self.dry_run = run, dry_run
+        self._exits = exits
+        self._sinks: dict[str, Sink] | None = None
+
+    @property
+    def opened(self) -> dict[str, Sink] | None:
+        """The sinks `open` opened, or None while nothing needed them."""
+        return self._sinks
+
+    def open(self) -> dict[str, Sink]:
+        if self._sinks is None:
+            if self.dry_run:
+                return {}
+            lock = self._exits.enter_context(exclusive_store_access(self.run.settings, self.run.sinks))
+            if lock is not None:
+                get_run_logger().info("holding %s (one run at a time on an embedded store)", lock)
+            sinks = self._exits.enter_context(flow_sinks(self.run.sinks, self.run.settings))
+            ensure_live_alias(self.run, sinks)
+            self._sinks = sinks
+        return self._sinks
+
+
+@contextmanager
+def run_stores(run: RunConfig, dry_run: bool) -> Iterator[RunStores]:
+    """The run's stores for the block, opened on first need (`RunStores`), closed at its end; after a block
+    that ends normally, the stores it opened are optimised first (`optimize_after_run`)."""
+    with ExitStack() as exits:
+        stores = RunStores(run, dry_run, exits)
+        yield stores
+        if stores.opened:
+            optimize_after_run(stores.opened)
+
+
 @contextmanager
 def sinks_context(run: RunConfig, dry_run: bool) -> Iterator[dict[str, Sink]]:
-    """Open the run's sinks for the flow (closing them after); a dry run opens none.
-
-    An embedded vector store takes one run at a time: a flow that opens it first waits for its slot
-    (`flows.store_access`), so overlapping runs queue instead of failing on Qdrant's lock. Opening the
-    sinks also keeps the Qdrant alias on the live collection: the first ingest of a data dir (a CLI run or
-    a webhook's) creates the live generation, and with it the alias outside readers use."""
-    if dry_run:
-        yield {}
-        return
-    with exclusive_store_access(run.settings, run.sinks) as lock:
-        if lock is not None:
-            get_run_logger().info("holding %s (one run at a time on an embedded store)", lock)
-        with flow_sinks(run.sinks, run.settings) as sinks:
-            ensure_live_alias(run, sinks)
-            yield sinks
-            optimize_after_run(sinks)
+    """The run's stores opened now, for a block that always uses them (an alignment check, a switch, a
+    deletion); a dry run opens none."""
+    with run_stores(run, dry_run) as stores:
+        yield stores.open()
 
 
 def optimize_after_run(sinks: dict[str, Sink]) -> None:
@@ -153,9 +191,16 @@ class _Progress:
 
 
 def process_items(
-    items: Sequence[SourceItem], run: RunConfig, summary: IngestSummary, *, batch_size: int, dry_run: bool
+    items: Sequence[SourceItem],
+    run: RunConfig,
+    summary: IngestSummary,
+    stores: RunStores,
+    *,
+    batch_size: int,
+    dry_run: bool,
 ) -> None:
-    """Bring the sinks up to date with `items`, accumulating outcomes into `summary`.
+    """Bring the sinks up to date with `items`, accumulating outcomes into `summary`; `stores` are opened
+    only if some item is to be loaded (not unchanged by size and mtime, not known unreadable).
 
     Batches overlap in three stages: while batch N is being written, batch N+1 is prepared (embedded,
     analysed, extracted) and batch N+2 chunked, so the model work, which bounds a run, never waits for
@@ -174,7 +219,15 @@ def process_items(
     looking for futures to resolve (none are passed here); 56 task runs each given 2,000 small dicts
     spent 13 s of CPU on that, against 1.5 s quoted.
     """
-    rows = run.status_store(readonly=dry_run).get_many(item.document_id for item in items)
+    status = run.status_store(readonly=dry_run)
+    rows = status.get_many(item.document_id for item in items)
+    pending = [] if dry_run else to_load(items, rows, run)
+    if pending:
+        stores.open()  # may wait for another run's store lock: what it recorded meanwhile is read again
+        ids = [item.document_id for item in pending]
+        for document_id in ids:
+            rows.pop(document_id, None)
+        rows.update(status.get_many(ids))
     todo = triage(items, rows, run, summary)
     tally = _Progress(done=len(items) - len(todo), total=len(items))
     tally.advance(0)
@@ -207,16 +260,20 @@ def triage(
     counted into `summary` here)."""
     unreadable = [item for item in items if known_unreadable(item, rows.get(item.document_id))]
     _record_unreadable(summary, unreadable, rows)
-    unreadable_ids = {item.document_id for item in unreadable}
-    todo = [
-        item
-        for item in items
-        if item.document_id not in unreadable_ids
-        and not unchanged_by_stat(item, rows.get(item.document_id), run)
-    ]
+    todo = to_load(items, rows, run)
     summary.skipped += len(items) - len(todo) - len(unreadable)
     metrics.DOCUMENTS.labels(outcome="skipped").inc(len(items) - len(todo))  # unreadable ones too
     return todo
+
+
+def to_load(items: Sequence[SourceItem], rows: dict[str, DocumentStatus], run: RunConfig) -> list[SourceItem]:
+    """The items to load: neither known unreadable nor unchanged by size and mtime (counts nothing)."""
+    return [
+        item
+        for item in items
+        if not known_unreadable(item, row := rows.get(item.document_id))
+        and not unchanged_by_stat(item, row, run)
+    ]
 
 
 def _restat(item: SourceItem) -> SourceItem:
@@ -491,16 +548,26 @@ def delete_missing(
     items: Sequence[SourceItem],
     run: RunConfig,
     summary: IngestSummary,
+    stores: RunStores,
     *,
     dry_run: bool,
     missing: Sequence[DocumentStatus] | None = None,
 ) -> None:
-    """Delete the documents `source` no longer lists (`missing`, when the caller has found them already)."""
+    """Delete the documents `source` no longer lists (`missing`, when the caller has found them already);
+    `stores` are opened only if there are some."""
     if missing is None:
         missing = find_missing(source, items, run, readonly=dry_run)
     if dry_run:
         summary.would_delete.extend(row.source_id or row.document_id for row in missing)
-    elif missing:
+        return
+    if not missing:
+        return
+    stores.open()
+    # The store lock may have been waited for: only what is missing still is deleted (one another run
+    # deleted meanwhile is not counted twice; one that appeared meanwhile is not this run's to delete).
+    still = {row.document_id for row in find_missing(source, items, run, readonly=False)}
+    missing = [row for row in missing if row.document_id in still]
+    if missing:
         source_ids = {row.document_id: row.source_id or row.document_id for row in missing}
         delete_leased(run, list(source_ids), describe=source_ids.__getitem__)
         summary.deleted += len(missing)

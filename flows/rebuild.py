@@ -21,7 +21,7 @@ from prefect import flow, get_run_logger
 from prefect.states import State
 
 from flows.params import FailedDocument, IngestSummary, RebuildParams, RebuildSummary, SourceParams, names
-from flows.pipeline import drop_expired, sinks_context, timed_summary
+from flows.pipeline import RunStores, drop_expired, run_stores, timed_summary
 from flows.reports import failed_state, publish_rebuild
 from flows.run_names import rebuild_run_name
 from flows.sources import Listed, list_sources, sync_listed
@@ -35,7 +35,12 @@ from tasks.generations import switch_live
 
 
 def _sync(
-    listed: list[Listed], named: SourceParams | None, run: RunConfig, flow_name: str, batch_size: int
+    listed: list[Listed],
+    named: SourceParams | None,
+    run: RunConfig,
+    stores: RunStores,
+    flow_name: str,
+    batch_size: int,
 ) -> IngestSummary:
     """One incremental pass of the sources into the new generation (deleting what a source dropped);
     `listed` is what they listed for this pass, empty to list them again."""
@@ -43,7 +48,7 @@ def _sync(
     with timed_summary(summary, flow_name):
         listed = listed or list_sources(named, run.settings, record=False)
         summary.listed = sum(len(entry.items) for entry in listed)
-        sync_listed(listed, run, summary, batch_size=batch_size, dry_run=False, delete=True)
+        sync_listed(listed, run, summary, stores, batch_size=batch_size, dry_run=False, delete=True)
     return summary
 
 
@@ -125,10 +130,11 @@ def rebuild(params: RebuildParams) -> RebuildSummary | State:
     listed = list_sources(params.source, base.settings, record=True)
     total = sum(len(entry.items) for entry in listed)
     registry.begin_build(run.generation_id, run.generation_fingerprint, run.describe(), total)
-    with sinks_context(run, dry_run=False):
-        summary.build = _sync(listed, params.source, run, "rebuild", params.batch_size)
+    with run_stores(run, dry_run=False) as stores:
+        stores.open()  # a rebuild always verifies its generation's stores, whatever it had to write
+        summary.build = _sync(listed, params.source, run, stores, "rebuild", params.batch_size)
         # What changed in the sources while the build ran (webhooks updated only the live generation).
-        summary.catch_up = _sync([], params.source, run, "rebuild-catch-up", params.batch_size)
+        summary.catch_up = _sync([], params.source, run, stores, "rebuild-catch-up", params.batch_size)
         report = verify_alignment_task(run)
         if not report.ok:  # as reindex does: re-write what a store lost, then look again
             summary.repaired = asdict(repair_alignment(run, report))

@@ -15,7 +15,7 @@ from prefect import get_run_logger
 
 from chunking.sources import Source, SourceItem
 from flows.params import IngestParams, IngestSummary, SourceParams
-from flows.pipeline import delete_missing, find_missing, process_items, sinks_context, triage
+from flows.pipeline import RunStores, delete_missing, find_missing, process_items, run_stores, triage
 from flows.shards import run_in_shards
 from index.run import RunConfig
 from index.source_registry import SourceRecord, SourceRegistry
@@ -99,16 +99,18 @@ def sync_listed(
     listed: list[Listed],
     run: RunConfig,
     summary: IngestSummary,
+    stores: RunStores,
     *,
     batch_size: int,
     dry_run: bool,
     delete: bool,
 ) -> None:
-    """Process what each source lists; with `delete`, remove what vanished from it (and from it only)."""
+    """Process what each source lists; with `delete`, remove what vanished from it (and from it only).
+    `stores` open only if something is to be written or deleted."""
     for entry in listed:
-        process_items(entry.items, run, summary, batch_size=batch_size, dry_run=dry_run)
+        process_items(entry.items, run, summary, stores, batch_size=batch_size, dry_run=dry_run)
         if delete:
-            delete_missing(entry.source, entry.items, run, summary, dry_run=dry_run)
+            delete_missing(entry.source, entry.items, run, summary, stores, dry_run=dry_run)
 
 
 def sync_in_shards(
@@ -131,6 +133,6 @@ def delete_vanished(listed: list[Listed], run: RunConfig, summary: IngestSummary
     vanished = [(entry, find_missing(entry.source, entry.items, run, readonly=dry_run)) for entry in listed]
     if not any(missing for _, missing in vanished):
         return
-    with sinks_context(run, dry_run):
+    with run_stores(run, dry_run) as stores:
         for entry, missing in vanished:
-            delete_missing(entry.source, entry.items, run, summary, dry_run=dry_run, missing=missing)
+            delete_missing(entry.source, entry.items, run, summary, stores, dry_run=dry_run, missing=missing)

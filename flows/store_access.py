@@ -15,6 +15,11 @@ The kernel releases a file lock the moment its holder exits, however it exits, a
 process on the machine whichever Prefect server started it (a CLI run beside a served one). The served
 process's own queue (`UNICHUNK_SERVE_RUN_LIMIT`) is Prefect's.
 
+A run opens its stores, and so takes the lock, only once it has something to write or delete
+(`flows.pipeline.RunStores`): a run whose documents are all unchanged takes none, so it never waits here
+nor makes the service below hand its store over. Having waited, it reads the status rows again: the run it
+waited for may have written or deleted the same documents.
+
 Only a run that opens the vector store needs the lock: a run writing only the keyword index and the graph
 (`--sink keywords --sink graph`) opens no Qdrant directory (the BM25 file and the graph server take
 concurrent writers), so it is not queued. Dropping a generation removes all its stores, the vectors

@@ -1,8 +1,9 @@
 """The pipeline's own records and plain steps, no Prefect: what the flows orchestrate.
 
 - `run.py`: a run's settings and fingerprints (`RunConfig`); `defaults.py`: batch size and retention;
-- `registry.py`: the table of index generations; `generations.py`: **the one place** that decides which
-  generation a reader or a run uses, and the switch and drop operations;
+- `registry.py`: the table of index generations (`errors.py`: its errors, light for the CLI);
+  `generations.py`: **the one place** that decides which generation a reader or a run uses, and the switch
+  and drop operations;
 - `status.py`: per-document status of one generation; `chunk_cache.py`: chunks keyed by what made them;
 - `chunk_batch.py`: load, skip unchanged, chunk once; `sink_writes.py`: prepare, write, record, undo,
   delete; `alignment.py`: the check that the stores agree, and its repair; `metrics.py`: the pipeline's

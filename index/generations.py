@@ -29,7 +29,7 @@ from sinks.base import SINK_NAMES, AliasedCollection, Sink
 from sinks.config import SinkSettings
 from sinks.database import open_database
 from sinks.factory import open_sinks
-from sinks.pool import release_sinks
+from sinks.pool import discard_sinks, flow_sinks
 
 
 def registry_of(settings: SinkSettings) -> GenerationRegistry:
@@ -172,9 +172,9 @@ def switch_live(run: RunConfig, retention: timedelta) -> tuple[str | None, str |
         previous = registry.switch_live(target, retention)
     except Exception:
         if isinstance(vectors, AliasedCollection) and before is not None:
-            back = run.pinned(before.generation_id).open_sinks()["vectors"]
-            if isinstance(back, AliasedCollection):
-                back.point_alias(alias)
+            with flow_sinks(["vectors"], run.settings.for_generation(before.generation_id)) as back:
+                if isinstance(back["vectors"], AliasedCollection):
+                    back["vectors"].point_alias(alias)
         raise
     return (before.generation_id if before else None), (previous.generation_id if previous else None)
 
@@ -201,7 +201,7 @@ def drop_generation(settings: SinkSettings, generation_id: str) -> None:
     if found.state == "live":
         raise GenerationError(f"generation {generation_id} is live; switch to another one before dropping it")
     pinned = settings.for_generation(generation_id)
-    release_sinks(SINK_NAMES, pinned)  # a long-lived process may still hold them open
+    discard_sinks(SINK_NAMES, pinned)  # a long-lived process may still hold them open
     sinks = open_sinks(pinned)
     try:
         for sink in sinks.values():

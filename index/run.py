@@ -19,7 +19,7 @@ from index.chunk_cache import ChunkCache
 from index.status import StatusStore
 from sinks.base import SINK_NAMES, Sink, SinkName
 from sinks.config import SinkSettings
-from sinks.pool import get_sinks
+from sinks.pool import held_sinks
 
 # How document IDs are made (a generation's fingerprint covers it): the source's name and the path in it.
 # Before, every file source was "fs", so two folders with the same relative paths overwrote each other.
@@ -128,5 +128,6 @@ class RunConfig:
         return ChunkCache.of(self.settings)
 
     def open_sinks(self) -> dict[str, Sink]:
-        """The run's sinks from the process-wide pool (opened on first use)."""
-        return get_sinks(self.sinks, self.settings)
+        """The run's sinks, as its flow holds them in the process-wide pool (`sinks.pool.held_sinks`: a sink
+        the flow has not opened is refused, never opened outside the flow's store lock)."""
+        return held_sinks(self.sinks, self.settings)

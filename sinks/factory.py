@@ -5,7 +5,8 @@ is (`index.generations` does, for everyone).
 
 Each store's module is imported when that store is first opened, not when this module is: measured on
 the reference machine, importing `sinks.vectors` costs 1.9 s (qdrant-client), `sinks.keywords` 0.7 s
-(bm25s, scipy) and `sinks.graph` 0.55 s, and commands such as `unichunk status` open no store at all.
+(bm25s, scipy) and `sinks.graph` 0.55 s, and commands such as `unichunk status` open no store at all. The
+vector sink's opener imports only the engine the settings pick (`sinks.vectors.sink.open_vector_sink`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sinks.config import SinkSettings
 # name -> (module, opener): the opener, a function or a class's `from_settings`, takes the settings. The
 # vectors' opener picks the engine (qdrant-edge, local mode or a server) from them.
 _STORES: dict[str, tuple[str, str]] = {
-    "vectors": ("sinks.vectors.qdrant_edge", "open_vector_sink"),
+    "vectors": ("sinks.vectors.sink", "open_vector_sink"),
     "keywords": ("sinks.keywords.bm25", "BM25Sink.from_settings"),
     "graph": ("sinks.graph.sink", "KnowledgeGraphSink.from_settings"),
 }

@@ -118,9 +118,11 @@ def test_the_live_generation_is_resolved_in_one_module() -> None:
 # torch (set for one query's embedding in `sinks.vectors.minilm`; it loads with the model, on first use),
 # SQLAlchemy (~0.16 s: `deployments.service_file` needs it only in server mode, and every CLI command that a
 # running service answers looks the service up), the embedders (torch or an HTTP client, which `index.run`
-# needs only for the `semantic` strategy, while every run computes its fingerprint there).
+# needs only for the `semantic` strategy, while every run computes its fingerprint there), the Neo4j driver
+# (0.15-0.55 s: `sinks.graph.backends` imports it for a Neo4j backend only, never in FalkorDB runs).
 LAZY_IMPORTERS = {
     "index.run",
+    "sinks.graph.backends",
     "deployments.service_file",
     "chunking.loaders",
     "sinks.graph.extraction",

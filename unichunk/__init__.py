@@ -6,13 +6,16 @@ types, and `__version__`. Internals stay in their packages (`chunking`, `sinks`,
     p = Pipeline()
     p.ingest("docs/"); p.search("how are deletions propagated", k=5)
 
-`Pipeline` loads on first use: it brings Prefect and the flows (about 3 s on the reference machine), which
-`from unichunk import ChunkingService` (the LlamaIndex node parser's need) should not pay for.
+Every name loads on first use: `Pipeline` brings Prefect and the flows (about 3 s on the reference machine),
+which `from unichunk import ChunkingService` (the LlamaIndex node parser's need) should not pay for, and
+the chunking types bring the chunker (about 0.1 s), which `unichunk.__version__` (`unichunk --version`)
+should not.
 Adapters: `unichunk.integrations.llama_index`, `unichunk.integrations.langchain` (optional extras).
 """
 
 from __future__ import annotations
 
+import importlib
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -20,22 +23,21 @@ from unichunk.own_packages import load_own_packages
 
 load_own_packages()  # before any import of ours: see unichunk.own_packages
 
-from chunking import (  # noqa: E402 - after load_own_packages, on purpose
-    Block,
-    Chunk,
-    ChunkingError,
-    ChunkingService,
-    ChunkStrategy,
-    Document,
-    DocumentLoadError,
-    UnichunkError,
-    load_bytes,
-    load_document,
-)
-from retrieval.results import SearchHit, SearchResult  # noqa: E402
-from sinks.config import SinkSettings  # noqa: E402
-
 if TYPE_CHECKING:
+    from chunking import (
+        Block,
+        Chunk,
+        ChunkingError,
+        ChunkingService,
+        ChunkStrategy,
+        Document,
+        DocumentLoadError,
+        UnichunkError,
+        load_bytes,
+        load_document,
+    )
+    from retrieval.results import SearchHit, SearchResult
+    from sinks.config import SinkSettings
     from unichunk.pipeline import Pipeline
 
 try:
@@ -43,14 +45,38 @@ try:
 except metadata.PackageNotFoundError:  # pragma: no cover - run from a source tree never installed
     __version__ = "0+unknown"
 
+# Where each name of the face lives; each loads when first asked for (see the module docstring).
+_NAMES = {
+    **dict.fromkeys(
+        (
+            "Block",
+            "Chunk",
+            "ChunkingError",
+            "ChunkingService",
+            "ChunkStrategy",
+            "Document",
+            "DocumentLoadError",
+            "UnichunkError",
+            "load_bytes",
+            "load_document",
+        ),
+        "chunking",
+    ),
+    "SearchHit": "retrieval.results",
+    "SearchResult": "retrieval.results",
+    "SinkSettings": "sinks.config",
+    "Pipeline": "unichunk.pipeline",
+}
+
 
 def __getattr__(name: str) -> Any:
-    """`unichunk.Pipeline`, imported when first asked for (see the module docstring)."""
-    if name == "Pipeline":
-        from unichunk.pipeline import Pipeline
-
-        return Pipeline
-    raise AttributeError(f"module 'unichunk' has no attribute {name!r}")
+    """A name of the face, imported from its module when first asked for (then kept here)."""
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'unichunk' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [

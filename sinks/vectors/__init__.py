@@ -1,7 +1,8 @@
-"""The vector store (Qdrant, local mode or a server) and the embedders that feed it.
+"""The vector store (qdrant-edge embedded, or qdrant-client: local mode or a server) and the embedders that
+feed it.
 
 The names load on first use (`lazy_loader`): `sinks.vectors.embedders` (what a run's fingerprint needs)
-must not import qdrant_client (about 1 s).
+must not import qdrant_client (about 1 s), and neither must the qdrant-edge engine.
 """
 
 import lazy_loader
@@ -13,6 +14,8 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
         "embedders": ["make_embedder"],
         "minilm": ["MiniLMEmbedder"],
         "openai_compatible": ["OpenAICompatibleEmbedder"],
-        "qdrant": ["QdrantSink", "point_id"],
+        "qdrant": ["QdrantSink"],
+        "qdrant_edge": ["EdgeQdrantSink"],
+        "sink": ["VectorSink", "open_vector_sink", "point_id"],
     },
 )

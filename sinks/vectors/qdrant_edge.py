@@ -1,7 +1,7 @@
 """The vector sink on qdrant-edge: Qdrant's own engine embedded in this process, one shard per collection.
 
-Same points, payloads and IDs as `QdrantSink` (it subclasses it and replaces only the `_store_*` engine
-methods), but the store keeps keyword payload indexes and memory-mapped segments, so a filter by
+Same points, payloads and IDs as `QdrantSink` (both are engines of `VectorSink`, which does the sink's
+work through their `_store_*` methods), but the store keeps keyword payload indexes and memory-mapped segments, so a filter by
 `document_id` or a replacement's stale-point lookup reads the index instead of unpickling every point, and
 opening a store maps files instead of loading the collection into Python objects
 (`benchmarks.vector_store` measures both engines).
@@ -28,7 +28,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from qdrant_client import QdrantClient
 from qdrant_edge import (
     CountRequest,
     Distance,
@@ -47,14 +46,13 @@ from qdrant_edge import (
 )
 
 from sinks.base import SinkError
-from sinks.config import SinkSettings
-from sinks.vectors.qdrant import (
+from sinks.vectors.sink import (
     _SCROLL_PAGE,
     SHARED_HANDLES,
     SINK_NAME,
     Conditions,
-    QdrantSink,
     StoredPoint,
+    VectorSink,
     engine_dir,
     refuse_other_engine,
 )
@@ -63,14 +61,14 @@ _CONFIG_FILE = "edge_config.json"  # written by qdrant-edge into every shard
 _ALIASES_FILE = "aliases.json"
 
 
-class EdgeQdrantSink(QdrantSink):
-    """`QdrantSink` on a qdrant-edge shard under the generation's directory (no server, no collection API)."""
+class EdgeQdrantSink(VectorSink):
+    """`VectorSink` on a qdrant-edge shard under the generation's directory (no server, no collection API)."""
 
     engine = "edge"
 
-    def _store_open(self, client: QdrantClient | None) -> None:
-        if client is not None or self.settings.qdrant_url:
-            raise SinkError(self.name, "the edge engine is embedded: it takes no client and no qdrant_url")
+    def _store_open(self) -> None:
+        if self.settings.qdrant_url:
+            raise SinkError(self.name, "the edge engine is embedded: it takes no qdrant_url")
         refuse_other_engine(self.settings, self.engine)
         self.base = engine_dir(self.settings, self.engine)
         self.path = self.base / self.collection
@@ -251,14 +249,6 @@ class EdgeQdrantSink(QdrantSink):
         partial = self.base / f".{_ALIASES_FILE}.{os.getpid()}"
         partial.write_text(json.dumps(aliases, sort_keys=True))
         partial.replace(self.base / _ALIASES_FILE)
-
-
-def open_vector_sink(settings: SinkSettings) -> QdrantSink:
-    """The vector sink the settings name: a server URL uses qdrant-client; otherwise `vector_engine` picks
-    the embedded engine (qdrant-edge or qdrant-client's local mode)."""
-    if not settings.qdrant_url and settings.vector_engine == "edge":
-        return EdgeQdrantSink(settings)
-    return QdrantSink(settings)
 
 
 def edge_filter(conditions: Conditions | None) -> Filter | None:

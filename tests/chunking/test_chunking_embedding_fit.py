@@ -179,7 +179,7 @@ def test_the_sample_corpus_ingests_into_the_vector_sink_without_truncation(
     embedder = MiniLMEmbedder()
     with (
         QdrantSink(SinkSettings(data_dir=tmp_path, qdrant_url=None), embedder) as sink,
-        caplog.at_level(logging.WARNING, "sinks.vectors.qdrant"),
+        caplog.at_level(logging.WARNING, "sinks.vectors.sink"),
     ):
         prepared = sink.prepare(batch)
     assert prepared.chunk_count == sum(len(chunks) for _, chunks in batch) > 0

@@ -10,6 +10,7 @@ and numpy (2.7 s); `tests/deployments/test_service_handover.py` checks the same 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -95,11 +96,17 @@ def test_importing_the_cli_loads_no_store_model_or_flow_library() -> None:
 
 
 def test_the_recording_cli_sees_what_a_command_loads(tmp_path: Path) -> None:
-    """The recorder sees libraries a command loads after start-up: `--version` imports the `unichunk`
-    package, whose face loads the chunker (tiktoken); `search --help` loads none."""
-    done, heavy = run_recording_cli(tmp_path / "version.json", "--version")
+    """The recorder sees libraries a command loads after start-up: `status` with no service reads the
+    records itself (SQLAlchemy); `--version` and `search --help` load none (the `unichunk` face that
+    `--version` imports loads its names on first use)."""
+    env = {k: v for k, v in os.environ.items() if k != "UNICHUNK_SERVICE_URL"}
+    env["UNICHUNK_DATA_DIR"] = str(tmp_path / "data")
+    done, heavy = run_recording_cli(tmp_path / "status.json", "status", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "sqlalchemy" in heavy
+    done, heavy = run_recording_cli(tmp_path / "version.json", "--version", env=env)
     assert done.returncode == 0 and done.stdout.startswith("unichunk ")
-    assert "tiktoken" in heavy
-    done, heavy = run_recording_cli(tmp_path / "help.json", "search", "--help")
+    assert heavy == set()
+    done, heavy = run_recording_cli(tmp_path / "help.json", "search", "--help", env=env)
     assert done.returncode == 0 and "Hybrid search" in done.stdout
     assert heavy == set()

@@ -168,7 +168,9 @@ def test_exit_codes_tell_usage_from_infrastructure_each_in_one_line(
     usage = _unichunk("ingest", "--no-such-option")
     assert usage.returncode == 2 and "No such option" in usage.stderr, _shown(usage)
 
-    # 3: infrastructure. A graph server that does not answer, named as the graph store.
+    # 3: infrastructure. A graph server that does not answer, named as the graph store (a new document: a
+    # run with nothing to write opens no store, so it would not notice).
+    make_corpus(corpus, 1, start=2)
     graph_down = _unichunk("ingest", str(corpus), UNICHUNK_FALKORDB_URL=_free_url("redis"))
     one_error_line(graph_down, 3, "[graph] cannot open the store: ConnectionError:")
     # A Prefect API that does not answer.

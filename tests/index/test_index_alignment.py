@@ -21,9 +21,10 @@ from sinks.config import SinkSettings
 from sinks.factory import SINK_NAMES, open_sinks
 from sinks.graph.sink import KnowledgeGraphSink
 from sinks.keywords.bm25 import BM25Sink
-from sinks.pool import close_all_sinks
-from sinks.vectors.qdrant import QdrantSink, point_id
+from sinks.pool import flow_sinks
+from sinks.vectors.qdrant import QdrantSink
 from sinks.vectors.qdrant_edge import EdgeQdrantSink
+from sinks.vectors.sink import point_id
 
 TEXTS = {
     "a.md": "# Alpha\n\nAda Lovelace worked with Charles Babbage in London.\n\n## Notes\n\nShe wrote notes.\n",
@@ -123,47 +124,48 @@ def test_altered_content_in_one_store_is_reported_there_and_repaired(
         data_dir=tmp_path, falkordb_url=falkordb_url, graph_name=f"altered_{tmp_path.name}"
     )
     run = RunConfig(ChunkStrategy(name="auto"), settings)
-    sinks = run.open_sinks()
-    try:
-        nul_doc = Document(text=NUL_TEXT, source_system="test", source_id="nul.txt", path="nul.txt")
-        batch = [*_documents(), (nul_doc, ChunkingService().chunk(nul_doc, ChunkStrategy(name="auto")))]
-        for sink in sinks.values():
-            sink.write(sink.prepare(batch))
-        status = run.status_store()
-        for document, chunks in batch:  # what the pipeline records after a successful write
-            run.chunk_cache().put(document, run.chunk_fingerprint, chunks)
-            fields = processed_fields(
-                [c.chunk_id for c in chunks],
-                content_hash=document.content_hash,
-                fingerprint=run.fingerprint,
-                chunk_fingerprint=run.chunk_fingerprint,
-                strategy=run.strategy.model_dump_json(),
+    with flow_sinks(run.sinks, run.settings) as sinks:  # as a flow holds them: repair's tasks use them
+        try:
+            nul_doc = Document(text=NUL_TEXT, source_system="test", source_id="nul.txt", path="nul.txt")
+            batch = [*_documents(), (nul_doc, ChunkingService().chunk(nul_doc, ChunkStrategy(name="auto")))]
+            for sink in sinks.values():
+                sink.write(sink.prepare(batch))
+            status = run.status_store()
+            for document, chunks in batch:  # what the pipeline records after a successful write
+                run.chunk_cache().put(document, run.chunk_fingerprint, chunks)
+                fields = processed_fields(
+                    [c.chunk_id for c in chunks],
+                    content_hash=document.content_hash,
+                    fingerprint=run.fingerprint,
+                    chunk_fingerprint=run.chunk_fingerprint,
+                    strategy=run.strategy.model_dump_json(),
+                )
+                status.upsert_many([(document.document_id, fields)])
+            expected = status.expected_chunk_ids()
+            report = verify_alignment(sinks, expected)
+            assert report.ok, report.as_dict()
+            assert report.altered == {n: set() for n in SINK_NAMES}
+
+            victim = next(c for c in batch[-1][1] if "\x00" in c.content)
+            _corrupt(sinks, name, victim)
+            report = verify_alignment(sinks, expected)
+            assert not report.ok and report.mismatch_count() == 1
+            assert report.altered == {n: {victim.chunk_id} if n == name else set() for n in SINK_NAMES}
+            assert not any(report.missing.values()) and not any(report.extra.values())
+            summary = report.as_dict()["sinks"][name]
+            assert summary["altered"] == 1 and summary["altered_examples"] == [victim.chunk_id]
+            record_alignment(report)
+            gauge = {"sink": name, "kind": "altered"}
+            assert REGISTRY.get_sample_value("unichunk_alignment_mismatches", gauge) == 1
+
+            result = repair(run, report)
+            assert result.rewritten == {name: [nul_doc.document_id]} and not result.errors
+            report = verify_alignment(sinks, expected)
+            assert report.ok, report.as_dict()
+            assert sinks[name].content_hashes(nul_doc.document_id)[victim.chunk_id] == sha256_hex(
+                victim.content
             )
-            status.upsert_many([(document.document_id, fields)])
-        expected = status.expected_chunk_ids()
-        report = verify_alignment(sinks, expected)
-        assert report.ok, report.as_dict()
-        assert report.altered == {n: set() for n in SINK_NAMES}
-
-        victim = next(c for c in batch[-1][1] if "\x00" in c.content)
-        _corrupt(sinks, name, victim)
-        report = verify_alignment(sinks, expected)
-        assert not report.ok and report.mismatch_count() == 1
-        assert report.altered == {n: {victim.chunk_id} if n == name else set() for n in SINK_NAMES}
-        assert not any(report.missing.values()) and not any(report.extra.values())
-        summary = report.as_dict()["sinks"][name]
-        assert summary["altered"] == 1 and summary["altered_examples"] == [victim.chunk_id]
-        record_alignment(report)
-        gauge = {"sink": name, "kind": "altered"}
-        assert REGISTRY.get_sample_value("unichunk_alignment_mismatches", gauge) == 1
-
-        result = repair(run, report)
-        assert result.rewritten == {name: [nul_doc.document_id]} and not result.errors
-        report = verify_alignment(sinks, expected)
-        assert report.ok, report.as_dict()
-        assert sinks[name].content_hashes(nul_doc.document_id)[victim.chunk_id] == sha256_hex(victim.content)
-        record_alignment(report)
-        assert REGISTRY.get_sample_value("unichunk_alignment_mismatches", gauge) == 0
-    finally:
-        sinks["graph"].drop()
-        close_all_sinks()
+            record_alignment(report)
+            assert REGISTRY.get_sample_value("unichunk_alignment_mismatches", gauge) == 0
+        finally:
+            sinks["graph"].drop()

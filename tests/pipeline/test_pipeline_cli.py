@@ -9,7 +9,7 @@ from deployments.cli import app
 from index.generations import live_status, reading_settings
 from sinks.base import SINK_NAMES
 from sinks.pool import get_sinks, release_sinks
-from sinks.vectors.qdrant import point_id
+from sinks.vectors.sink import point_id
 
 runner = CliRunner()
 

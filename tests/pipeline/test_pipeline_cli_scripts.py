@@ -27,7 +27,7 @@ from rich.progress import TimeRemainingColumn
 import unichunk
 from deployments import cli
 from deployments.stack import STATE_FILE, stack_dir
-from sinks.vectors.qdrant import QdrantSink
+from sinks.vectors.sink import VectorSink
 
 UNICHUNK = str(Path(sys.executable).parent / "unichunk")
 
@@ -163,7 +163,7 @@ def test_json_output_is_one_document_on_stdout(pipeline_env: Path, corpus: Path,
 
 
 def test_run_logs_print_above_the_bar_and_truncations_once(
-    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture, request: pytest.FixtureRequest
 ) -> None:
     """What reaches the root logger while a command runs flows, and Python warnings, print through the
     console the progress bar draws on (so above it, never through it); the vector sink's per-document truncation warnings (its
@@ -176,13 +176,11 @@ def test_run_logs_print_above_the_bar_and_truncations_once(
     assert any(isinstance(column, TimeRemainingColumn) for column in bar.columns)
 
     ensure_logging_setup()
-    # The sink's logger as a fresh CLI process has it: in the whole suite an earlier test (or a library's
-    # logging set-up) can leave it disabled or above WARNING, and its records would then never arrive.
-    sink_logger = logging.getLogger("sinks.vectors.qdrant")
-    monkeypatch.setattr(sink_logger, "disabled", False)
-    monkeypatch.setattr(sink_logger, "propagate", True)
-    monkeypatch.setattr(sink_logger, "level", logging.NOTSET)
     root = logging.getLogger()
+    # A logging configuration that silenced our package's warnings must not silence the CLI's summary.
+    ours = logging.getLogger("sinks")
+    ours.setLevel(logging.ERROR)  # setLevel, not an attribute: it clears the loggers' cached levels
+    request.addfinalizer(lambda: ours.setLevel(logging.NOTSET))
     consoles = [h for h in root.handlers if isinstance(h, PrefectConsoleHandler)]
     embedder = SimpleNamespace(
         name="all-MiniLM-L6-v2", max_tokens=256, count_tokens=lambda texts: [len(t) for t in texts]
@@ -194,7 +192,7 @@ def test_run_logs_print_above_the_bar_and_truncations_once(
             chunks = [
                 SimpleNamespace(document_id=f"doc_{document}", chunk_id=f"doc_{document}:{i}") for i in (0, 1)
             ]
-            QdrantSink._report_truncation(sink, chunks, ["x" * 300, "x" * (257 if document == 0 else 10)])  # type: ignore[arg-type]
+            VectorSink._report_truncation(sink, chunks, ["x" * 300, "x" * (257 if document == 0 else 10)])  # type: ignore[arg-type]
         logging.getLogger("some.library").warning("something odd\nwith a second line")
         warnings.warn("a library's odd thing", UserWarning, stacklevel=1)  # written to stderr otherwise
         during = capsys.readouterr()
@@ -202,6 +200,7 @@ def test_run_logs_print_above_the_bar_and_truncations_once(
     assert first == "warning: something odd" and during.out == ""
     assert second.startswith("warning: ") and second.endswith("UserWarning: a library's odd thing")
     assert [h for h in root.handlers if isinstance(h, PrefectConsoleHandler)] == consoles
+    assert logging.getLogger(cli.TRUNCATION_LOGGER).level == logging.NOTSET  # restored
     (summary,) = capsys.readouterr().err.splitlines()
     assert summary.startswith(
         "warning: 81 document(s) had chunks over all-MiniLM-L6-v2's limit of 256 tokens (82 chunk(s) in all)"

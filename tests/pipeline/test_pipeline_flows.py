@@ -24,7 +24,7 @@ from index.run import RunConfig
 from sinks.base import SINK_NAMES
 from sinks.config import SinkSettings
 from sinks.pool import get_sinks
-from sinks.vectors.qdrant import point_id
+from sinks.vectors.sink import point_id
 
 
 def _run(flow_fn, *args, **kwargs):

@@ -1,9 +1,11 @@
-"""A run with nothing to do loads no model (issue 16): the second `unichunk ingest` of an unchanged folder
-imports neither torch, sentence-transformers nor spaCy, and never calls the model loaders.
+"""A run with nothing to do loads no model and opens no store (issue 16): the second `unichunk ingest` of an
+unchanged folder imports neither torch, sentence-transformers nor spaCy, never calls the model loaders,
+opens no sink (so imports no store client), and neither takes nor creates the embedded store's lock file.
 
 Through the real `unichunk` CLI in a subprocess (a fresh interpreter, so nothing is imported already), with a
-small wrapper that runs the console script's app and prints, at exit, which heavy modules were imported and
-which loaders were called. The first run is the control: it must load both models, so the check can fail.
+small wrapper that runs the console script's app and prints, at exit, which heavy modules were imported,
+which loaders were called and which sinks were opened. The first run is the control: it must load both
+models and open every store, so the checks can fail.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import servers
 
 _PROBE = """
 import atexit, json, sys
+import sinks.factory as factory
 import sinks.graph.extraction as extraction
 import sinks.vectors.minilm as minilm
 calls = []
@@ -30,11 +33,22 @@ def counted(module, name):
 
 counted(minilm, "load_minilm")
 counted(extraction, "load_spacy")
+opened = []
+real_open_sink = factory.open_sink
+
+def open_sink(name, settings):  # every store is opened here (the pool and the service go through it)
+    opened.append(name)
+    return real_open_sink(name, settings)
+
+factory.open_sink = open_sink
+STORE_CLIENTS = ("qdrant_client", "qdrant_edge", "bm25s", "falkordb", "neo4j")
 
 @atexit.register
 def report():
     heavy = [m for m in ("torch", "sentence_transformers", "spacy") if m in sys.modules]
-    print("PROBE " + json.dumps({"imported": heavy, "calls": calls}), file=sys.stderr)
+    clients = [m for m in STORE_CLIENTS if m in sys.modules]
+    print("PROBE " + json.dumps({"imported": heavy, "calls": calls, "opened": opened, "clients": clients}),
+          file=sys.stderr)
 
 from deployments.cli import app
 app(sys.argv[1:], prog_name="unichunk")
@@ -65,8 +79,14 @@ def test_a_no_change_ingest_loads_no_model(tmp_path: Path, corpus: Path, pipelin
     assert first["summary"]["processed"] == 3, first["summary"]
     assert set(first["calls"]) == {"load_minilm", "load_spacy"}, first  # the control: a real run loads both
     assert {"torch", "spacy"} <= set(first["imported"]), first
+    assert sorted(first["opened"]) == ["graph", "keywords", "vectors"], first  # and opens every store
+    assert {"qdrant_edge", "bm25s", "falkordb"} <= set(first["clients"]), first
+    (lock,) = pipeline_env.rglob("run.lock")  # the embedded store's lock, taken by the first run
+    lock.unlink()  # gone: only a run that takes the lock makes it again
 
     second = _ingest(probe, corpus, env)
     assert second["summary"]["processed"] == 0 and second["summary"]["skipped"] == 3, second["summary"]
     assert second["calls"] == [], second
     assert second["imported"] == [], second
+    assert second["opened"] == [] and second["clients"] == [], second  # no store opened, no client loaded
+    assert not lock.exists()  # the store's lock was neither taken nor created

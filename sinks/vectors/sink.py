@@ -1,0 +1,528 @@
+"""The vector sink, whatever engine stores it: one Qdrant point per chunk, keyed by a UUID derived from the
+shared chunk ID.
+
+`VectorSink` holds everything the sink does (embedding, replacement, reads, errors, metrics) and talks to
+its engine only through the `_store_*` methods, which each engine implements: qdrant-edge embedded in this
+process (`sinks.vectors.qdrant_edge`, the default: payload indexes, no scans), or qdrant-client
+(`sinks.vectors.qdrant`: its local mode under `data_dir`, or a server when UNICHUNK_QDRANT_URL is set).
+`open_vector_sink` (what the sink factory calls) picks one by the settings and imports only that engine's
+module: qdrant-client costs about 1.1 s to import (measured with `python -X importtime`), which a run on
+qdrant-edge never needs. Each embedded engine has its own directory, and an index written by one is
+refused by the other with a message, never read as empty (`refuse_other_engine`). Point IDs are
+`uuid5(namespace, chunk_id)` because Qdrant only accepts integers or UUIDs, and a deterministic mapping
+makes re-upserts overwrite instead of duplicating.
+
+Content is stored exactly as the chunk holds it, with no encoding: local mode pickles payloads into SQLite
+(measured: NUL, every C0 control, U+FFFF and U+10FFFF read back unchanged, after a reopen too), qdrant-edge
+and a server receive JSON (the same exact-content tests pass on both embedded engines), where NUL travels
+as the `\\u0000` escape. Lone surrogates would pickle but cannot be sent to a server (no UTF-8 form);
+`group_batch` refuses them for every store alike.
+
+Replacement deletes stale points by the IDs we compute (stored IDs of the document minus the new ones)
+rather than by a filter: filtered deletes scan every point in local mode, and deleting "the document's
+points not in this set" cannot be expressed as one filter without listing the IDs anyway.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+import uuid
+from abc import abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from chunking.ids import sha256_hex
+from chunking.models import Chunk, Document
+from sinks.base import (
+    NO_CONTENT_HASH,
+    DocumentChunks,
+    Prepared,
+    ScoredChunk,
+    SearchFilter,
+    Sink,
+    SinkError,
+    StoredChunk,
+    filter_values,
+    group_batch,
+)
+from sinks.config import SinkSettings
+from sinks.metrics import (
+    EMBEDDER_TRUNCATED_CHUNKS,
+    SINK_CHUNKS_REMOVED,
+    SINK_CHUNKS_WRITTEN,
+    SINK_OPERATION_SECONDS,
+)
+from sinks.vectors.base import Embedder, EmbedderError
+from sinks.vectors.embedders import make_embedder
+
+logger = logging.getLogger(__name__)
+
+SINK_NAME = "vectors"
+# Fixed forever: changing it would orphan every stored point.
+POINT_NAMESPACE = uuid.UUID("6f1c7a52-3d0e-5b8e-9c4a-2b7d1e0f9a31")
+_SCROLL_PAGE = 10_000  # big pages: local mode re-filters the whole collection per page
+# Keyword payload indexes: filters and deletes by document or source find their points without a scan.
+INDEXED_FIELDS = ("document_id", "chunk_id", "source_system", "source_id")
+
+
+def point_id(chunk_id: str) -> str:
+    """The Qdrant point ID of a chunk: uuid5 of its chunk ID, as a string."""
+    return str(uuid.uuid5(POINT_NAMESPACE, chunk_id))
+
+
+ENGINE_DIRS = {"local": "qdrant", "edge": "qdrant_edge"}
+"""Each embedded engine's directory under a generation (or data_dir): an engine never reads the other's files."""
+
+
+def engine_dir(settings: SinkSettings, engine: str) -> Path:
+    """Where `engine` keeps this generation's vectors (local mode: `settings.qdrant_path`)."""
+    return (settings.generation_dir or settings.data_dir) / ENGINE_DIRS[engine]
+
+
+def refuse_other_engine(settings: SinkSettings, engine: str) -> None:
+    """Refuse to open an empty store beside vectors the other embedded engine wrote for this generation.
+
+    Switching UNICHUNK_VECTOR_ENGINE on an existing index would otherwise answer every search from an empty
+    new store, silently; the message names both ways out."""
+    if _holds_vectors(engine_dir(settings, engine)):
+        return
+    for other in ENGINE_DIRS:
+        if other != engine and _holds_vectors(engine_dir(settings, other)):
+            raise SinkError(
+                SINK_NAME,
+                f"the vectors at {engine_dir(settings, other)} were written by the {other!r} engine but "
+                f"UNICHUNK_VECTOR_ENGINE is {engine!r}: set UNICHUNK_VECTOR_ENGINE={other}, or rebuild the "
+                f"index with {engine!r} (move that directory away and re-ingest)",
+            )
+
+
+def _holds_vectors(path: Path) -> bool:
+    return path.is_dir() and any(p.is_dir() and any(p.iterdir()) for p in path.iterdir())
+
+
+class SharedHandles:
+    """One open handle (and its lock) per storage directory in this process.
+
+    Both embedded engines let one handle open a directory, so two sinks on the same directory in one process
+    (a flow and a reader whose settings differ in some other field, a drop beside a cached sink) share it
+    instead of the second failing. Each generation has its own directory, so other processes are still
+    refused. Server clients are not shared (each sink gets its own connection and lock).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[Any, threading.RLock, int, Callable[[Any], None]]] = {}
+
+    def acquire(
+        self, key: str, opener: Callable[[], Any], closer: Callable[[Any], None]
+    ) -> tuple[Any, threading.RLock, Callable[[], None]]:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = (opener(), threading.RLock(), 0, closer)
+            handle, lock, users, closer = entry
+            self._entries[key] = (handle, lock, users + 1, closer)
+        return handle, lock, lambda: self._release(key)
+
+    def _release(self, key: str) -> None:
+        with self._lock:
+            handle, lock, users, closer = self._entries[key]
+            if users > 1:
+                self._entries[key] = (handle, lock, users - 1, closer)
+                return
+            del self._entries[key]
+        with lock:
+            closer(handle)
+
+
+SHARED_HANDLES = SharedHandles()
+
+
+Conditions = dict[str, list[Any]]
+"""A filter as the sink builds it: field -> accepted values; every field must match one of its values."""
+
+StoredPoint = tuple[str, list[float], dict[str, Any]]
+"""(point ID, vector, payload): one point as the sink hands it to the engine."""
+
+
+class VectorSink(Sink):
+    """Chunks with their embeddings in one Qdrant collection, sized by the embedder, cosine distance, on
+    the engine a subclass implements (the `_store_*` methods and the alias)."""
+
+    name = SINK_NAME
+    engine: str
+    # Prefect runs tasks in threads and the embedded engines are not thread-safe: every use holds the lock
+    # (`_store_open` sets it: a shared embedded handle comes with its own).
+    _lock: threading.RLock
+
+    def __init__(self, settings: SinkSettings, embedder: Embedder | None = None) -> None:
+        self.settings = settings
+        self.collection = settings.collection_name
+        self._owns_embedder = embedder is None
+        self.embedder = embedder if embedder is not None else make_embedder(settings)
+        self._release_client: Callable[[], None] | None = None
+        self._collection_verified = False  # vectors fit the embedder
+        self._collection_ready = False  # exists, verified, indexes created
+        try:
+            self._store_open()
+        except BaseException:
+            if self._owns_embedder:
+                self.embedder.close()
+            raise
+
+    @classmethod
+    def from_settings(cls, settings: SinkSettings | None = None) -> VectorSink:
+        """A sink configured entirely from UNICHUNK_* settings (engine, embedder and client included)."""
+        return cls(settings or SinkSettings())
+
+    # --- the Sink interface -------------------------------------------------------------------------
+
+    def prepare(self, batch: Sequence[DocumentChunks]) -> Prepared:
+        """Embed every chunk (in `embedding_batch_size` batches) and count truncations; writes nothing."""
+        documents, chunks = group_batch(self.name, batch)
+        with self._operation("prepare"):
+            with self._lock:
+                self._check_collection(create=False)
+            all_chunks = [c for doc_chunks in chunks.values() for c in doc_chunks]
+            texts = [c.embed_text for c in all_chunks]
+            size = self.settings.embedding_batch_size
+            vectors: list[list[float]] = []
+            truncated = 0
+            try:
+                for start in range(0, len(texts), size):
+                    part = texts[start : start + size]
+                    truncated += self._report_truncation(all_chunks[start : start + size], part)
+                    vectors.extend(self.embedder.embed(part))
+            except EmbedderError as exc:
+                raise SinkError(self.name, f"embedding failed: {exc}") from exc
+            if len(vectors) != len(all_chunks):
+                raise SinkError(
+                    self.name, f"embedder returned {len(vectors)} vectors for {len(all_chunks)} chunks"
+                )
+            payload = {c.chunk_id: v for c, v in zip(all_chunks, vectors, strict=True)}
+            stats = {"embedded_chunks": float(len(all_chunks)), "truncated_chunks": float(truncated)}
+            return Prepared(self.name, documents, chunks, payload=payload, stats=stats)
+
+    def write(self, prepared: Prepared) -> int:
+        """Upsert the prepared points (durably), then delete each document's points not among them."""
+        self.check_prepared(prepared)
+        vectors: dict[str, list[float]] = prepared.payload
+        ingested_at = datetime.now(UTC).isoformat()
+        points: list[StoredPoint] = [
+            (
+                point_id(chunk.chunk_id),
+                vectors[chunk.chunk_id],
+                chunk_payload(document, chunk, ingested_at, self.settings.generation),
+            )
+            for document in prepared.documents
+            for chunk in prepared.chunks[document.document_id]
+        ]
+        document_ids = [d.document_id for d in prepared.documents]
+        with self._operation("write"), self._lock:
+            self._check_collection(create=True)
+            size = self.settings.upsert_batch_size
+            for start in range(0, len(points), size):
+                self._store_upsert(points[start : start + size])
+            new_ids = {p[0] for p in points}
+            stale = [pid for pid in self._stored_points(document_ids) if pid not in new_ids]
+            self._delete_points(stale)
+        SINK_CHUNKS_WRITTEN.labels(self.name).inc(len(points))
+        return len(points)
+
+    def delete(self, document_id: str) -> int:
+        """Remove every point of the document; 0 if it has none (or the collection does not exist yet)."""
+        with self._operation("delete"), self._lock:
+            if not self._collection_exists():
+                return 0
+            ids = list(self._stored_points([document_id]))
+            self._delete_points(ids)
+            return len(ids)
+
+    def chunk_ids(self, document_id: str | None = None) -> set[str]:
+        """Chunk IDs stored, for all documents or one (paginated scroll, chunk_id payload only)."""
+        with self._operation("chunk_ids"), self._lock:
+            if not self._collection_exists():
+                return set()
+            conditions = {"document_id": [document_id]} if document_id is not None else None
+            return {payload["chunk_id"] for _, payload in self._store_scroll(conditions, ["chunk_id"])}
+
+    def content_hashes(self, document_id: str | None = None) -> dict[str, str]:
+        """SHA-256 of each stored point's `content` payload, read back (paginated scroll, two fields only)."""
+        with self._operation("content_hashes"), self._lock:
+            if not self._collection_exists():
+                return {}
+            conditions = {"document_id": [document_id]} if document_id is not None else None
+            return {
+                payload["chunk_id"]: _content_hash(payload.get("content"))
+                for _, payload in self._store_scroll(conditions, ["chunk_id", "content"])
+            }
+
+    def close(self) -> None:
+        if self._release_client is not None:
+            release, self._release_client = self._release_client, None
+            release()
+        if self._owns_embedder:
+            self.embedder.close()
+
+    def drop(self) -> None:
+        """Delete this sink's whole collection (a retired generation being dropped)."""
+        with self._operation("drop"), self._lock:
+            self._store_drop()
+            self._collection_ready = self._collection_verified = False
+
+    # --- reads for retrieval ------------------------------------------------------------------------
+
+    def search(self, query: str, k: int = 10, filter: SearchFilter | None = None) -> list[ScoredChunk]:
+        """The `k` chunks nearest to `query` (cosine), optionally restricted by payload field matches."""
+        conditions = filter_values(self.name, filter)
+        with self._operation("search"):
+            with self._lock:
+                if not self._collection_exists():
+                    return []
+                self._check_collection(create=False)
+            try:
+                vector = self.embedder.embed_query(query)
+            except EmbedderError as exc:
+                raise SinkError(self.name, f"embedding the query failed: {exc}") from exc
+            with self._lock:
+                hits = self._store_query(vector, conditions, k)
+        return [_stored(payload, score=score) for score, payload in hits]
+
+    def count(self, filter: SearchFilter | None = None) -> int:
+        """Exact number of stored points (chunks), optionally matching a payload filter."""
+        conditions = filter_values(self.name, filter)
+        with self._operation("count"), self._lock:
+            if not self._collection_exists():
+                return 0
+            return self._store_count(conditions)
+
+    def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, StoredChunk]:
+        """Stored chunks by chunk ID (absent IDs are left out), fetched by point ID without vectors."""
+        ids = [point_id(c) for c in dict.fromkeys(chunk_ids)]
+        with self._operation("get_chunks"), self._lock:
+            if not ids or not self._collection_exists():
+                return {}
+            payloads = self._store_retrieve(ids)
+        return {p["chunk_id"]: _stored(p) for p in payloads if p}
+
+    def chunks_at(self, document_id: str, indexes: Iterable[int]) -> list[StoredChunk]:
+        """A document's chunks at these `chunk_index` positions, in index order (neighbour expansion)."""
+        wanted = sorted({int(i) for i in indexes if int(i) >= 0})
+        with self._operation("chunks_at"), self._lock:
+            if not wanted or not self._collection_exists():
+                return []
+            conditions: Conditions = {"document_id": [document_id], "chunk_index": list(wanted)}
+            found = [_stored(p) for _, p in self._store_scroll(conditions, True)]
+        return sorted(found, key=lambda c: c.chunk_index)
+
+    # --- internals ----------------------------------------------------------------------------------
+
+    def _collection_exists(self) -> bool:
+        return self._collection_ready or self._store_exists()
+
+    def _check_collection(self, *, create: bool) -> None:
+        """Fail if the collection's vectors do not fit the embedder; with `create`, make it and its indexes."""
+        if self._collection_ready:
+            return
+        exists = self._store_exists()
+        if exists and not self._collection_verified:
+            self._verify_vectors()
+            self._collection_verified = True
+        if not create:
+            return
+        if not exists:
+            self._store_create(self.embedder.dimension)
+        self._store_index(INDEXED_FIELDS)
+        self._collection_ready = True
+
+    def _verify_vectors(self) -> None:
+        dimension = self.embedder.dimension
+        size, distance = self._store_vectors()
+        if size != dimension or distance.lower() != "cosine":
+            raise SinkError(
+                self.name,
+                f"collection {self.collection!r} holds {size}-d {distance} vectors but "
+                f"embedder {self.embedder.name!r} makes {dimension}-d cosine ones; the embedder changed: "
+                "rebuild the collection (delete it and re-ingest) or use another qdrant_collection",
+            )
+
+    def _stored_points(self, document_ids: list[str]) -> list[str]:
+        if not document_ids:
+            return []
+        return [pid for pid, _ in self._store_scroll({"document_id": list(document_ids)}, ["chunk_id"])]
+
+    def _delete_points(self, ids: list[str]) -> None:
+        size = self.settings.upsert_batch_size
+        for start in range(0, len(ids), size):
+            self._store_delete(ids[start : start + size])
+        if ids:
+            SINK_CHUNKS_REMOVED.labels(self.name).inc(len(ids))
+
+    # --- the engine: each subclass implements these -------------------------------------------------
+
+    @abstractmethod
+    def _store_open(self) -> None:
+        """Attach the store (and set `_lock`, and `_release_client` if closing must release something)."""
+
+    @abstractmethod
+    def _store_exists(self) -> bool: ...
+
+    @abstractmethod
+    def _store_create(self, dimension: int) -> None: ...
+
+    @abstractmethod
+    def _store_index(self, fields: Sequence[str]) -> None:
+        """Keyword payload indexes on `fields` (creating an existing one is a no-op)."""
+
+    @abstractmethod
+    def _store_vectors(self) -> tuple[int, str]:
+        """(size, distance) of the collection's one vector."""
+
+    @abstractmethod
+    def _store_upsert(self, points: list[StoredPoint]) -> None:
+        """Durable when it returns."""
+
+    @abstractmethod
+    def _store_delete(self, ids: list[str]) -> None: ...
+
+    @abstractmethod
+    def _store_scroll(
+        self, conditions: Conditions | None, fields: list[str] | bool
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(point ID, payload subset, or all of it with `fields=True`) for every matching point, by page."""
+
+    @abstractmethod
+    def _store_query(
+        self, vector: list[float], conditions: Conditions, k: int
+    ) -> list[tuple[float, dict[str, Any]]]: ...
+
+    @abstractmethod
+    def _store_count(self, conditions: Conditions) -> int: ...
+
+    @abstractmethod
+    def _store_retrieve(self, ids: list[str]) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def _store_drop(self) -> None: ...
+
+    @abstractmethod
+    def alias_target(self, alias: str) -> str | None:
+        """The collection `alias` points at, if it exists."""
+
+    @abstractmethod
+    def point_alias(self, alias: str) -> None:
+        """Make `alias` name this sink's collection, atomically for its readers.
+
+        On a server, outside readers (dashboards, other apps) query the alias and see whole generations
+        only; our own readers resolve the generation registry, so all three stores come from the same
+        generation. An embedded store keeps each generation in its own directory, so the alias there
+        simply names that directory's collection.
+        """
+
+    def _report_truncation(self, chunks: list[Chunk], texts: list[str]) -> int:
+        """Count (metric) embed texts longer than the embedder's max input; one WARNING per document
+        naming its truncated chunks, so a long document does not bury the log under one line per chunk."""
+        limit = self.embedder.max_tokens
+        over: dict[str, list[tuple[str, int]]] = {}
+        for chunk, tokens in zip(chunks, self.embedder.count_tokens(texts), strict=True):
+            if tokens > limit:
+                over.setdefault(chunk.document_id, []).append((chunk.chunk_id, tokens))
+        for document_id, found in over.items():
+            shown = ", ".join(chunk_id for chunk_id, _ in found[:3]) + (" ..." if len(found) > 3 else "")
+            logger.warning(
+                "document %s: %d chunk(s) over %s's limit of %d tokens (longest %d), only their start is "
+                "embedded (smaller chunks suit this embedder better): %s",
+                document_id,
+                len(found),
+                self.embedder.name,
+                limit,
+                max(tokens for _, tokens in found),
+                shown,
+            )
+        truncated = sum(len(found) for found in over.values())
+        if truncated:
+            EMBEDDER_TRUNCATED_CHUNKS.labels(self.embedder.name).inc(truncated)
+        return truncated
+
+    @contextmanager
+    def _operation(self, operation: str) -> Iterator[None]:
+        """Time the operation, and report any store failure as a SinkError (what the pipeline retries)."""
+        started = time.perf_counter()
+        try:
+            yield
+        except SinkError:
+            raise
+        except Exception as exc:
+            raise SinkError(
+                self.name, f"Qdrant {operation} on collection {self.collection!r} failed: {exc}"
+            ) from exc
+        finally:
+            SINK_OPERATION_SECONDS.labels(self.name, operation).observe(time.perf_counter() - started)
+
+
+def chunk_payload(
+    document: Document, chunk: Chunk, ingested_at: str, generation: str | None = None
+) -> dict[str, Any]:
+    """What a point carries: the source metadata, flattened, under the chunk's own fields (which win)."""
+    return document.source_metadata() | {
+        "generation": generation,
+        "chunk_id": chunk.chunk_id,
+        "document_id": chunk.document_id,
+        "chunk_index": chunk.chunk_index,
+        "start_char": chunk.start_char,
+        "end_char": chunk.end_char,
+        "token_count": chunk.token_count,
+        "heading_chain": list(chunk.heading_chain),
+        "content": chunk.content,
+        "content_hash": chunk.content_hash,
+        "whole_document": chunk.is_whole_document,
+        "document_content_hash": document.content_hash,
+        "ingested_at": ingested_at,
+        "metadata": dict(chunk.metadata),
+    }
+
+
+def _content_hash(content: Any) -> str:
+    return sha256_hex(content) if isinstance(content, str) else NO_CONTENT_HASH
+
+
+_CHUNK_FIELDS = frozenset(
+    {"chunk_id", "document_id", "chunk_index", "start_char", "end_char", "content", "heading_chain"}
+)
+
+
+def _stored(payload: dict[str, Any], score: float | None = None) -> StoredChunk:
+    """A point's payload as the shared chunk record (the rest of the payload goes to `extra`)."""
+    fields: dict[str, Any] = {
+        "chunk_id": payload["chunk_id"],
+        "document_id": payload["document_id"],
+        "chunk_index": int(payload.get("chunk_index", 0)),
+        "start_char": int(payload.get("start_char", 0)),
+        "end_char": int(payload.get("end_char", 0)),
+        "content": payload.get("content", ""),
+        "heading_chain": tuple(payload.get("heading_chain", ())),
+        "extra": {k: v for k, v in payload.items() if k not in _CHUNK_FIELDS},
+    }
+    return StoredChunk(**fields) if score is None else ScoredChunk(**fields, score=float(score))
+
+
+# Each engine's module and class; only the one the settings pick is imported.
+_ENGINES = {
+    "edge": ("sinks.vectors.qdrant_edge", "EdgeQdrantSink"),
+    "client": ("sinks.vectors.qdrant", "QdrantSink"),
+}
+
+
+def open_vector_sink(settings: SinkSettings, embedder: Embedder | None = None) -> VectorSink:
+    """The vector sink the settings name: a server URL uses qdrant-client; otherwise `vector_engine` picks
+    the embedded engine (qdrant-edge, or qdrant-client's local mode)."""
+    engine = "edge" if not settings.qdrant_url and settings.vector_engine == "edge" else "client"
+    module, name = _ENGINES[engine]
+    sink_class: type[VectorSink] = getattr(importlib.import_module(module), name)
+    return sink_class(settings, embedder)
