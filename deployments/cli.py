@@ -20,10 +20,12 @@ UNICHUNK_DEBUG=1 shows tracebacks and Prefect's console logging again.
 Exit codes (also in `--help` and docs/operations.md):
 
 - 0: done.
-- 1: done, but not everything is right: a document failed, `verify` found the stores misaligned, a rebuild
-  was refused. Re-running after fixing the documents (or `unichunk verify` after a repair) gives 0.
-- 2: nothing was done, the command cannot run as given: a bad option or argument, a missing path, an
-  unknown document or generation, or settings that differ from the live index generation
+- 1: not everything is right: a document failed, `verify` found the stores misaligned, a rebuild was
+  refused, or the document or generation the command names does not exist (`delete`, `generations drop`:
+  nothing done, as `rm` or `kubectl delete` of a missing name). Re-running after fixing the documents (or
+  `unichunk verify` after a repair) gives 0.
+- 2: nothing was done, the command cannot run as given: a bad option or argument, a missing path, or
+  settings that differ from the live index generation
   (`GenerationMismatch`). The last is here, not under 3, because nothing is broken and retrying will not
   help: the user chooses between `unichunk rebuild` and setting the old settings back.
 - 3: infrastructure failure: a store, model or service unreachable or failing (FalkorDB, Neo4j, Qdrant,
@@ -113,14 +115,15 @@ from sinks.base import InvalidRequest
 from sinks.config import SinkSettings
 
 EXIT_DOCUMENTS = 1
+EXIT_NOT_FOUND = 1  # shares 1 with failed documents: "not everything is right", and nothing to retry as is
 EXIT_USAGE = 2
 EXIT_INFRASTRUCTURE = 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command stopped with Ctrl-C
 EXIT_CODES_HELP = (
-    "Exit codes: 0 done; 1 done, but a document failed, the stores are misaligned or a rebuild was "
-    "refused; 2 nothing done: a bad option or argument, a missing path, an unknown document or "
-    "generation, settings that differ from the live index generation; 3 infrastructure: a store, model, "
-    "service or the Prefect API unreachable or failing, a crashed run; 130 interrupted (Ctrl-C)."
+    "Exit codes: 0 done; 1 a document failed, the stores are misaligned, a rebuild was refused, or "
+    "the named document or generation does not exist; 2 nothing done: a bad option or argument, a "
+    "missing path, settings that differ from the live index generation; 3 infrastructure: a store, "
+    "model, service or the Prefect API unreachable or failing, a crashed run; 130 interrupted (Ctrl-C)."
 )
 
 app = typer.Typer(
@@ -168,6 +171,10 @@ class UserError(UnichunkError):
     """A mistake the user can fix from the message alone."""
 
 
+class NotFound(UserError):
+    """The document or generation a command names does not exist (exit 1, like `rm` of a missing file)."""
+
+
 class Unreachable(UnichunkError):
     """A service named by the settings does not answer (exit 3)."""
 
@@ -186,7 +193,10 @@ USAGE_ERRORS: tuple[type[BaseException], ...] = (
 
 
 def exit_code_for(exc: BaseException) -> int:
-    """2 for a usage error, 3 for everything else (a store, a service, Prefect, a crash, a bug)."""
+    """1 for something named that does not exist (here or at the service: its 404), 2 for a usage error,
+    3 for everything else (a store, a service, Prefect, a crash, a bug)."""
+    if isinstance(exc, NotFound) or (isinstance(exc, ServiceRefused) and exc.status == 404):
+        return EXIT_NOT_FOUND
     return EXIT_USAGE if isinstance(exc, USAGE_ERRORS) else EXIT_INFRASTRUCTURE
 
 
@@ -864,7 +874,7 @@ def delete(
     else:
         settings = _startup_checks()
         if not _known_document(settings, document_id):  # before any flow or Prefect server starts
-            raise UserError(f"no such document: {document_id} (`unichunk status` lists them)")
+            raise NotFound(f"no such document: {document_id} (`unichunk status` lists them)")
         with _prefect():
             from flows.documents import delete_document
 
@@ -988,7 +998,7 @@ def generations_drop(
     settings = _startup_checks()
     found = registry_of(settings).get(generation_id)  # before any flow or Prefect server starts
     if found is None:
-        raise UserError(f"no such generation: {generation_id} (`unichunk generations list` lists them)")
+        raise NotFound(f"no such generation: {generation_id} (`unichunk generations list` lists them)")
     if found.state == "live":
         raise UserError(f"generation {generation_id} is live; switch to another one before dropping it")
     with _prefect():

@@ -162,7 +162,7 @@ def test_served_runs_take_the_store_from_the_warm_service_and_the_cli_asks_it(se
     assert json.loads(status.stdout) == json.loads(json.dumps(status_json())) and "GET /status" in seen
     assert heavy == set()
     unknown, heavy = _cli(data_dir, "delete", "no-such-document")
-    assert unknown.returncode == 2 and "no such document" in unknown.stderr and heavy == set()
+    assert unknown.returncode == 1 and "no such document" in unknown.stderr and heavy == set()
     # the served delete-document run deletes it, under the store lock
     deleted, heavy = _cli(data_dir, "delete", babbage)
     assert deleted.returncode == 0, deleted.stderr

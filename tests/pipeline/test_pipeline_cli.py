@@ -85,4 +85,4 @@ def test_user_mistakes_print_one_line(pipeline_env, tmp_path):
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert result.output.strip().startswith("error: --strategy: 'bogus' is not one of auto, token_window")
     result = _cli("delete", "doc_0000000000000000")
-    assert result.exit_code == 2 and "no such document: doc_0000000000000000" in result.output
+    assert result.exit_code == 1 and "no such document: doc_0000000000000000" in result.output

@@ -94,9 +94,9 @@ def test_version_and_the_checks_that_fail_before_anything_starts(tmp_path: Path,
         2,
         "UNICHUNK_EMBEDDER: 'bogus' is not one of minilm, openai",
     )
-    _one_error_line(_unichunk("generations", "drop", "gxyz", env=env), 2, "no such generation: gxyz")
+    _one_error_line(_unichunk("generations", "drop", "gxyz", env=env), 1, "no such generation: gxyz")
     _one_error_line(
-        _unichunk("delete", "doc_0000000000000000", env=env), 2, "no such document: doc_0000000000000000"
+        _unichunk("delete", "doc_0000000000000000", env=env), 1, "no such document: doc_0000000000000000"
     )
 
     # An OpenAI embedder with neither key nor base URL: one line naming both, at once (no network).
@@ -158,8 +158,8 @@ def test_json_output_is_one_document_on_stdout(pipeline_env: Path, corpus: Path,
 
     deleted = _json(_unichunk("delete", plain, "--json"))
     assert deleted["document_id"] == plain and sum(deleted["removed"].values()) > 0
-    # Exit codes are unchanged by --json: an unknown document is still 2, with its line on stderr.
-    _one_error_line(_unichunk("delete", plain, "--json"), 2, f"no such document: {plain}")
+    # Exit codes are unchanged by --json: an unknown document is still 1, with its line on stderr.
+    _one_error_line(_unichunk("delete", plain, "--json"), 1, f"no such document: {plain}")
 
 
 def test_run_logs_print_above_the_bar_and_truncations_once(
