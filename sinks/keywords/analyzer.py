@@ -5,12 +5,15 @@ Index and query must agree token for token, or a query term silently never match
 It never raises on odd input: a query is plain text here, so `AND`, `"`, `*`, `:` or `(` are just
 characters that either form word tokens or are dropped.
 
-Speed: `analyze_many` analyses a batch in one pass. Each text is normalised and split on whitespace (C
-calls), and each *distinct* whitespace-separated piece of the whole batch is tokenised, filtered and
-stemmed once (PyStemmer's `stemWords` on the list of distinct words); a text's terms are then its pieces'
-terms chained together, with no per-word Python step. Real text repeats its pieces (Zipf), so a batch of
-100k chunks runs the regex and the stemmer over a few percent of its words. Splitting first changes no
-token: no whitespace character is a word character or CJK, so no token spans one.
+Speed: `analyze_many` and `count_many` analyse a batch in one pass over its texts. Each text is
+normalised and split on whitespace (C calls), and its terms are its pieces' terms chained together and
+counted in C (`Counter` over `chain`/`map`): no per-word Python step. A piece's terms (regex, stopwords,
+PyStemmer's `stemWords`) are computed the first time the batch meets that piece and kept for the rest of
+it; real text repeats its pieces (Zipf), so a batch of 100k chunks runs the regex and the stemmer over a
+fraction of a percent of its words. No text's pieces are kept once it is counted: holding the whole batch's
+pieces (10M strings in 100k lists at 100k chunks) made the garbage collector's full passes cost more than
+the counting. Splitting first changes no token: no whitespace character is a word character or CJK, so no
+token spans one.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import threading
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import chain
 
 import regex
@@ -71,24 +74,33 @@ class Analyzer:
 
     def analyze_many(self, texts: Iterable[str]) -> list[list[str]]:
         """The terms of each text, as `self(text)` gives them, analysed as one batch (module docstring)."""
-        pieces, terms_of = self._pieces(texts)
-        return [list(chain.from_iterable(map(terms_of.__getitem__, text))) for text in pieces]
+        terms_of = self._terms_of_pieces().__getitem__
+        return [list(chain.from_iterable(map(terms_of, _normalise(text).split()))) for text in texts]
 
     def count_many(self, texts: Iterable[str]) -> list[Counter[str]]:
-        """Each text's term frequencies (what BM25 stores), counted without building its term list."""
-        pieces, terms_of = self._pieces(texts)
-        return [Counter(chain.from_iterable(map(terms_of.__getitem__, text))) for text in pieces]
+        """Each text's term frequencies (what BM25 stores), in order of first use, counted without
+        building its term list."""
+        terms_of = self._terms_of_pieces().__getitem__
+        return [Counter(chain.from_iterable(map(terms_of, _normalise(text).split()))) for text in texts]
 
-    def _pieces(self, texts: Iterable[str]) -> tuple[list[list[str]], dict[str, list[str]]]:
-        """Each text's whitespace-separated pieces, and the terms of every distinct piece."""
-        pieces = [_normalise(text).split() for text in texts]
-        words_of = {piece: _words(piece) for piece in set(chain.from_iterable(pieces))}
-        distinct = list(set(chain.from_iterable(words_of.values())) - self.stopwords)
-        stemmed = self._stemmer().stemWords(distinct) if self.stemming else distinct
-        term_of = dict(zip(distinct, stemmed, strict=True))
-        return pieces, {
-            piece: [term_of[w] for w in words if w in term_of] for piece, words in words_of.items()
-        }
+    def _terms_of_pieces(self) -> _PieceTerms:
+        """A fresh piece -> terms cache for one batch (so its size is bounded by the batch)."""
+        stemmer = self._stemmer() if self.stemming else None
+        return _PieceTerms(self.stopwords, None if stemmer is None else stemmer.stemWords)
+
+
+class _PieceTerms(dict[str, tuple[str, ...]]):
+    """Whitespace-separated piece of normalised text -> its terms, computed on first lookup: its word
+    tokens (CJK bigrams), less stopwords, stemmed. Hits are a plain C dict lookup."""
+
+    def __init__(self, stopwords: frozenset[str], stem: Callable[[list[str]], list[str]] | None) -> None:
+        super().__init__()
+        self._stopwords, self._stem = stopwords, stem
+
+    def __missing__(self, piece: str) -> tuple[str, ...]:
+        words = [w for w in _words(piece) if w not in self._stopwords]
+        terms = self[piece] = tuple(self._stem(words) if self._stem is not None and words else words)
+        return terms
 
 
 def _normalise(text: str) -> str:
