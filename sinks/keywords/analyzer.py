@@ -5,7 +5,7 @@ Index and query must agree token for token, or a query term silently never match
 It never raises on odd input: a query is plain text here, so `AND`, `"`, `*`, `:` or `(` are just
 characters that either form word tokens or are dropped.
 
-Speed: `analyze_many` and `count_many` analyse a batch in one pass over its texts. Each text is
+Speed: `analyze_many`, `count_many` and `iter_counts` analyse a batch in one pass over its texts. Each text is
 normalised and split on whitespace (C calls), and its terms are its pieces' terms chained together and
 counted in C (`Counter` over `chain`/`map`): no per-word Python step. A piece's terms (regex, stopwords,
 PyStemmer's `stemWords`) are computed the first time the batch meets that piece and kept for the rest of
@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from itertools import chain
 
 import regex
@@ -78,10 +78,16 @@ class Analyzer:
         return [list(chain.from_iterable(map(terms_of, _normalise(text).split()))) for text in texts]
 
     def count_many(self, texts: Iterable[str]) -> list[Counter[str]]:
-        """Each text's term frequencies (what BM25 stores), in order of first use, counted without
-        building its term list."""
+        """Each text's term frequencies (what BM25 stores), in order of first use."""
+        return list(self.iter_counts(texts))
+
+    def iter_counts(self, texts: Iterable[str]) -> Iterator[Counter[str]]:
+        """`count_many`, one text at a time: a caller that turns each count into its stored form at once
+        keeps no batch of dicts alive for the garbage collector to walk again and again (0.3-0.6 s of
+        CPU per 100k chunks)."""
         terms_of = self._terms_of_pieces().__getitem__
-        return [Counter(chain.from_iterable(map(terms_of, _normalise(text).split()))) for text in texts]
+        for text in texts:
+            yield Counter(chain.from_iterable(map(terms_of, _normalise(text).split())))
 
     def _terms_of_pieces(self) -> _PieceTerms:
         """A fresh piece -> terms cache for one batch (so its size is bounded by the batch)."""

@@ -149,7 +149,7 @@ class BM25Sink(Sink):
         return f"{self.analyzer.signature}|{INDEXED_TEXT}"
 
     def _analyse(self, texts: list[str]) -> list[tuple[str, bytes, int]]:
-        return stored_terms(self.analyzer.count_many(texts))
+        return stored_terms(self.analyzer.iter_counts(texts))
 
     def _analyse_stored(self, rows: list[tuple[str, str]]) -> list[tuple[str, bytes, int]]:
         """Terms of stored (content, heading chain JSON) rows, analysed as `prepare` analyses a chunk."""

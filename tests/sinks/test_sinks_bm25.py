@@ -86,10 +86,10 @@ class CountingAnalyzer(Analyzer):
         self.texts += texts
         return super().analyze_many(texts)
 
-    def count_many(self, texts):  # type: ignore[no-untyped-def]
+    def iter_counts(self, texts):  # type: ignore[no-untyped-def]
         texts = list(texts)
         self.texts += texts
-        return super().count_many(texts)
+        return super().iter_counts(texts)
 
 
 FOX = make_doc(
