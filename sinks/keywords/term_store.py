@@ -285,7 +285,7 @@ class TermStore:
             revision = self._lock(conn) + 1
             params = [(*row[:at], encode(row[at]), *row[at + 1 :], revision) for row in rows]
             changed = conn.exec_driver_sql(self._upsert, params).rowcount if params else 0
-            if keep:
+            if keep and self._may_hold_stale(conn, rows, keep):
                 # One statement for all the batch's documents: a chunk ID names one document (it was
                 # just upserted under it), so "not kept by any of them" is "not kept by its own".
                 bind = {
@@ -301,6 +301,24 @@ class TermStore:
             if changed:
                 self._publish(conn, revision)
         return bool(changed)
+
+    def _may_hold_stale(
+        self, conn: Connection, rows: Sequence[tuple[Any, ...]], keep: dict[str, list[str]]
+    ) -> bool:
+        """False when the documents of `keep` hold no row besides the kept chunks, known from one count,
+        so the two stale-row statements (each matching every stored row of the batch's documents against
+        the list of kept IDs: 0.3 s of a 100k-chunk build) are skipped. The count decides only when every
+        kept chunk was just upserted under one of those documents (then they all are among its rows);
+        otherwise this says True and those statements decide."""
+        written = {row[0]: row[1] for row in rows}  # the last row of an ID wins, as in the upsert
+        kept = {c for chunk_ids in keep.values() for c in chunk_ids}
+        if any(written.get(c) not in keep for c in kept):
+            return True
+        stored = conn.execute(
+            text(f"SELECT COUNT(*) FROM chunks WHERE document_id IN {self._docs}"),
+            {"docs": json.dumps(list(keep))},
+        ).scalar_one()
+        return int(stored) != len(kept)
 
     _log_removals = (
         "INSERT INTO removed (chunk_id, rev) SELECT chunk_id, :r FROM chunks WHERE document_id = :d"

@@ -28,9 +28,10 @@ from chunking.models import Chunk, Document
 from chunking.sentences import sentence_spans
 from sinks.base import InvalidRequest, ScoredChunk
 from sinks.config import SinkSettings
-from sinks.database import dispose_engines
+from sinks.database import Database, dispose_engines
 from sinks.keywords.analyzer import Analyzer
 from sinks.keywords.bm25 import BM25Sink
+from sinks.keywords.term_store import TermStore
 
 CORPORA = Path(os.environ.get("UNICHUNK_EVAL_DIR") or Path(__file__).parents[3] / "shared/eval") / "corpora"
 
@@ -394,6 +395,61 @@ def test_concurrent_writes_and_searches_from_threads(sink: BM25Sink) -> None:
     assert errors == []
     assert len(sink.chunk_ids()) == 40
     assert len(sink.search("apples", k=100)) == 20
+
+
+class StatementsAlwaysDecide(TermStore):
+    """The store as it was before the count shortcut: the stale-row statements run for every batch."""
+
+    def _may_hold_stale(self, conn, rows, keep):  # type: ignore[no-untyped-def]
+        return True
+
+
+def _store_state(store: TermStore) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], int]:
+    with store.db.read() as conn:
+        chunks = conn.execute(text("SELECT chunk_id, document_id, terms, rev FROM chunks ORDER BY 1")).all()
+        removed = conn.execute(text("SELECT chunk_id, rev FROM removed ORDER BY 1, 2")).all()
+    return [tuple(r) for r in chunks], [tuple(r) for r in removed], store.revision()
+
+
+# One write: documents (from a few) each keeping chunk IDs (from a few, so IDs move between documents,
+# repeat and come back), and the rows written: usually the kept chunks, sometimes others or fewer.
+_DOCS, _IDS = st.sampled_from("abc"), st.sampled_from(["c1", "c2", "c3", "c4", "c5"])
+_WRITES = st.lists(
+    st.tuples(
+        st.dictionaries(_DOCS, st.lists(_IDS, max_size=4), max_size=3),
+        st.lists(st.tuples(_IDS, _DOCS), max_size=3),  # extra rows, not (necessarily) kept
+        st.booleans(),  # drop the last kept row from what is written
+        st.integers(0, 2),  # the terms each row carries this time (so a row may or may not change)
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(writes=_WRITES)
+def test_stale_rows_are_removed_exactly_as_without_the_count_shortcut(
+    writes: list[tuple[dict[str, list[str]], list[tuple[str, str]], bool, int]], tmp_path_factory
+) -> None:
+    """The count that skips the stale-row statements changes nothing: the same rows, removal log and
+    revisions as a store that always runs them, whatever the batches (IDs moving between documents,
+    repeated, written without being kept, kept without being written)."""
+    tmp = tmp_path_factory.mktemp("stores")
+    stores = [
+        cls(Database.sqlite(tmp / f"{cls.__name__}.sqlite")) for cls in (TermStore, StatementsAlwaysDecide)
+    ]
+    for store in stores:
+        store.open("sig")
+    for keep, extra, drop_last, version in writes:
+        kept = [(c, doc) for doc, chunk_ids in keep.items() for c in chunk_ids]
+        written = [*kept[: len(kept) - 1 if drop_last else None], *extra]
+        rows = [
+            (c, doc, 0, 0, 1, f"{c} text", "[]", f"t{version}", b"\x01\x00\x00\x00", 1) for c, doc in written
+        ]
+        for store in stores:
+            store.replace(rows, keep)
+        assert _store_state(stores[0]) == _store_state(stores[1])
+    for store in stores:
+        store.db.engine.dispose()
 
 
 def test_ten_thousand_chunk_batch_is_one_write(keyword_settings: SinkSettings) -> None:
