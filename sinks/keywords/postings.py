@@ -95,23 +95,28 @@ class Loaded:
 
     @classmethod
     def from_rows(cls, rows: Sequence[tuple[str, str, str, bytes, int]], vocab: Vocabulary) -> Loaded:
-        """Stored terms -> vocabulary IDs: one split of the page's terms and one dictionary lookup each (in
-        C, via map; a new term takes the next ID there too), no analysis. A row's term count is its
-        frequency blob's length / 4."""
+        """Stored terms -> vocabulary IDs: each row's terms split and looked up in the dictionary (in C,
+        via chain/map straight into the array: no list of the page's terms; a new term takes the next ID
+        there too), no analysis. A row's term count is its frequency blob's length / 4."""
         rows = list(rows)
         n = len(rows)
         blob = b"".join([bytes(r[3]) for r in rows])
         sizes = np.fromiter((len(r[3]) for r in rows), dtype=np.int64, count=n) // 4
-        # Terms hold no whitespace, so splitting the joined page gives each row's terms in turn.
-        keys = " ".join([r[2] for r in rows]).split()
-        if len(keys) != int(sizes.sum()) or len(blob) != 4 * len(keys):
+        n_terms = len(blob) // 4
+        # Terms hold no whitespace, so splitting each row's terms gives them in turn.
+        keys = chain.from_iterable(map(str.split, [r[2] for r in rows]))
+        try:
+            terms = np.fromiter(map(vocab.__getitem__, keys), dtype=np.int32, count=n_terms)
+        except ValueError:  # fewer terms than frequencies
+            terms = None
+        if terms is None or next(keys, None) is not None or len(blob) % 4 or int(sizes.sum()) != n_terms:
             raise ValueError("a stored row's terms and frequencies disagree (written by something else?)")
         return cls(
             chunk_ids=[r[0] for r in rows],
             document_ids=[r[1] for r in rows],
             doc_lens=np.fromiter((r[4] for r in rows), dtype=np.float32, count=n),
             sizes=sizes,
-            terms=np.fromiter(map(vocab.__getitem__, keys), dtype=np.int32, count=len(keys)),
+            terms=terms,
             tfs=np.frombuffer(blob, dtype="<u4").astype(np.float32),
         )
 
