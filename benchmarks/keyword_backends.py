@@ -460,6 +460,43 @@ def _new_document(words: list[str], n: int) -> tuple[Any, Any]:
     return document, chunks_from_spans(document, spans)
 
 
+def _serving_figures(
+    search: Callable[[str], list[Any]],
+    prepare_change: Callable[[], Callable[[], None]],
+    words: list[str],
+    n_queries: int,
+    baseline: float,
+    started: float,
+) -> dict[str, float]:
+    """The figures both serving processes report, measured alike: open to first answer (from `started`),
+    query latency, one new document written (`prepare_change` readies the write untimed and returns it)
+    then the next query, and memory above `baseline`."""
+    first = search(" ".join(queries(words, 1, seed=99)[0]))
+    opened = time.perf_counter() - started
+    assert first, "the store answered nothing"
+    rss = _rss_mb()
+    times = []
+    for q in queries(words, n_queries):
+        t = time.perf_counter()
+        search(" ".join(q))
+        times.append(time.perf_counter() - t)
+    write = prepare_change()
+    t = time.perf_counter()
+    write()
+    search(" ".join(queries(words, 1, seed=98)[0]))
+    changed = time.perf_counter() - t
+    p50, p95 = _percentiles(times)
+    return {
+        "open_s": opened,
+        "p50_ms": p50,
+        "p95_ms": p95,
+        "change_s": changed,
+        "rss_mb": rss,
+        "rss_index_mb": rss - baseline,
+        "peak_mb": _rss_mb("VmHWM"),
+    }
+
+
 def serve_postgres(url: str, words: list[str], n_queries: int) -> dict[str, float]:
     from pydantic import SecretStr
 
@@ -469,32 +506,17 @@ def serve_postgres(url: str, words: list[str], n_queries: int) -> dict[str, floa
     baseline = _rss_mb()  # after the imports: the rest is the store's
     started = time.perf_counter()
     sink = BM25Sink(SinkSettings(database_url=SecretStr(url)))
-    first = sink.search(" ".join(queries(words, 1, seed=99)[0]), k=10)
-    opened = time.perf_counter() - started
-    assert first, "the store answered nothing"
-    rss = _rss_mb()
-    times = []
-    for q in queries(words, n_queries):
-        t = time.perf_counter()
-        hits = sink.search(" ".join(q), k=10)
-        times.append(time.perf_counter() - t)
+
+    def search(text: str) -> list[Any]:
+        hits = sink.search(text, k=10)
         assert all(h.content for h in hits)
-    document, chunks = _new_document(words, 1)
-    prepared = sink.prepare([(document, chunks)])
-    t = time.perf_counter()
-    sink.write(prepared)
-    sink.search(" ".join(queries(words, 1, seed=98)[0]), k=10)
-    change = time.perf_counter() - t
-    p50, p95 = _percentiles(times)
-    return {
-        "open_s": opened,
-        "p50_ms": p50,
-        "p95_ms": p95,
-        "change_s": change,
-        "rss_mb": rss,
-        "rss_index_mb": rss - baseline,
-        "peak_mb": _rss_mb("VmHWM"),
-    }
+        return hits
+
+    def prepare_change() -> Callable[[], None]:
+        prepared = sink.prepare([_new_document(words, 1)])
+        return lambda: sink.write(prepared)
+
+    return _serving_figures(search, prepare_change, words, n_queries, baseline, started)
 
 
 def serve_edge(path: str, words: list[str], n_queries: int) -> dict[str, float]:
@@ -508,37 +530,18 @@ def serve_edge(path: str, words: list[str], n_queries: int) -> dict[str, float]:
     store = EdgeSparse(Path(path), create=False)
 
     def search(text: str) -> list[Any]:
-        return store.search(*query_vector(Counter(analyzer(text))), k=10, payload=True)
-
-    first = search(" ".join(queries(words, 1, seed=99)[0]))
-    opened = time.perf_counter() - started
-    assert first, "the shard answered nothing"
-    rss = _rss_mb()
-    times = []
-    for q in queries(words, n_queries):
-        t = time.perf_counter()
-        hits = search(" ".join(q))
-        times.append(time.perf_counter() - t)
+        hits = store.search(*query_vector(Counter(analyzer(text))), k=10, payload=True)
         assert all(p["content"] for _, p in hits)
-    _, chunks = _new_document(words, 1)
-    counts = analyzer.count_many([c.content for c in chunks])
-    t = time.perf_counter()
-    store.upsert(
-        [(10**9 + i, *tf_weights(c, float(MEAN_TERMS)), {"content": ch.content})
-         for i, (c, ch) in enumerate(zip(counts, chunks, strict=True))]
-    )  # fmt: skip
-    search(" ".join(queries(words, 1, seed=98)[0]))
-    change = time.perf_counter() - t
-    p50, p95 = _percentiles(times)
-    return {
-        "open_s": opened,
-        "p50_ms": p50,
-        "p95_ms": p95,
-        "change_s": change,
-        "rss_mb": rss,
-        "rss_index_mb": rss - baseline,
-        "peak_mb": _rss_mb("VmHWM"),
-    }
+        return hits
+
+    def prepare_change() -> Callable[[], None]:
+        _, chunks = _new_document(words, 1)
+        counts = analyzer.count_many([c.content for c in chunks])
+        points = [(10**9 + i, *tf_weights(c, float(MEAN_TERMS)), {"content": ch.content})
+                  for i, (c, ch) in enumerate(zip(counts, chunks, strict=True))]  # fmt: skip
+        return lambda: store.upsert(points)
+
+    return _serving_figures(search, prepare_change, words, n_queries, baseline, started)
 
 
 def serve_client() -> dict[str, float]:

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,42 +50,43 @@ def _shown(result: subprocess.CompletedProcess[str]) -> str:
     return f"exit {result.returncode}\n--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
 
 
+def _live_processes() -> Iterator[tuple[int, int, Path]]:
+    """(pid, process group, its /proc folder) of every process but zombies (dead, awaiting their parent)
+    and processes that ended while being read."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if stat[0] != "Z":
+            yield int(proc.name), int(stat[2]), proc
+
+
+def _command_line(proc: Path) -> str:
+    with contextlib.suppress(OSError):
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    return "(ended)"
+
+
 def _processes_of(data_dir: Path, besides: int | None = None) -> dict[int, tuple[int, str]]:
     """pid -> (process group, command line) of every process started with `data_dir` (in its environment,
     or as its working directory: redis-server rewrites its environment block for its process title and
     works in `<data dir>/falkordb`), but this one and the process group `besides`."""
     marker = f"UNICHUNK_DATA_DIR={data_dir}".encode()
     found = {}
-    for proc in Path("/proc").glob("[0-9]*"):
-        pid = int(proc.name)
-        if pid == os.getpid():
+    for pid, group, proc in _live_processes():
+        if pid == os.getpid() or group == besides:
             continue
         with contextlib.suppress(OSError):
             ours = marker in (proc / "environ").read_bytes().split(b"\0")
             if ours or (proc / "cwd").resolve().is_relative_to(data_dir.resolve()):
-                stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-                if stat[0] != "Z" and int(stat[2]) != besides:  # a zombie is dead, awaiting its parent
-                    found[pid] = (int(stat[2]), (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+                found[pid] = (group, _command_line(proc))
     return found
-
-
-def _group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _group_members(group: int) -> dict[int, str]:
-    """pid -> command line of the live (not zombie) processes of a process group."""
-    found = {}
-    for proc in Path("/proc").glob("[0-9]*"):
-        with contextlib.suppress(OSError):
-            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(stat[2]) == group and stat[0] != "Z":
-                found[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-    return found
+    """pid -> command line of the live processes of a process group."""
+    return {pid: _command_line(proc) for pid, in_group, proc in _live_processes() if in_group == group}
 
 
 def _recorded(data_dir: Path) -> dict[str, Any]:
@@ -268,9 +270,10 @@ class Served:
         assert code == 0, f"serve exited with {code}:\n{tail(self.log)}"
         assert took < STOP_WITHIN, f"serve took {took:.1f} s to stop after {signum}:\n{tail(self.log)}"
         # Its flow-run processes (its process group) go too, within the same 10 s of the signal.
-        while _group_alive(self.process.pid) and time.monotonic() - sent < STOP_WITHIN:
-            time.sleep(0.1)
         survivors = _group_members(self.process.pid)
+        while survivors and time.monotonic() - sent < STOP_WITHIN:
+            time.sleep(0.1)
+            survivors = _group_members(self.process.pid)
         assert not survivors, f"still running {time.monotonic() - sent:.1f} s after {signum}: {survivors}"
         return took
 
