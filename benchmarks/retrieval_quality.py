@@ -82,8 +82,10 @@ MODES = ("keywords", "vectors", "hybrid")
 RANKERS = ("fixed-bm25", *MODES)
 CONTEXTS = {"context ±1": 1, "context ±0": 0}  # hybrid hits through retrieval.context, by neighbour radius
 STRATEGIES = ("token_window", "fixed_chars", "sentence", "paragraph", "markdown", "semantic")
-SIZES = (200, 400, 800)
-OVERLAPS = (0.0, 0.15)
+# `--configs sweep`: every strategy at these sizes (tokens) and overlaps (shares of the size); with
+# `--headline-only` about 150 configurations in a few minutes, and its verdict's last line the ceiling.
+SIZES = (128, 160, 200, 256, 320, 400, 512)
+OVERLAPS = (0.0, 0.15, 0.5, 0.75)
 CANDIDATES = 40  # per retriever before fusion, so the top-k of every k is a prefix of the top-DEPTH
 DEPTH = 40  # hits kept per question: more than the largest budget holds, even of small chunks
 
@@ -228,15 +230,17 @@ def default_items() -> list[str]:
 
 
 def sweep_items(quick: bool) -> list[str]:
-    """Every strategy x size x overlap (fixed_chars in characters: 4 per token, capped at 2048)."""
+    """Every strategy x size x overlap (fixed_chars in characters: 4 per token, capped at 2048; overlaps
+    capped at the setting's own limit)."""
     if quick:
         return ["sentence:400/60", "token_window:400/60"]
+    most = next(m.le for m in ChunkStrategy.model_fields["chunk_overlap"].metadata if hasattr(m, "le"))
     items = []
     for name in STRATEGIES:
         for size in SIZES:
             for share in OVERLAPS:
                 unit_size = min(4 * size, 2048) if name == "fixed_chars" else size
-                overlap = 0 if name == "semantic" else round(unit_size * share)
+                overlap = 0 if name == "semantic" else min(round(unit_size * share), most)
                 items.append(f"{name}:{unit_size}/{overlap}")
     return list(dict.fromkeys(items))
 

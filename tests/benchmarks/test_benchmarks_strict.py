@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.budget_metric import GRID
 from benchmarks.retrieval_quality import main, parse_configs
-from benchmarks.strict_report import Results, leave_one_corpus_out, print_strict, write_plots
+from benchmarks.strict_report import Results, best_of_ours, leave_one_corpus_out, print_strict, write_plots
 
 
 def _results() -> Results:
@@ -50,6 +50,22 @@ def test_print_strict_tables_paired_and_verdict(capsys) -> None:
     assert "| b | small | 20.0 | 20.0 | 20.0 | 80.0 / 80.0 / 80.0 | 40.0 / 40.0 / 40.0 |" in out
     assert "- 1,000 chars: 80.0 % (target 55.0: met); ahead of every baseline" in out
     assert "- 4,000 chars: 80.0 % (target 94.0: NOT met)" in out
+    assert "best of this run's 2 configurations of ours at each budget" in out
+    assert "80.0 (auto (x)) / 80.0 (auto (x)) / 80.0 (auto (x))" in out
+
+
+def test_the_ceiling_is_each_budgets_own_best_of_ours() -> None:
+    results = _results()
+    assert best_of_ours(results) == {
+        1000: ("auto (x)", 0.8),
+        2000: ("auto (x)", 0.8),
+        4000: ("auto (x)", 0.8),
+    }
+    small = results.strict[("small", "fixed-bm25", "chars")]
+    small[2:, GRID.index(4000), 0] = 0.9  # small now best at 4,000 alone: (1.0 + 0.9) / 2; never a baseline
+    results.strict[("base", "fixed-bm25", "chars")][:, :, 0] = 1.0
+    assert best_of_ours(results)[4000] == ("small", pytest.approx(0.95))
+    assert best_of_ours(results)[1000] == ("auto (x)", 0.8)
 
 
 def test_plots_are_pngs_one_per_retriever(tmp_path) -> None:

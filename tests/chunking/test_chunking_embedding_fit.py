@@ -238,9 +238,11 @@ def test_auto_sizes_follow_the_embedder_budget() -> None:
     text_doc = Document(text="text", path="a.txt")
     minilm = resolve_strategy(text_doc, AUTO)
     assert minilm.chunk_size is not None and minilm.chunk_size < MINILM_MAX_TOKENS
-    assert minilm.chunk_overlap == round(minilm.chunk_size * 0.15)
+    assert minilm.sizes_for("sentence") == (176, 88)  # the benchmarked sizes fit MiniLM's cap of 220
     openai = ChunkStrategy(embedding=EmbeddingBudget(max_tokens=8191, tokenizer="cl100k_base"))
-    assert resolve_strategy(text_doc, openai).sizes_for("sentence") == (360, 54)  # the benchmarked sizes
+    assert resolve_strategy(text_doc, openai).sizes_for("sentence") == (176, 88)
+    small = ChunkStrategy(embedding=EmbeddingBudget(max_tokens=128, tokenizer="cl100k_base"))
+    assert resolve_strategy(text_doc, small).sizes_for("sentence") == (110, 55)  # lowered, half overlap
     assert resolve_strategy(text_doc, ChunkStrategy(chunk_size=300)).sizes_for("sentence")[0] == 300
     assert AUTO.fingerprint() != openai.fingerprint()
     # an explicit strategy is cut as configured: its chunks and fingerprint ignore the budget

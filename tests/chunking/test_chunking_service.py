@@ -40,9 +40,9 @@ def test_auto_resolution_by_mime_extension_and_blocks(fields: dict, expected: st
 @pytest.mark.parametrize(
     ("fields", "expected"),
     [
-        ({"path": "a.txt"}, ("sentence", 220, 33)),
-        ({"mime_type": "application/pdf"}, ("sentence", 220, 33)),
-        ({"path": "a.md"}, ("markdown", 220, 33)),
+        ({"path": "a.txt"}, ("sentence", 176, 88)),
+        ({"mime_type": "application/pdf"}, ("sentence", 176, 88)),
+        ({"path": "a.md"}, ("markdown", 176, 88)),
         ({"path": "a.html"}, ("html", 220, 0)),
     ],
 )
@@ -63,9 +63,10 @@ def test_auto_keeps_the_unfitted_sizes_for_an_embedder_reading_more() -> None:
 
 def test_auto_sizes_fill_only_what_the_user_left_unset() -> None:
     text = Document(text="text", path="a.txt")
-    assert resolve_strategy(text, ChunkStrategy(chunk_size=300)).sizes_for("sentence") == (300, 33)
-    assert resolve_strategy(text, ChunkStrategy(chunk_overlap=0)).sizes_for("sentence") == (220, 0)
-    assert resolve_strategy(text, ChunkStrategy(chunk_size=128)).sizes_for("sentence") == (128, 33)
+    half = resolve_strategy(text, ChunkStrategy(chunk_size=300))  # keeps the default's half overlap
+    assert half.sizes_for("sentence") == (300, 150)
+    assert resolve_strategy(text, ChunkStrategy(chunk_overlap=0)).sizes_for("sentence") == (176, 0)
+    assert resolve_strategy(text, ChunkStrategy(chunk_size=128)).sizes_for("sentence") == (128, 64)
     only_size = resolve_strategy(text, ChunkStrategy(chunk_size=200, chunk_overlap=10))
     assert (only_size.name, only_size.chunk_size, only_size.chunk_overlap) == ("sentence", 200, 10)
     # a strategy named explicitly keeps its own defaults (issue 2), not auto's
@@ -75,14 +76,14 @@ def test_auto_sizes_fill_only_what_the_user_left_unset() -> None:
 
 
 def test_auto_chunks_plain_text_at_the_auto_size() -> None:
-    """Real chunking: the text chunks are sentence chunks no larger than auto's 220 tokens."""
+    """Real chunking: the text chunks are sentence chunks no larger than auto's 176 tokens."""
     text = " ".join(f"Sentence number {i} says something about topic {i % 7}." for i in range(600))
     chunks = ChunkingService().chunk(Document(text=text, path="notes.txt"), AUTO)
     assert len(chunks) > 3
     assert {c.metadata["strategy"] for c in chunks} == {"sentence"}
-    assert max(c.token_count for c in chunks) <= 220
-    assert max(c.token_count for c in chunks) > 190  # packed up to the size, not left as tiny pieces
-    assert all(b.start_char < a.end_char for a, b in itertools.pairwise(chunks))  # the 33-token overlap
+    assert max(c.token_count for c in chunks) <= 176
+    assert max(c.token_count for c in chunks) > 150  # packed up to the size, not left as tiny pieces
+    assert all(b.start_char < a.end_char for a, b in itertools.pairwise(chunks))  # the 88-token overlap
 
 
 def test_fingerprint_changes_when_a_default_changes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -133,7 +134,7 @@ def test_chunkers_are_cached_per_name_and_settings() -> None:
     first = service.chunker_for(text_doc, AUTO)
     assert service.chunker_for(other_doc, ChunkStrategy(name="auto")) is first
     assert first.name == "sentence"
-    assert first.strategy.sizes_for("sentence") == (220, 33)
+    assert first.strategy.sizes_for("sentence") == (176, 88)
     assert service.chunker_for(text_doc, ChunkStrategy(name="auto", chunk_size=300)) is not first
     assert service.chunker_for(text_doc, ChunkStrategy(name="sentence")).name == "sentence"
 
