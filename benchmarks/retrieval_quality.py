@@ -83,7 +83,7 @@ RANKERS = ("fixed-bm25", *MODES)
 CONTEXTS = {"context ±1": 1, "context ±0": 0}  # hybrid hits through retrieval.context, by neighbour radius
 STRATEGIES = ("token_window", "fixed_chars", "sentence", "paragraph", "markdown", "semantic")
 # `--configs sweep`: every strategy at these sizes (tokens) and overlaps (shares of the size); with
-# `--headline-only` about 150 configurations in a few minutes, and its verdict's last line the ceiling.
+# `--headline-only` about 150 configurations in half a minute, and its verdict's last line the ceiling.
 SIZES = (128, 160, 200, 256, 320, 400, 512)
 OVERLAPS = (0.0, 0.15, 0.5, 0.75)
 CANDIDATES = 40  # per retriever before fusion, so the top-k of every k is a prefix of the top-DEPTH

@@ -49,7 +49,7 @@ DocumentKind = Literal["markdown", "html", "text"]
 # 176/88 are half-overlapping windows (the passage-retrieval classic: every stretch of text lies in two
 # chunks, one of them nearer its middle), the size chosen by the strict budgeted metric on the eval set
 # (benchmarks/README.md, "Strict, budgeted retrieval quality"): against 220/33 it recalls more of the answer
-# at every budget with every retriever, on each corpus with the fixed BM25, for twice the chunks. The metric
+# at every budget with every ranker (fixed BM25 on each corpus too), for twice the chunks. The metric
 # knows no embedder, so the sizes hold for embedders with a larger input too (OpenAI's 8191); under
 # all-MiniLM-L6-v2 they already fit (its cap is 220, below). html keeps its own word packing under the token
 # ceiling.
