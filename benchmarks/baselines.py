@@ -19,11 +19,11 @@ from chonkie import RecursiveChunker, SemanticChunker, SentenceChunker, TokenChu
 from chonkie.embeddings import SentenceTransformerEmbeddings
 from llama_index.core.node_parser import SentenceSplitter
 
-from chunking.ids import make_chunk_id, sha256_hex
-from chunking.models import Chunk, Document
-from chunking.packing import token_starts
-from chunking.tokenizer import TokenCounter, get_encoding
-from sinks.vectors.minilm import load_minilm
+from unichunk.chunking.ids import make_chunk_id, sha256_hex
+from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.packing import token_starts
+from unichunk.chunking.tokenizer import TokenCounter, get_encoding
+from unichunk.sinks.vectors.minilm import load_minilm
 
 Chunker = Callable[[Document], list[Chunk]]
 Config = tuple[str, bool, Chunker]  # (label, is_baseline, chunker)

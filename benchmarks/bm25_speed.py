@@ -28,11 +28,11 @@ import numpy as np
 from rank_bm25 import BM25Okapi
 
 from benchmarks.evaldata import corpora_or_sample, corpus_files
-from chunking.base import Span, chunks_from_spans
-from chunking.models import Chunk, Document
-from chunking.sentences import sentence_spans
-from sinks.keywords.analyzer import Analyzer
-from sinks.keywords.bm25 import BM25Sink
+from unichunk.chunking.base import Span, chunks_from_spans
+from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.sentences import sentence_spans
+from unichunk.sinks.keywords.analyzer import Analyzer
+from unichunk.sinks.keywords.bm25 import BM25Sink
 
 CHUNKS_PER_DOCUMENT = 20
 

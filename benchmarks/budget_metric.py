@@ -83,7 +83,7 @@ def length(intervals: Sequence[Interval]) -> int:
 @dataclass(frozen=True)
 class TokenMeter:
     """Prices text in cl100k tokens: per document, the sorted character offsets where its tokens start
-    (`chunking.packing.token_starts`); a stretch costs the tokens starting inside it."""
+    (`unichunk.chunking.packing.token_starts`); a stretch costs the tokens starting inside it."""
 
     starts: Mapping[str, np.ndarray]
 

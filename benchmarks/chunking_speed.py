@@ -45,12 +45,12 @@ from llama_index.core.node_parser import SentenceSplitter, TokenTextSplitter
 
 from benchmarks.evaldata import REPO_ROOT, SAMPLE_CORPUS, corpora_or_sample, corpus_files
 from benchmarks.rust_book import NOT_INSTALLED, book_pages, rust_book
-from chunking.config import ChunkStrategy
-from chunking.loaders import load_document
-from chunking.models import Document
-from chunking.service import ChunkingService, chunker_class
-from chunking.tokenizer import get_encoding
-from sinks.vectors.minilm import MiniLMEmbedder, load_minilm
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.loaders import load_document
+from unichunk.chunking.models import Document
+from unichunk.chunking.service import ChunkingService, chunker_class
+from unichunk.chunking.tokenizer import get_encoding
+from unichunk.sinks.vectors.minilm import MiniLMEmbedder, load_minilm
 
 
 def read_corpora(directory: Path) -> str:

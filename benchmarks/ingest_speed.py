@@ -127,18 +127,18 @@ def run_unichunk(pages: list[Path], workdir: Path, all_sinks: bool, profile: Pat
 
     from prefect import flow
 
-    from chunking.config import ChunkStrategy
-    from chunking.loaders import load_bytes
-    from chunking.service import shared_service
-    from flows.ingest import ingest
-    from flows.params import IngestParams, SourceParams
-    from index.generations import target_for_ingest
-    from index.run import RunConfig
-    from sinks.base import SINK_NAMES
-    from sinks.config import SinkSettings
-    from sinks.graph.extraction import load_spacy
-    from sinks.graph.falkordb_server import stop_server
-    from sinks.pool import flow_sinks
+    from unichunk.chunking.config import ChunkStrategy
+    from unichunk.chunking.loaders import load_bytes
+    from unichunk.chunking.service import shared_service
+    from unichunk.engine.params import IngestParams, SourceParams
+    from unichunk.flows.ingest import ingest
+    from unichunk.index.generations import target_for_ingest
+    from unichunk.index.run import RunConfig
+    from unichunk.sinks.base import SINK_NAMES
+    from unichunk.sinks.config import SinkSettings
+    from unichunk.sinks.graph.extraction import load_spacy
+    from unichunk.sinks.graph.falkordb_server import stop_server
+    from unichunk.sinks.pool import flow_sinks
 
     names = tuple(SINK_NAMES) if all_sinks else ("vectors",)
     run = target_for_ingest(RunConfig(ChunkStrategy(), SinkSettings(), names), dry_run=True)

@@ -194,11 +194,11 @@ def recall_table(database_url: str, tmp: Path) -> list[RecallRow]:
     from rank_bm25 import BM25Okapi
 
     from benchmarks.retrieval_quality import load_corpora, load_questions, score
-    from chunking.config import ChunkStrategy
-    from chunking.packing import token_starts
-    from chunking.service import ChunkingService
-    from sinks.config import SinkSettings
-    from sinks.keywords.bm25 import BM25Sink
+    from unichunk.chunking.config import ChunkStrategy
+    from unichunk.chunking.packing import token_starts
+    from unichunk.chunking.service import ChunkingService
+    from unichunk.sinks.config import SinkSettings
+    from unichunk.sinks.keywords.bm25 import BM25Sink
 
     eval_dir = evaldata.require_eval_dir("keyword_backends")
     corpora = load_corpora(eval_dir / "corpora")
@@ -329,7 +329,7 @@ def recall_table(database_url: str, tmp: Path) -> list[RecallRow]:
 
 def vocabulary(size: int = VOCABULARY, seed: int = 7) -> list[str]:
     """Distinct lowercase words our analyzer keeps as they are (no stemming change, no stopword)."""
-    from sinks.keywords.analyzer import Analyzer
+    from unichunk.sinks.keywords.analyzer import Analyzer
 
     analyzer, rng = Analyzer(), random.Random(seed)
     letters = "bcdfghjklmnpqrstvwxz" + "aeiou" * 2
@@ -383,8 +383,8 @@ def load_postgres(url: str, n_chunks: int, words: list[str]) -> float:
     import psycopg
     from pydantic import SecretStr
 
-    from sinks.config import SinkSettings
-    from sinks.keywords.bm25 import BM25Sink
+    from unichunk.sinks.config import SinkSettings
+    from unichunk.sinks.keywords.bm25 import BM25Sink
 
     BM25Sink(SinkSettings(database_url=SecretStr(url))).close()  # creates the schema and tables
     started = time.perf_counter()
@@ -446,8 +446,8 @@ def load_edge(path: Path, n_chunks: int, words: list[str]) -> float:
 
 
 def _new_document(words: list[str], n: int) -> tuple[Any, Any]:
-    from chunking.base import Span, chunks_from_spans
-    from chunking.models import Document
+    from unichunk.chunking.base import Span, chunks_from_spans
+    from unichunk.chunking.models import Document
 
     rng = random.Random(n)
     pieces = [" ".join(rng.choices(words[:20000], k=MEAN_TERMS)) for _ in range(CHUNKS_PER_DOCUMENT)]
@@ -500,8 +500,8 @@ def _serving_figures(
 def serve_postgres(url: str, words: list[str], n_queries: int) -> dict[str, float]:
     from pydantic import SecretStr
 
-    from sinks.config import SinkSettings
-    from sinks.keywords.bm25 import BM25Sink
+    from unichunk.sinks.config import SinkSettings
+    from unichunk.sinks.keywords.bm25 import BM25Sink
 
     baseline = _rss_mb()  # after the imports: the rest is the store's
     started = time.perf_counter()
@@ -522,7 +522,7 @@ def serve_postgres(url: str, words: list[str], n_queries: int) -> dict[str, floa
 def serve_edge(path: str, words: list[str], n_queries: int) -> dict[str, float]:
     import qdrant_edge  # noqa: F401 - imported before the baseline, as the other side's modules are
 
-    from sinks.keywords.analyzer import Analyzer
+    from unichunk.sinks.keywords.analyzer import Analyzer
 
     analyzer = Analyzer()
     baseline = _rss_mb()
@@ -556,8 +556,8 @@ def write_rates(url: str, tmp: Path, words: list[str], batches: int = 8) -> dict
     """Chunks/s of 640-chunk batches through BM25Sink.write on PostgreSQL and the edge shard's upsert."""
     from pydantic import SecretStr
 
-    from sinks.config import SinkSettings
-    from sinks.keywords.bm25 import BM25Sink
+    from unichunk.sinks.config import SinkSettings
+    from unichunk.sinks.keywords.bm25 import BM25Sink
 
     sink = BM25Sink(SinkSettings(data_dir=tmp / "rates", database_url=SecretStr(url), generation="rates"))
     edge = EdgeSparse(tmp / "edge-rates")

@@ -36,16 +36,16 @@ from pathlib import Path
 from prometheus_client import REGISTRY
 
 from benchmarks.evaldata import SAMPLE_CORPUS, corpora_or_sample, corpus_files
-from chunking.config import ChunkStrategy
-from flows.params import IngestParams, SourceParams
-from index.alignment import verify_alignment
-from index.chunk_cache import ChunkKey
-from index.generations import target_for_ingest
-from index.run import RunConfig
-from sinks.base import SINK_NAMES
-from sinks.config import SinkSettings
-from sinks.graph.falkordb_server import stop_server
-from sinks.pool import flow_sinks
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.engine.params import IngestParams, SourceParams
+from unichunk.index.alignment import verify_alignment
+from unichunk.index.chunk_cache import ChunkKey
+from unichunk.index.generations import target_for_ingest
+from unichunk.index.run import RunConfig
+from unichunk.sinks.base import SINK_NAMES
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.graph.falkordb_server import stop_server
+from unichunk.sinks.pool import flow_sinks
 
 
 def build_corpus(root: Path, n_docs: int, corpora: Path) -> int:
@@ -237,10 +237,10 @@ def main(argv: list[str] | None = None) -> None:
     n_docs = build_corpus(corpus, n_docs, args.corpora or corpora_or_sample("pipeline_speed"))
 
     # Imported after the environment above is set: Prefect reads its settings (analytics, API URL) when
-    # it is imported, and `flows.ingest` imports Prefect.
+    # it is imported, and `unichunk.flows.ingest` imports Prefect.
     from prefect import flow
 
-    from flows.ingest import ingest
+    from unichunk.flows.ingest import ingest
 
     # Pinned to the generation the ingests below write to, so they reuse the sinks opened here and
     # `model_only_seconds` reads that generation's status table.

@@ -1,6 +1,6 @@
 """The pipeline's record calls per batch against the same calls per document: `python -m benchmarks.records_speed`.
 
-One batch's bookkeeping as `ingest` does it (`index.chunk_batch`, `index.sink_writes`, `flows.leases`):
+One batch's bookkeeping as `ingest` does it (`unichunk.index.chunk_batch`, `unichunk.index.sink_writes`, `unichunk.engine.leases`):
 lease the batch, read its status rows, look its chunk keys up in the cache, store the chunks, mark the rows
 processing, read the chunk lists back, mark them processed, prune old versions, release the leases. The
 baseline makes the same calls one document at a time, the shape of a pipeline with a round trip per
@@ -21,13 +21,13 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from chunking.base import Span, chunks_from_spans
-from chunking.models import Chunk, Document
-from index.chunk_cache import ChunkCache, ChunkKey
-from index.document_leases import DocumentLeases
-from index.status import StatusStore, processed_fields, processing_fields
-from sinks.config import SinkSettings
-from sinks.database import open_database
+from unichunk.chunking.base import Span, chunks_from_spans
+from unichunk.chunking.models import Chunk, Document
+from unichunk.index.chunk_cache import ChunkCache, ChunkKey
+from unichunk.index.document_leases import DocumentLeases
+from unichunk.index.status import StatusStore, processed_fields, processing_fields
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.database import open_database
 
 FINGERPRINT = "bench-fp"
 

@@ -8,9 +8,9 @@ in-memory Qdrant client with the default MiniLM embedder), and every question is
 
 - **fixed-bm25**, the headline: one fixed BM25 (`budget_metric.FixedBM25`) over each configuration's chunk
   spans, so its figures differ only by where the boundaries are;
-- **keywords**, **vectors**, **hybrid**: `retrieval.ranking.retrieve`, the ranking step of
-  `retrieval.search` (the read path of the CLI and the HTTP API) over our BM25 sink, Qdrant, or both fused;
-- **context ±1** and **context ±0**: the hybrid hits assembled by `retrieval.context.assemble_context`, the
+- **keywords**, **vectors**, **hybrid**: `unichunk.retrieval.ranking.retrieve`, the ranking step of
+  `unichunk.retrieval.search` (the read path of the CLI and the HTTP API) over our BM25 sink, Qdrant, or both fused;
+- **context ±1** and **context ±0**: the hybrid hits assembled by `unichunk.retrieval.context.assemble_context`, the
   read path's own small-to-big step (each hit with its neighbour chunks, merged by offsets, headed by its
   source, cut at sentence ends to a token budget), and the same without neighbours. Budgets are in
   tokens there, headers included: what a prompt of that size would hold.
@@ -61,26 +61,29 @@ from benchmarks.budget_metric import (
     strict_grid,
 )
 from benchmarks.strict_report import Results
-from chunking.config import ChunkStrategy
-from chunking.ids import sha256_hex
-from chunking.models import Chunk, Document
-from chunking.packing import token_starts
-from chunking.service import ChunkingService
-from retrieval import Readers
-from retrieval.context import assemble_context
-from retrieval.fusion import Hit
-from retrieval.ranking import RetrievalSettings, retrieve
-from sinks.config import SinkSettings
-from sinks.keywords.bm25 import BM25Sink
-from sinks.vectors.base import Embedder
-from sinks.vectors.minilm import MiniLMEmbedder
-from sinks.vectors.qdrant import QdrantSink
-from sinks.vectors.sink import logger as vector_sink_logger
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.ids import sha256_hex
+from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.packing import token_starts
+from unichunk.chunking.service import ChunkingService
+from unichunk.retrieval import Readers
+from unichunk.retrieval.context import assemble_context
+from unichunk.retrieval.fusion import Hit
+from unichunk.retrieval.ranking import RetrievalSettings, retrieve
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.keywords.bm25 import BM25Sink
+from unichunk.sinks.vectors.base import Embedder
+from unichunk.sinks.vectors.minilm import MiniLMEmbedder
+from unichunk.sinks.vectors.qdrant import QdrantSink
+from unichunk.sinks.vectors.sink import logger as vector_sink_logger
 
 KS = (1, 3, 5, 10)
 MODES = ("keywords", "vectors", "hybrid")
 RANKERS = ("fixed-bm25", *MODES)
-CONTEXTS = {"context ±1": 1, "context ±0": 0}  # hybrid hits through retrieval.context, by neighbour radius
+CONTEXTS = {
+    "context ±1": 1,
+    "context ±0": 0,
+}  # hybrid hits through unichunk.retrieval.context, by neighbour radius
 STRATEGIES = ("token_window", "fixed_chars", "sentence", "paragraph", "markdown", "semantic")
 # `--configs sweep`: every strategy at these sizes (tokens) and overlaps (shares of the size); with
 # `--headline-only` about 150 configurations in half a minute, and its verdict's last line the ceiling.

@@ -32,10 +32,10 @@ from pathlib import Path
 
 import httpx
 
-from deployments.service_file import SERVICE_FILE
-from deployments.settings import SAMPLE_CORPUS
-from sinks.config import SinkSettings
-from sinks.vectors.embedders import make_embedder
+from unichunk.deployments.service.discovery import SERVICE_FILE
+from unichunk.deployments.settings import SAMPLE_CORPUS
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.vectors.embedders import make_embedder
 
 QUERIES = [
     "how are chunk IDs derived",
@@ -62,7 +62,7 @@ def _free_port() -> int:
 
 
 def _cli(env: dict[str, str], *args: str) -> tuple[float, subprocess.CompletedProcess[str]]:
-    return _timed([sys.executable, "-m", "deployments.cli", *args], env)
+    return _timed([sys.executable, "-m", "unichunk.deployments.cli.main", *args], env)
 
 
 def _floor(env: dict[str, str]) -> float:
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     cold = {name: _cli(env, *cmd)[0] for name, cmd in commands.items()}
 
     service = subprocess.Popen(
-        [sys.executable, "-m", "deployments.cli", "serve", "--port", str(port)],
+        [sys.executable, "-m", "unichunk.deployments.cli.main", "serve", "--port", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

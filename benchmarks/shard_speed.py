@@ -19,7 +19,7 @@ Sinks: the keyword index and the graph by default. The embedded vector store tak
 cannot run); `--sinks keywords,graph,vectors` with a Qdrant server measures the full pipeline.
 
 Servers: PREFECT_API_URL and UNICHUNK_FALKORDB_URL when set, else the benchmark's own local Prefect server
-and FalkorDB (`deployments.stack`), stopped at the end. On a 2-core machine three workers share two cores
+and FalkorDB (`unichunk.local_stack`), stopped at the end. On a 2-core machine three workers share two cores
 with the Prefect server and FalkorDB: read the 3-worker figure as what a 2-core box gains, not as a
 per-worker rate (each worker on a machine of its own would get its own cores).
 """
@@ -146,7 +146,7 @@ def _run_parent(
     """The `ingest` flow in a process of its own (a CLI-style parent): (documents, chunks, seconds)."""
     code = (
         "import json, time\n"
-        "from flows.ingest import ingest\nfrom flows.params import IngestParams, SourceParams\n"
+        "from unichunk.flows.ingest import ingest\nfrom unichunk.engine.params import IngestParams, SourceParams\n"
         f"params = IngestParams(source=SourceParams(kind='directory', root={str(corpus)!r}), "
         f"sinks={sinks!r}, shards={shards})\n"
         "start = time.perf_counter()\nsummary = ingest(params)\nseconds = time.perf_counter() - start\n"
@@ -184,7 +184,7 @@ def main() -> None:
     corpus = work / "corpus"
     build_corpus(corpus, docs, corpora_or_sample("shard_speed"))
 
-    from deployments import stack
+    from unichunk import local_stack as stack
 
     stack_data = work / "stack"
     api = os.environ.get("PREFECT_API_URL")

@@ -94,7 +94,7 @@ class RandomEmbedder:
 
 
 def _settings(directory: Path, engine: str) -> Any:
-    from sinks.config import SinkSettings
+    from unichunk.sinks.config import SinkSettings
 
     return SinkSettings(
         data_dir=directory,
@@ -105,7 +105,7 @@ def _settings(directory: Path, engine: str) -> Any:
 
 
 def _open(directory: Path, engine: str) -> Any:
-    from sinks.vectors.sink import open_vector_sink
+    from unichunk.sinks.vectors.sink import open_vector_sink
 
     return open_vector_sink(_settings(directory, engine), RandomEmbedder())  # type: ignore[arg-type]
 
@@ -144,7 +144,7 @@ def _payload(d: int, i: int, rng: random.Random) -> dict[str, Any]:
 def seed(directory: Path, engine: str, start: int, stop: int) -> dict[str, float]:
     """Add points [start, stop) (whole documents) to the store: seconds taken, and for `edge-optimized`
     the seconds of the sink's `optimize()` after it (in this process, as a pipeline run does)."""
-    from sinks.vectors.sink import point_id
+    from unichunk.sinks.vectors.sink import point_id
 
     rng, vectors_rng = random.Random(start), np.random.default_rng(start)
     started = time.perf_counter()
@@ -188,10 +188,10 @@ def _rss_mb() -> float:
 
 def measure(directory: Path, engine: str, size: int, queries: int) -> dict[str, float]:
     """The figures for one engine at one size, in this (fresh) process."""
-    import sinks.vectors.qdrant_edge  # noqa: F401 - imports are paid once per process, not per open
-    from chunking.base import Span, chunks_from_spans
-    from chunking.models import Document
-    from sinks.base import Prepared
+    import unichunk.sinks.vectors.qdrant_edge  # noqa: F401 - imports are paid once per process, not per open
+    from unichunk.chunking.base import Span, chunks_from_spans
+    from unichunk.chunking.models import Document
+    from unichunk.sinks.base import Prepared
 
     rng = random.Random(size)
     documents = size // CHUNKS_PER_DOCUMENT

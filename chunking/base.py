@@ -13,11 +13,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from chunking.config import ChunkStrategy
-from chunking.ids import chunk_id_for_hash, sha256_hex
-from chunking.models import Chunk, Document
-from chunking.span_counts import span_counter
-from chunking.tokenizer import TokenCounter
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.ids import chunk_id_for_hash, sha256_hex
+from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.span_counts import span_counter
+from unichunk.chunking.tokenizer import TokenCounter
 
 # Texts -> one vector each: how a strategy that measures meaning (`semantic`) is handed the configured
 # embedder without `chunking` importing it.

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from chunking.ids import sha256_hex
+from unichunk.chunking.ids import sha256_hex
 
 StrategyName = Literal[
     "auto", "token_window", "fixed_chars", "sentence", "paragraph", "markdown", "html", "semantic"
@@ -35,7 +35,7 @@ STRATEGY_DEFAULTS: dict[str, tuple[int, int]] = {
     "semantic": (512, 0),
 }
 # Strategies whose chunks are fitted to the embedder (`EmbeddingBudget`): default sizes lowered to fit its
-# limit, and a final pass (`chunking.embedding_fit`) cutting any chunk whose embedded text is still over.
+# limit, and a final pass (`unichunk.chunking.embedding_fit`) cutting any chunk whose embedded text is still over.
 FITTED_STRATEGIES = frozenset({"auto", "semantic"})
 # Settings only the semantic strategy reads: hashed into its fingerprint alone, so adding them left every
 # other strategy's chunks valid.
@@ -65,7 +65,7 @@ MINILM_TOKENIZER = "minilm"
 MINILM_MODEL_NAME = "all-MiniLM-L6-v2"
 # `auto`'s size is at most this share of the embedder's limit, in cl100k tokens: room for the heading chain
 # embedded with each chunk and for a tokenizer counting more than cl100k (word pieces split punctuation and
-# code finer). all-MiniLM-L6-v2: 256 -> a cap of 220, which the final pass (`chunking.embedding_fit`) still
+# code finer). all-MiniLM-L6-v2: 256 -> a cap of 220, which the final pass (`unichunk.chunking.embedding_fit`) still
 # cuts for 1 chunk in 250 of the eval corpora at 220/33 (240 tokens: 1 in 110; 250: 1 in 16). A size
 # lowered to fit keeps the default's share of overlap (`overlap_at`).
 AUTO_BUDGET_SHARE = 0.86

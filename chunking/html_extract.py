@@ -4,7 +4,7 @@ Chunks must be exact slices of `Document.text`, so markup is converted once, her
 block offsets are known by construction (texts joined with a blank line). The tree is walked with an
 explicit stack, never by recursion, so pathological nesting (thousands of levels) or malformed markup
 cannot exhaust Python's recursion limit. Each block also records whether it lies in page chrome (navigation,
-a sidebar, the page's footer, a dialog), for `extract_html(..., main_content=True)` (`chunking.html_main`).
+a sidebar, the page's footer, a dialog), for `extract_html(..., main_content=True)` (`unichunk.chunking.html_main`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from bs4 import BeautifulSoup, CData, NavigableString, Tag
 
-from chunking.html_main import main_blocks
-from chunking.models import Block, BlockKind
+from unichunk.chunking.html_main import main_blocks
+from unichunk.chunking.models import Block, BlockKind
 
 SEPARATOR = "\n\n"
 
@@ -171,7 +171,7 @@ def _parse(markup: str) -> BeautifulSoup:
 def extract_html(markup: str, *, main_content: bool = False) -> ExtractedHtml:
     """Extract the visible text of `markup` as blocks in document order (see module docstring).
 
-    With `main_content`, only the blocks of the page's main content are kept (`chunking.html_main`):
+    With `main_content`, only the blocks of the page's main content are kept (`unichunk.chunking.html_main`):
     navigation, site headers, footers, sidebars and cookie banners are left out before the text is
     assembled, so offsets stay exact by construction. The title is still read from the whole page."""
     out, title = _walk(_parse(markup))

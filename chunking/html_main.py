@@ -2,7 +2,7 @@
 (navigation, site header, footer, sidebars, cookie banners), so that the chrome never becomes a chunk.
 
 trafilatura, a well-kept main-content extractor, decides; the text stays ours. Chunk offsets index
-`Document.text`, which `chunking.html_extract` assembles from the page's blocks. trafilatura's output is
+`Document.text`, which `unichunk.chunking.html_extract` assembles from the page's blocks. trafilatura's output is
 re-normalised text (Unicode NFC, its own whitespace and block boundaries), so it cannot become the stored
 text without losing exactness and the blocks' structure. It only votes: its text and the page's blocks are
 cut into word tokens, aligned in document order (`_align`), and a block belongs to the main content when
@@ -16,7 +16,7 @@ Decisions:
   the release notes (lists of linked items), and without figures every code listing of the Rust book; recall
   mode still drops the navigation, footers, share bars, related posts, comments and cookie banners of a blog.
 - Blocks inside page-chrome landmarks (<nav>, <aside>, <dialog>, the page's own <footer>, ARIA roles
-  navigation/complementary/contentinfo/search/dialog: `chunking.html_extract`) are never main content, and
+  navigation/complementary/contentinfo/search/dialog: `unichunk.chunking.html_extract`) are never main content, and
   take no part in the alignment, so a breadcrumb repeating the article's title cannot take its place.
 - A heading is kept when its words are aligned, or when it introduces kept text: the block after it is
   kept, or one dropped block (a byline, a date) stands between. trafilatura often leaves out an article's

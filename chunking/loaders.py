@@ -27,14 +27,14 @@ from typing import Any
 
 from charset_normalizer import from_bytes
 
-from chunking.config import LoaderSettings
-from chunking.errors import (
+from unichunk.chunking.config import LoaderSettings
+from unichunk.chunking.errors import (
     DocumentLoadError,
     EmptyDocumentError,
     UndecodableTextError,
     UnsupportedFormatError,
 )
-from chunking.models import Block, Document
+from unichunk.chunking.models import Block, Document
 
 _TEXT_TYPES = {".txt": "text/plain", ".text": "text/plain", ".log": "text/plain", ".csv": "text/csv"}
 _MARKDOWN = {".md", ".markdown"}
@@ -219,9 +219,9 @@ def _extract_html(
     markup: str, name: str, *, main_content: bool = False
 ) -> tuple[str, tuple[Block, ...], str | None]:
     """Text, blocks and title of HTML. A web page (`main_content`) keeps its main content only (see
-    `chunking.html_main`: navigation, site header, footer, sidebars and cookie banners are no chunks);
+    `unichunk.chunking.html_main`: navigation, site header, footer, sidebars and cookie banners are no chunks);
     an e-mail's HTML body is kept whole, as it has no page chrome and little text to spare."""
-    from chunking.html_extract import extract_html  # bs4/lxml/trafilatura only when HTML is loaded
+    from unichunk.chunking.html_extract import extract_html  # bs4/lxml/trafilatura only when HTML is loaded
 
     try:
         extracted = extract_html(markup, main_content=main_content)

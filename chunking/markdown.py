@@ -15,12 +15,12 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
-from chunking.base import BaseChunker, Span
-from chunking.models import Document
-from chunking.packing import pack_units, split_to_fit
-from chunking.sentences import sentence_spans
-from chunking.slugs import Slugger
-from chunking.span_counts import SpanCounter, span_counter
+from unichunk.chunking.base import BaseChunker, Span
+from unichunk.chunking.models import Document
+from unichunk.chunking.packing import pack_units, split_to_fit
+from unichunk.chunking.sentences import sentence_spans
+from unichunk.chunking.slugs import Slugger
+from unichunk.chunking.span_counts import SpanCounter, span_counter
 
 BOUNDARY_LEVEL = 4  # deeper headings (#####, ######) are ordinary text
 _EQUATION_SEARCH_LINES = 500  # an unclosed $$ / \[ further than this is text, not an equation

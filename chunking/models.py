@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from chunking.ids import derive_document_id, sha256_hex
+from unichunk.chunking.ids import derive_document_id, sha256_hex
 
 BlockKind = Literal["heading", "paragraph", "list_item", "table", "code", "quote", "other"]
 
@@ -61,7 +61,7 @@ class Document(BaseModel):
         data = dict(data)
         text = data["text"]
         if not isinstance(text, str):
-            raise TypeError("Document.text must be a str (decode bytes with chunking.loaders first)")
+            raise TypeError("Document.text must be a str (decode bytes with unichunk.chunking.loaders first)")
         digest = sha256_hex(text)
         given = data.get("content_hash")
         if given and given != digest:

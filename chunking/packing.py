@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from chunking.pieces import token_starts
-from chunking.span_counts import SpanCounter
+from unichunk.chunking.pieces import token_starts
+from unichunk.chunking.span_counts import SpanCounter
 
 _WORD = re.compile(r"\S+")
 

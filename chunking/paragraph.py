@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from chunking.base import BaseChunker, Span
-from chunking.models import Document
-from chunking.packing import pack_units, refine_oversize
-from chunking.sentences import sentence_spans, split_between
-from chunking.span_counts import span_counter
+from unichunk.chunking.base import BaseChunker, Span
+from unichunk.chunking.models import Document
+from unichunk.chunking.packing import pack_units, refine_oversize
+from unichunk.chunking.sentences import sentence_spans, split_between
+from unichunk.chunking.span_counts import span_counter
 
 
 @lru_cache(maxsize=16)

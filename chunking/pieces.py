@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chunking.tokenizer import get_encoding, token_array
+from unichunk.chunking.tokenizer import get_encoding, token_array
 
 # Positions where cl100k's pre-tokenizer always starts a new piece, so encoding the text in segments cut
 # there gives exactly the tokens of the whole text (tests/chunking/test_chunking_token_window.py checks it):

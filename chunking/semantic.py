@@ -30,13 +30,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from chunking.base import BaseChunker, EmbedFunction, Span
-from chunking.errors import ChunkingError
-from chunking.models import Document
-from chunking.packing import refine_oversize
-from chunking.sentence import clause_spans
-from chunking.sentences import sentence_spans
-from chunking.span_counts import SpanCounter, span_counter
+from unichunk.chunking.base import BaseChunker, EmbedFunction, Span
+from unichunk.chunking.errors import ChunkingError
+from unichunk.chunking.models import Document
+from unichunk.chunking.packing import refine_oversize
+from unichunk.chunking.sentence import clause_spans
+from unichunk.chunking.sentences import sentence_spans
+from unichunk.chunking.span_counts import SpanCounter, span_counter
 
 # A cut forced by the cap leaves the chunk at least this share of it, when the sentences allow.
 MIN_FORCED_SHARE = 0.5

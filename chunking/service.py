@@ -1,7 +1,7 @@
 """`ChunkingService`: the one entry point the pipeline calls to chunk a document.
 
 It resolves "auto" to a concrete strategy and sizes (`AUTO_DEFAULTS` per document kind, fitted to the
-embedder), fits `auto`'s and `semantic`'s chunks to the embedder's input limit (`chunking.embedding_fit`),
+embedder), fits `auto`'s and `semantic`'s chunks to the embedder's input limit (`unichunk.chunking.embedding_fit`),
 hands `semantic` the caller's embedding function, reuses chunker instances (token tables and compiled
 settings are built once), and records metrics. Strategies are
 imported lazily from a name -> "module:Class" registry, so a strategy's heavy dependencies load only when
@@ -15,20 +15,20 @@ import threading
 import time
 from pathlib import PurePosixPath
 
-from chunking import metrics
-from chunking.base import BaseChunker, EmbedFunction, chunks_from_spans
-from chunking.config import ChunkStrategy, DocumentKind
-from chunking.embedding_fit import fit_spans
-from chunking.models import Chunk, Document
+from unichunk.chunking import metrics
+from unichunk.chunking.base import BaseChunker, EmbedFunction, chunks_from_spans
+from unichunk.chunking.config import ChunkStrategy, DocumentKind
+from unichunk.chunking.embedding_fit import fit_spans
+from unichunk.chunking.models import Chunk, Document
 
 REGISTRY: dict[str, str] = {
-    "token_window": "chunking.token_window:TokenWindowChunker",
-    "fixed_chars": "chunking.fixed_chars:FixedCharsChunker",
-    "sentence": "chunking.sentence:SentenceChunker",
-    "paragraph": "chunking.paragraph:ParagraphChunker",
-    "markdown": "chunking.markdown:MarkdownChunker",
-    "html": "chunking.html:HtmlChunker",
-    "semantic": "chunking.semantic:SemanticChunker",
+    "token_window": "unichunk.chunking.token_window:TokenWindowChunker",
+    "fixed_chars": "unichunk.chunking.fixed_chars:FixedCharsChunker",
+    "sentence": "unichunk.chunking.sentence:SentenceChunker",
+    "paragraph": "unichunk.chunking.paragraph:ParagraphChunker",
+    "markdown": "unichunk.chunking.markdown:MarkdownChunker",
+    "html": "unichunk.chunking.html:HtmlChunker",
+    "semantic": "unichunk.chunking.semantic:SemanticChunker",
 }
 
 _MARKDOWN_MIME = {"text/markdown", "text/x-markdown"}

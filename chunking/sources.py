@@ -20,9 +20,9 @@ from pathlib import Path, PurePosixPath
 
 import pathspec
 
-from chunking.ids import default_source_name, derive_document_id
-from chunking.loaders import load_document
-from chunking.models import Document
+from unichunk.chunking.ids import default_source_name, derive_document_id
+from unichunk.chunking.loaders import load_document
+from unichunk.chunking.models import Document
 
 # What a source name may be: it travels in webhook payloads, Prefect event payloads and `unichunk status`.
 SOURCE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$"
@@ -58,7 +58,7 @@ class SourceItem:
 
 
 def load_item(item: SourceItem) -> Document:
-    """Read and decode one item; raises `chunking.errors.DocumentLoadError` on unreadable content."""
+    """Read and decode one item; raises `unichunk.chunking.errors.DocumentLoadError` on unreadable content."""
     return load_document(Path(item.path), source_system=item.source_system, source_id=item.source_id)
 
 

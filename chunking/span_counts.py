@@ -7,7 +7,7 @@ once and counts a span [a, b) as
 
     tokens(text[a:x1]) + (whole-text tokens starting in [x1, x2)) + tokens(text[x2:b])
 
-where x1 and x2 are the first and last safe cuts inside the span (`chunking.pieces`: positions where
+where x1 and x2 are the first and last safe cuts inside the span (`unichunk.chunking.pieces`: positions where
 cl100k's pre-tokenizer starts a piece whatever surrounds them). At a safe cut the tokens of a text are
 the tokens before it followed by the tokens after it, so this equals encoding `text[a:b]` alone, exactly,
 and the middle part's tokens are the whole text's. Head and tail are a word or two; their counts are
@@ -23,14 +23,14 @@ from typing import Protocol
 
 import numpy as np
 
-from chunking.pieces import (
+from unichunk.chunking.pieces import (
     SEGMENTABLE_ENCODINGS,
     char_offsets,
     safe_cut_tokens,
     segment_bounds,
     token_table,
 )
-from chunking.tokenizer import TokenCounter, token_array
+from unichunk.chunking.tokenizer import TokenCounter, token_array
 
 INDEX_SEGMENT_CHARS = 1 << 20  # the text is tokenized in segments this long, so temporaries stay small
 _CACHED_CHARS = 48  # heads, tails and short spans up to this long are counted once per distinct string

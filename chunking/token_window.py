@@ -18,11 +18,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from chunking.base import BaseChunker, Span
-from chunking.config import ChunkStrategy
-from chunking.models import Document
-from chunking.pieces import DEFAULT_SEGMENT_CHARS, char_offsets, segment_bounds, token_table
-from chunking.tokenizer import token_array
+from unichunk.chunking.base import BaseChunker, Span
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.models import Document
+from unichunk.chunking.pieces import DEFAULT_SEGMENT_CHARS, char_offsets, segment_bounds, token_table
+from unichunk.chunking.tokenizer import token_array
 
 DEFAULT_WORKERS = 2  # tokenizing threads for long texts (tiktoken releases the GIL)
 

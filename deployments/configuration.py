@@ -1,9 +1,9 @@
 """Every environment variable unichunk reads, rendered from the settings models into docs/configuration.md.
 
-    python -m deployments.configuration > docs/configuration.md
+    python -m unichunk.deployments.configuration > docs/configuration.md
 
 Generated rather than written by hand so the table cannot drift from the code: a test renders it again
-and compares. Each settings model is one concern's home (see `deployments.settings`).
+and compares. Each settings model is one concern's home (see `unichunk.deployments.settings`).
 """
 
 from __future__ import annotations
@@ -12,21 +12,21 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings
 
-from chunking.config import ChunkStrategy, LoaderSettings
-from deployments.settings import ServiceSettings
-from index.metrics import MetricsSettings
-from sinks.config import SinkSettings
+from unichunk.chunking.config import ChunkStrategy, LoaderSettings
+from unichunk.deployments.settings import ServiceSettings
+from unichunk.index.metrics import MetricsSettings
+from unichunk.sinks.config import SinkSettings
 
 # (model, heading) in the order a reader meets them.
 SETTINGS_MODELS: tuple[tuple[type[BaseSettings], str], ...] = (
-    (SinkSettings, "Stores and models (`sinks.config.SinkSettings`)"),
+    (SinkSettings, "Stores and models (`unichunk.sinks.config.SinkSettings`)"),
     (
         ChunkStrategy,
-        "Chunking (`chunking.config.ChunkStrategy`; also a flow parameter, a form in the Prefect UI)",
+        "Chunking (`unichunk.chunking.config.ChunkStrategy`; also a flow parameter, a form in the Prefect UI)",
     ),
-    (LoaderSettings, "Reading documents (`chunking.config.LoaderSettings`)"),
-    (ServiceSettings, "The service (`deployments.settings.ServiceSettings`)"),
-    (MetricsSettings, "Metrics (`index.metrics.MetricsSettings`)"),
+    (LoaderSettings, "Reading documents (`unichunk.chunking.config.LoaderSettings`)"),
+    (ServiceSettings, "The service (`unichunk.deployments.settings.ServiceSettings`)"),
+    (MetricsSettings, "Metrics (`unichunk.index.metrics.MetricsSettings`)"),
 )
 
 # Variables unichunk reads or sets that no settings model holds: other tools' (which unichunk sets only
@@ -85,7 +85,7 @@ OTHER_VARIABLES: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "TIKTOKEN_CACHE_DIR",
-        "tiktoken; `chunking.tokenizer`",
+        "tiktoken; `unichunk.chunking.tokenizer`",
         "Where tiktoken's BPE files are. Unset: the ones LlamaIndex ships (offline).",
     ),
     ("UNICHUNK_EVAL_DIR", "benchmarks", "The third-party evaluation data (`benchmarks.evaldata`)."),
@@ -123,7 +123,7 @@ OTHER_VARIABLES: tuple[tuple[str, str, str], ...] = (
 HEADER = """# Configuration
 
 Every setting is an environment variable with an embedded default. Generated from the settings models by
-`python -m deployments.configuration`; do not edit by hand. The last table lists the other variables
+`python -m unichunk.deployments.configuration`; do not edit by hand. The last table lists the other variables
 the code reads or sets (other tools', the tests' and the benchmarks'); a test scans the code so that a
 variable read anywhere has a row here.
 """

@@ -1,7 +1,7 @@
 """The service's own settings (deployments, webhook receiver, metrics), read from `UNICHUNK_*` variables.
 
-The other settings have their own homes: chunking in `chunking.config` (`UNICHUNK_CHUNK_*`, and the loader's
-`UNICHUNK_MAX_DOCUMENT_BYTES`), stores and models in `sinks.config`, the metrics push in `index.metrics`.
+The other settings have their own homes: chunking in `unichunk.chunking.config` (`UNICHUNK_CHUNK_*`, and the loader's
+`UNICHUNK_MAX_DOCUMENT_BYTES`), stores and models in `unichunk.sinks.config`, the metrics push in `unichunk.index.metrics`.
 README.md's configuration table lists them all; a test keeps it in step with these models.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from chunking.ids import default_source_name
+from unichunk.chunking.ids import default_source_name
 
 SAMPLE_CORPUS = Path(__file__).resolve().parent / "sample_corpus"
 

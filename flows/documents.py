@@ -8,15 +8,22 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from prefect.states import State
 
-from chunking.config import ChunkStrategy
-from chunking.sources import PathsSource
-from flows.params import IngestSummary
-from flows.pipeline import delete_leased, finish, process_items, run_stores, sinks_context, timed_summary
-from flows.run_names import delete_document_run_name, ingest_document_run_name
-from index.generations import target_for_ingest, writable_runs
-from index.run import RunConfig
-from sinks.base import SINK_NAMES, SinkName
-from sinks.config import SinkSettings
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.sources import PathsSource
+from unichunk.engine.batches import (
+    delete_leased,
+    finish,
+    process_items,
+    run_stores,
+    sinks_context,
+    timed_summary,
+)
+from unichunk.engine.params import IngestSummary
+from unichunk.engine.run_names import delete_document_run_name, ingest_document_run_name
+from unichunk.index.generations import target_for_ingest, writable_runs
+from unichunk.index.run import RunConfig
+from unichunk.sinks.base import SINK_NAMES, SinkName
+from unichunk.sinks.config import SinkSettings
 
 
 @flow(name="ingest-document", flow_run_name=ingest_document_run_name)
@@ -29,7 +36,7 @@ def ingest_document(
     sinks: list[SinkName] | None = None,
 ) -> IngestSummary | State:
     """(Re-)ingest one file; `source_id` defaults to its path relative to `root` (else absolute), and
-    `source_system` to the name of `root` (`chunking.sources.default_source_name`), so the document gets the
+    `source_system` to the name of `root` (`unichunk.chunking.sources.default_source_name`), so the document gets the
     ID a scan of that root gives it."""
     summary = IngestSummary(flow="ingest-document")
     run = target_for_ingest(
@@ -56,7 +63,7 @@ def delete_document(document_id: str, sinks: list[SinkName] | None = None) -> di
     """Remove one document from every sink, the chunk store and the status table; chunks removed per sink.
 
     It reaches every generation that is live or being built, so a rebuild cannot bring the document back.
-    A run writing the document at that moment finishes first (the document's lease, `flows.leases`): the
+    A run writing the document at that moment finishes first (the document's lease, `unichunk.engine.leases`): the
     deletion never interleaves with its write.
     """
     base = RunConfig(ChunkStrategy(), SinkSettings(), tuple(sinks or SINK_NAMES))

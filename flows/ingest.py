@@ -1,19 +1,19 @@
 """The `ingest` flow: bring the sinks in line with a source (or every source ingested before), re-doing
-only what changed; with `shards=N`, split across workers (`flows.shards`)."""
+only what changed; with `shards=N`, split across workers (`unichunk.engine.shards`)."""
 
 from __future__ import annotations
 
 from prefect import flow
 from prefect.states import State
 
-from flows.params import IngestParams, IngestSummary
-from flows.pipeline import finish, run_stores, timed_summary
-from flows.run_names import ingest_run_name
-from flows.shards import cancel_shard_runs
-from flows.sources import list_sources, sync_in_shards, sync_listed
-from index.generations import target_for_ingest
-from index.run import RunConfig
-from sinks.config import SinkSettings
+from unichunk.engine.batches import finish, run_stores, timed_summary
+from unichunk.engine.params import IngestParams, IngestSummary
+from unichunk.engine.run_names import ingest_run_name
+from unichunk.engine.shards import cancel_shard_runs
+from unichunk.engine.sources import list_sources, sync_in_shards, sync_listed
+from unichunk.index.generations import target_for_ingest
+from unichunk.index.run import RunConfig
+from unichunk.sinks.config import SinkSettings
 
 
 def sync_source(flow_name: str, params: IngestParams) -> tuple[IngestSummary, RunConfig, list[str]]:

@@ -1,9 +1,9 @@
-"""The `ingest-shard` flow: one shard of a run split across workers (the parent's side is `flows.shards`).
+"""The `ingest-shard` flow: one shard of a run split across workers (the parent's side is `unichunk.engine.shards`).
 
 It runs on whichever worker picks it up, so it first checks that this worker's settings make the parent's
 run (same fingerprint, same index generation): a worker with another embedder or chunking would write
 vectors or chunks of another kind into the index. Then it takes its documents from the manifest
-(`index.shard_records`), processes them exactly as a run on its own does (`flows.pipeline.process_items`:
+(`unichunk.index.shard_records`), processes them exactly as a run on its own does (`unichunk.engine.batches.process_items`:
 batches, leases, status), and stores its summary for the parent. Meanwhile a heartbeat thread says it is
 alive, with the documents done so far (the parent's progress). Deleting what vanished from the source is
 the parent's business, done once; a shard deletes nothing.
@@ -18,15 +18,15 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from prefect.states import State
 
-from chunking.errors import UnichunkError
-from flows import progress
-from flows.params import IngestSummary, ShardParams
-from flows.pipeline import finish, process_items, run_stores, timed_summary
-from flows.run_names import shard_run_name
-from index.generations import target_for_ingest
-from index.run import RunConfig
-from index.shard_records import ShardRecords
-from sinks.config import SinkSettings
+from unichunk.chunking.errors import UnichunkError
+from unichunk.engine import progress
+from unichunk.engine.batches import finish, process_items, run_stores, timed_summary
+from unichunk.engine.params import IngestSummary, ShardParams
+from unichunk.engine.run_names import shard_run_name
+from unichunk.index.generations import target_for_ingest
+from unichunk.index.run import RunConfig
+from unichunk.index.shard_records import ShardRecords
+from unichunk.sinks.config import SinkSettings
 
 BEAT_SECONDS = 5.0  # how often a shard run says it is alive (the parent's `SILENT_SECONDS` is 24 of these)
 
@@ -37,7 +37,7 @@ class ShardSettingsMismatch(UnichunkError):
 
 class _Heartbeat:
     """Bumps the shard's beat counter every `BEAT_SECONDS` with the documents done so far (fed by
-    `flows.progress`), from a thread, so a long batch does not look like a dead worker."""
+    `unichunk.engine.progress`), from a thread, so a long batch does not look like a dead worker."""
 
     def __init__(self, records: ShardRecords, params: ShardParams) -> None:
         self.records, self.params = records, params

@@ -20,18 +20,25 @@ from datetime import timedelta
 from prefect import flow, get_run_logger
 from prefect.states import State
 
-from flows.params import FailedDocument, IngestSummary, RebuildParams, RebuildSummary, SourceParams, names
-from flows.pipeline import RunStores, drop_expired, run_stores, timed_summary
-from flows.reports import failed_state, publish_rebuild
-from flows.run_names import rebuild_run_name
-from flows.sources import Listed, list_sources, sync_listed
-from index.chunk_batch import LOAD_FAILED
-from index.generations import generation_counts, live_generation, registry_of
-from index.run import RunConfig
-from index.status import DocumentStatus, StatusStore
-from sinks.config import SinkSettings
-from tasks.alignment import repair_alignment, verify_alignment_task
-from tasks.generations import switch_live
+from unichunk.engine.batches import RunStores, drop_expired, run_stores, timed_summary
+from unichunk.engine.params import (
+    FailedDocument,
+    IngestSummary,
+    RebuildParams,
+    RebuildSummary,
+    SourceParams,
+    names,
+)
+from unichunk.engine.reports import failed_state, publish_rebuild
+from unichunk.engine.run_names import rebuild_run_name
+from unichunk.engine.sources import Listed, list_sources, sync_listed
+from unichunk.index.chunk_batch import LOAD_FAILED
+from unichunk.index.generations import generation_counts, live_generation, registry_of
+from unichunk.index.run import RunConfig
+from unichunk.index.status import DocumentStatus, StatusStore
+from unichunk.sinks.config import SinkSettings
+from unichunk.tasks.alignment import repair_alignment, verify_alignment_task
+from unichunk.tasks.generations import switch_live
 
 
 def _sync(

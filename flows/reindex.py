@@ -7,12 +7,12 @@ from dataclasses import asdict
 from prefect import flow, get_run_logger
 from prefect.states import State
 
-from flows.ingest import sync_source
-from flows.params import IngestParams, IngestSummary
-from flows.pipeline import drop_expired, finish, sinks_context, timed_summary
-from flows.run_names import reindex_run_name
-from flows.shards import cancel_shard_runs
-from tasks.alignment import repair_alignment, verify_alignment_task
+from unichunk.engine.batches import drop_expired, finish, sinks_context, timed_summary
+from unichunk.engine.params import IngestParams, IngestSummary
+from unichunk.engine.run_names import reindex_run_name
+from unichunk.engine.shards import cancel_shard_runs
+from unichunk.flows.ingest import sync_source
+from unichunk.tasks.alignment import repair_alignment, verify_alignment_task
 
 
 @flow(name="reindex", flow_run_name=reindex_run_name, on_cancellation=[cancel_shard_runs])

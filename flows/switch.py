@@ -12,18 +12,18 @@ from datetime import timedelta
 from prefect import flow, get_run_logger
 from prefect.states import State
 
-from chunking.config import ChunkStrategy
-from flows.pipeline import sinks_context
-from flows.reports import failed_state
-from flows.run_names import drop_run_name, switch_run_name
-from flows.store_access import exclusive_store_access
-from index.defaults import DEFAULT_RETENTION_HOURS
-from index.generations import rollback_target, switchable
-from index.run import RunConfig
-from sinks.base import SINK_NAMES
-from sinks.config import SinkSettings
-from tasks.alignment import verify_alignment_task
-from tasks.generations import drop_generation, switch_live
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.engine.batches import sinks_context
+from unichunk.engine.reports import failed_state
+from unichunk.engine.run_names import drop_run_name, switch_run_name
+from unichunk.engine.store_access import exclusive_store_access
+from unichunk.index.defaults import DEFAULT_RETENTION_HOURS
+from unichunk.index.generations import rollback_target, switchable
+from unichunk.index.run import RunConfig
+from unichunk.sinks.base import SINK_NAMES
+from unichunk.sinks.config import SinkSettings
+from unichunk.tasks.alignment import verify_alignment_task
+from unichunk.tasks.generations import drop_generation, switch_live
 
 
 @flow(name="switch-generation", flow_run_name=switch_run_name)

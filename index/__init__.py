@@ -15,10 +15,10 @@
   `shard_records.py`: what a sharded run's parent and its shard runs tell each other (manifest, beats,
   summaries).
 
-Every record store is one implementation over `sinks.database`: SQLite files under the data dir, or with
+Every record store is one implementation over `unichunk.sinks.database`: SQLite files under the data dir, or with
 UNICHUNK_DATABASE_URL one PostgreSQL database that every worker shares.
 
-The names load on first use (`lazy_loader`): `index.registry` or `index.status` alone (what the CLI reads
+The names load on first use (`lazy_loader`): `unichunk.index.registry` or `unichunk.index.status` alone (what the CLI reads
 before it knows whether a service answers) must not import the run's sinks and embedders.
 """
 

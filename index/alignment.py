@@ -19,19 +19,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chunking.config import ChunkStrategy
-from chunking.ids import parse_chunk_id
-from chunking.models import Chunk, Document
-from chunking.service import shared_service
-from chunking.sources import SourceItem, load_item
-from index import metrics
-from index.chunk_cache import ChunkKey
-from index.generations import reading_settings
-from index.run import RunConfig
-from index.status import DocumentStatus, StatusStore
-from sinks.base import SINK_NAMES, Sink
-from sinks.config import SinkSettings
-from sinks.pool import flow_sinks
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.ids import parse_chunk_id
+from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.service import shared_service
+from unichunk.chunking.sources import SourceItem, load_item
+from unichunk.index import metrics
+from unichunk.index.chunk_cache import ChunkKey
+from unichunk.index.generations import reading_settings
+from unichunk.index.run import RunConfig
+from unichunk.index.status import DocumentStatus, StatusStore
+from unichunk.sinks.base import SINK_NAMES, Sink
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.pool import flow_sinks
 
 
 @dataclass

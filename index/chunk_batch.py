@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from chunking.base import EmbedFunction
-from chunking.errors import UnichunkError
-from chunking.models import Chunk, Document
-from chunking.service import shared_service
-from chunking.sources import SourceItem, load_item
-from index import metrics
-from index.chunk_cache import ChunkKey
-from index.run import RunConfig
-from index.status import StatusStore, failed_fields, processing_fields
+from unichunk.chunking.base import EmbedFunction
+from unichunk.chunking.errors import UnichunkError
+from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.service import shared_service
+from unichunk.chunking.sources import SourceItem, load_item
+from unichunk.index import metrics
+from unichunk.index.chunk_cache import ChunkKey
+from unichunk.index.run import RunConfig
+from unichunk.index.status import StatusStore, failed_fields, processing_fields
 
 FLUSH_CHARS = 32_000_000  # text held before the chunks are written to the chunk cache
-# How a load failure's status error starts: `flows.pipeline` recognises an unreadable file by it.
+# How a load failure's status error starts: `unichunk.engine.batches` recognises an unreadable file by it.
 LOAD_FAILED = "load failed: "
 
 

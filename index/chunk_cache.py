@@ -24,9 +24,9 @@ from typing import Any
 from pydantic import TypeAdapter
 from sqlalchemy import Connection, text
 
-from chunking.models import Chunk, Document
-from sinks.config import SinkSettings
-from sinks.database import Database, open_store_database
+from unichunk.chunking.models import Chunk, Document
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.database import Database, open_store_database
 
 _CHUNKS = TypeAdapter(list[Chunk])
 

@@ -1,6 +1,6 @@
 """Document leases: which run may write a document now, so two runs never write one document at once.
 
-On the embedded defaults runs that write vectors are serialised by a file lock (`flows.store_access`). With
+On the embedded defaults runs that write vectors are serialised by a file lock (`unichunk.engine.store_access`). With
 server stores (`UNICHUNK_QDRANT_URL`, Neo4j), or for runs that do not write vectors, runs proceed in
 parallel; a run then leases each document before it reads, chunks and writes it, and releases the lease
 once the document's outcome is recorded. A document another run holds is not touched: the caller defers it
@@ -25,7 +25,7 @@ The rules, each for a reason:
 - The ttl is a safety net, not a clock a live run races against: the flows renew from a heartbeat thread,
   so a slow batch (LLM extraction) never loses its leases while its process lives.
 
-Storage (`sinks.database`): embedded, one SQLite file under the data dir (`<data_dir>/leases.sqlite3`,
+Storage (`unichunk.sinks.database`): embedded, one SQLite file under the data dir (`<data_dir>/leases.sqlite3`,
 beside `sources.sqlite3` and the generation registry), WAL, one short `BEGIN IMMEDIATE` transaction per
 call, so concurrent runs queue for microseconds, never for a whole batch; times are this machine's
 wall-clock seconds (`time.time()`), which every process on it reads alike.
@@ -58,9 +58,9 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from index.process_identity import ProcessIdentity
-from sinks.config import SinkSettings
-from sinks.database import Database, open_database
+from unichunk.index.process_identity import ProcessIdentity
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.database import Database, open_database
 
 # How long a lease outlives its holder's last renewal: what a holder the machine cannot check (another
 # host) blocks a document for after it died. Live holders renew well within it.

@@ -3,7 +3,7 @@ exit codes on every failed command, and must not load the records' database laye
 
 from __future__ import annotations
 
-from chunking.errors import UnichunkError
+from unichunk.chunking.errors import UnichunkError
 
 
 class GenerationError(UnichunkError):

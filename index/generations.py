@@ -20,16 +20,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from index.chunk_cache import ChunkCache
-from index.errors import GenerationError, GenerationMismatch
-from index.registry import Generation, GenerationRegistry
-from index.run import RunConfig
-from index.status import DocumentStatus, State, StatusStore
-from sinks.base import SINK_NAMES, AliasedCollection, Sink
-from sinks.config import SinkSettings
-from sinks.database import open_database
-from sinks.factory import open_sinks
-from sinks.pool import discard_sinks, flow_sinks
+from unichunk.index.chunk_cache import ChunkCache
+from unichunk.index.errors import GenerationError, GenerationMismatch
+from unichunk.index.registry import Generation, GenerationRegistry
+from unichunk.index.run import RunConfig
+from unichunk.index.status import DocumentStatus, State, StatusStore
+from unichunk.sinks.base import SINK_NAMES, AliasedCollection, Sink
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.database import open_database
+from unichunk.sinks.factory import open_sinks
+from unichunk.sinks.pool import discard_sinks, flow_sinks
 
 
 def registry_of(settings: SinkSettings) -> GenerationRegistry:

@@ -5,7 +5,7 @@ Two ways out, one per way of running (`docs/operations.md`, "Metrics"):
 - Served runs (`unichunk serve`: each flow run is a subprocess of the serving process) run in
   prometheus_client's multiprocess mode: every process writes its samples to files in
   PROMETHEUS_MULTIPROC_DIR and the serving process's /metrics sums them
-  (`deployments.multiprocess_metrics`). Counters therefore add up across runs and never restart while the
+  (`unichunk.deployments.serving.multiprocess_metrics`). Counters therefore add up across runs and never restart while the
   service lives, so `increase()` is right. These runs do not push.
 - One-shot runs (`unichunk ingest` and the other CLI commands, no service to scrape) push the registry to
   PUSHGATEWAY_URL at the end, grouped by {job, instance, flow}: one instance's runs of one flow replace
@@ -32,7 +32,7 @@ from prometheus_client.core import GaugeMetricFamily
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from chunking.metrics import DURATION_BUCKETS
+from unichunk.chunking.metrics import DURATION_BUCKETS
 
 PUSH_JOB = "unichunk"
 OUTCOMES = ("processed", "skipped", "failed", "deleted")

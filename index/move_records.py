@@ -1,4 +1,4 @@
-"""Move a data dir's records into server mode: `python -m index.move_records [--data-dir DIR]`.
+"""Move a data dir's records into server mode: `python -m unichunk.index.move_records [--data-dir DIR]`.
 
 For an index whose stores stay where they are (a Qdrant server and a graph server that several machines
 already shared, with the data dir on one of them): the records that describe those stores, the generation
@@ -21,13 +21,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from chunking.errors import UnichunkError
-from index.chunk_cache import ChunkCache
-from index.generations import registry_of
-from index.source_registry import SourceRegistry
-from index.status import StatusStore
-from sinks.config import SinkSettings
-from sinks.database import Database, DatabaseUnavailable, copy_rows, server_url
+from unichunk.chunking.errors import UnichunkError
+from unichunk.index.chunk_cache import ChunkCache
+from unichunk.index.generations import registry_of
+from unichunk.index.source_registry import SourceRegistry
+from unichunk.index.status import StatusStore
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.database import Database, DatabaseUnavailable, copy_rows, server_url
 
 
 class MoveRefused(UnichunkError):

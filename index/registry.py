@@ -9,7 +9,7 @@ generation is live; switching is one transaction, so a reader that resolves
 the registry once gets all three stores from the same generation. The Qdrant alias (`<collection>` ->
 live collection) is kept in step for readers outside unichunk.
 
-Which generation a reader or a run uses is decided in one place, `index.generations`; nothing else asks
+Which generation a reader or a run uses is decided in one place, `unichunk.index.generations`; nothing else asks
 this table for the live generation.
 """
 
@@ -22,9 +22,9 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, text
 
-from index.errors import GenerationError
-from sinks.config import SinkSettings
-from sinks.database import Database, open_database
+from unichunk.index.errors import GenerationError
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.database import Database, open_database
 
 # building -> (failed | ready) -> live -> retired -> dropped (row deleted); failed and ready can be resumed.
 GenerationState = Literal["building", "failed", "ready", "live", "retired"]

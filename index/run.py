@@ -12,14 +12,14 @@ import json
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from chunking.base import EmbedFunction
-from chunking.config import ChunkStrategy
-from chunking.ids import sha256_hex
-from index.chunk_cache import ChunkCache
-from index.status import StatusStore
-from sinks.base import SINK_NAMES, Sink, SinkName
-from sinks.config import SinkSettings
-from sinks.pool import held_sinks
+from unichunk.chunking.base import EmbedFunction
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.ids import sha256_hex
+from unichunk.index.chunk_cache import ChunkCache
+from unichunk.index.status import StatusStore
+from unichunk.sinks.base import SINK_NAMES, Sink, SinkName
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.pool import held_sinks
 
 # How document IDs are made (a generation's fingerprint covers it): the source's name and the path in it.
 # Before, every file source was "fs", so two folders with the same relative paths overwrote each other.
@@ -49,7 +49,7 @@ def index_settings(settings: SinkSettings) -> dict[str, object]:
 class RunConfig:
     """Everything a task needs to know about its run, small enough to pass to every task.
 
-    `settings.generation` says which generation's stores the run writes; `index.generations` pins it.
+    `settings.generation` says which generation's stores the run writes; `unichunk.index.generations` pins it.
     The strategy's embedding budget is always the configured embedder's (`SinkSettings.embedding_budget`),
     so `auto` cuts chunks that embedder reads whole, whatever budget the given strategy carried; `semantic`
     also records which embedder measures its sentences (`SinkSettings.embedder_identity`), so its chunk
@@ -80,7 +80,7 @@ class RunConfig:
             return None
         # Imported here: the embedders bring torch or an HTTP client (seconds), which every other strategy,
         # and every run's fingerprint, do without.
-        from sinks.vectors.embedders import make_embedder
+        from unichunk.sinks.vectors.embedders import make_embedder
 
         return make_embedder(self.settings).embed
 
@@ -128,6 +128,6 @@ class RunConfig:
         return ChunkCache.of(self.settings)
 
     def open_sinks(self) -> dict[str, Sink]:
-        """The run's sinks, as its flow holds them in the process-wide pool (`sinks.pool.held_sinks`: a sink
+        """The run's sinks, as its flow holds them in the process-wide pool (`unichunk.sinks.pool.held_sinks`: a sink
         the flow has not opened is refused, never opened outside the flow's store lock)."""
         return held_sinks(self.sinks, self.settings)

@@ -1,6 +1,6 @@
 """What a sharded run's parent and its shard runs tell each other, through the pipeline's records.
 
-A run split across workers (`flows.shards`) lists its source once. Each shard run must get the documents of
+A run split across workers (`unichunk.engine.shards`) lists its source once. Each shard run must get the documents of
 its shard, say that it is alive, and hand back what it did; the parent must learn all three wherever the
 shard runs. Nothing of that travels through Prefect:
 
@@ -23,7 +23,7 @@ shard runs. Nothing of that travels through Prefect:
   attempt: a run the parent gave up on for dead and retried cannot overwrite its successor's summary.
   (Two attempts never write one document at once either: both hold document leases.)
 
-Storage (`sinks.database`): embedded, a SQLite file under the data dir (`<data_dir>/shards.sqlite3`,
+Storage (`unichunk.sinks.database`): embedded, a SQLite file under the data dir (`<data_dir>/shards.sqlite3`,
 beside the leases); with UNICHUNK_DATABASE_URL, tables in the server's `unichunk` schema, which is what
 lets workers on many machines share them. One short transaction per call. Rows are dropped when the
 parent ends; manifests older than a day (a parent that crashed) are swept by the next sharded run.
@@ -38,10 +38,10 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
 
-from chunking.sources import SourceItem
-from index.process_identity import ProcessIdentity
-from sinks.config import SinkSettings
-from sinks.database import Database, open_database
+from unichunk.chunking.sources import SourceItem
+from unichunk.index.process_identity import ProcessIdentity
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.database import Database, open_database
 
 # A manifest left by a parent that crashed is dropped by the next sharded run once this old.
 ORPHAN_SECONDS = 24 * 3600.0
@@ -79,7 +79,7 @@ class SupersededAttempt(RuntimeError):
 
 
 class ShardRecords:
-    """A sharded run's manifest and its shards' records (`sinks.database`: a SQLite file or the server's
+    """A sharded run's manifest and its shards' records (`unichunk.sinks.database`: a SQLite file or the server's
     schema). Cheap to construct; safe to use from several threads (a shard's flow and its heartbeat)."""
 
     def __init__(self, database: Database) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from chunking.sources import SourceItem
+from unichunk.chunking.sources import SourceItem
 
 MAX_SHARDS = 64  # past this a run's coordination (one child run each) costs more than it saves
 

@@ -16,14 +16,14 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from chunking.sources import SourceItem
-from index import metrics
-from index.alignment import previous_version
-from index.chunk_batch import item_fields
-from index.chunk_cache import ChunkKey
-from index.run import RunConfig
-from index.status import failed_fields, processed_fields
-from sinks.base import DocumentChunks, Prepared, Sink
+from unichunk.chunking.sources import SourceItem
+from unichunk.index import metrics
+from unichunk.index.alignment import previous_version
+from unichunk.index.chunk_batch import item_fields
+from unichunk.index.chunk_cache import ChunkKey
+from unichunk.index.run import RunConfig
+from unichunk.index.status import failed_fields, processed_fields
+from unichunk.sinks.base import DocumentChunks, Prepared, Sink
 
 
 @dataclass

@@ -4,7 +4,7 @@ Each successful listing of a directory or path source records how to list it aga
 patterns or paths). The nightly `reindex` with no source then keeps every source in step, and nothing
 else: a service started without `UNICHUNK_SOURCE_ROOT` no longer scans a folder nobody asked for. One
 SQLite file under the data dir, beside the generation registry (sources do not depend on the generation),
-or the table `sources` of the `unichunk` schema in server mode (`sinks.database`). Recording is one
+or the table `sources` of the `unichunk` schema in server mode (`unichunk.sinks.database`). Recording is one
 atomic upsert; the name and root are BYTEA on PostgreSQL, patterns and paths JSON with every non-ASCII
 character escaped, so any text round-trips.
 """
@@ -18,8 +18,8 @@ from typing import Literal
 
 from sqlalchemy import text
 
-from sinks.config import SinkSettings
-from sinks.database import Database, open_database
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.database import Database, open_database
 
 # The embedded table, exactly as data dirs made before server mode have it.
 _SQLITE_SCHEMA = [

@@ -1,6 +1,6 @@
 """Durable per-document status, so re-runs skip what is done and reindex knows which chunks should exist.
 
-One table per index generation (`sinks.database`): embedded, `status.sqlite3` in the generation's directory,
+One table per index generation (`unichunk.sinks.database`): embedded, `status.sqlite3` in the generation's directory,
 in WAL mode with one short transaction per call, so concurrent flow runs (a cron reindex and a webhook
 ingest) never block each other for long; in server mode, the table `documents` of the generation's
 PostgreSQL schema, which every worker shares. `chunk_ids` is the set of IDs the sinks should hold for the
@@ -8,7 +8,7 @@ document (those of its last successful write): `verify_alignment` compares the s
 
 Writes are single statements (`INSERT ... ON CONFLICT DO UPDATE` of the given columns), a batch's rows in
 one transaction; no read-modify-write, so concurrent runs need no lock here (two runs never write one
-document at once: `index.document_leases`). On PostgreSQL the user's text (document IDs, source names and
+document at once: `unichunk.index.document_leases`). On PostgreSQL the user's text (document IDs, source names and
 IDs, paths, errors) is BYTEA, so a NUL or a lone surrogate round-trips (`Database.pack`).
 """
 
@@ -22,8 +22,8 @@ from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection, text
 
-from sinks.config import SinkSettings
-from sinks.database import Database, open_database
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.database import Database, open_database
 
 State = Literal["pending", "processing", "processed", "failed"]
 STATES: tuple[State, ...] = ("pending", "processing", "processed", "failed")
@@ -156,7 +156,7 @@ class StatusStore:
 
     @classmethod
     def of(cls, settings: SinkSettings, *, readonly: bool = False) -> StatusStore:
-        """The status table of the generation `settings` is pinned to (see `index.generations`)."""
+        """The status table of the generation `settings` is pinned to (see `unichunk.index.generations`)."""
         database = open_database(
             settings, settings.status_path, generation=settings.generation, readonly=readonly
         )

@@ -1,6 +1,6 @@
 """The read side: search the live index generation's stores and assemble context. It writes nothing.
 
-    from retrieval import open_readers, search
+    from unichunk.retrieval import open_readers, search
     result = search(open_readers(), "how are deletions propagated", k=5)
 
 - `search.py`: the one entry point (`search`), used by the CLI, the HTTP API and the benchmark;
@@ -8,7 +8,7 @@
 - `context.py` (neighbours, merge by offsets, token budget), `graph_context.py` (entities and relations);
 - `results.py`: the typed results; `readers.py`: which stores are read, always of one generation.
 
-The names load on first use (`lazy_loader`): `retrieval.results`, the typed answer a service client
+The names load on first use (`lazy_loader`): `unichunk.retrieval.results`, the typed answer a service client
 parses, must not open the index's modules and the stores' clients behind `readers` and `search`.
 """
 

@@ -27,10 +27,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from chunking.sentences import sentence_spans
-from chunking.tokenizer import TokenCounter
-from retrieval.fusion import Hit
-from sinks.base import ChunkSearch, StoredChunk
+from unichunk.chunking.sentences import sentence_spans
+from unichunk.chunking.tokenizer import TokenCounter
+from unichunk.retrieval.fusion import Hit
+from unichunk.sinks.base import ChunkSearch, StoredChunk
 
 DEFAULT_BUDGET = 8000  # tokens of assembled context, when the caller names no budget
 SEPARATOR = "\n\n"

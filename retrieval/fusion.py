@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sinks.base import ScoredChunk
+from unichunk.sinks.base import ScoredChunk
 
 
 @dataclass

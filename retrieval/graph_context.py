@@ -2,14 +2,14 @@
 
 LightRAG-style: the entities mentioned in the retrieved chunks come first, ranked by how well-ranked the
 chunks mentioning them are, then the one-hop neighbours of the strongest of them, with the relations
-among them by weight. It reads the graph through `sinks.base.GraphReader` only.
+among them by weight. It reads the graph through `unichunk.sinks.base.GraphReader` only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sinks.base import GraphContext, GraphEntity, GraphReader, GraphRelation
+from unichunk.sinks.base import GraphContext, GraphEntity, GraphReader, GraphRelation
 
 
 def graph_context(

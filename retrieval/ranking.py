@@ -1,11 +1,11 @@
-"""Ranking: the top chunks for a query from BM25, vectors or both (the first step of `retrieval.search`).
+"""Ranking: the top chunks for a query from BM25, vectors or both (the first step of `unichunk.retrieval.search`).
 
-BM25 and vector top-n are fused by reciprocal-rank fusion (`retrieval.fusion.rrf_fuse`). Optional FTS-first
+BM25 and vector top-n are fused by reciprocal-rank fusion (`unichunk.retrieval.fusion.rrf_fuse`). Optional FTS-first
 routing: when the best BM25 score clears `route_threshold`, the query is answered by keywords alone and
 the vector query (an embedding on CPU, the costly half) is skipped; `Retrieval.route` says which route
 answered. BM25 scores are not normalised, so the threshold is corpus-dependent and routing is off by
 default. Context assembly (neighbours, dedup by offsets, token budget, graph context) is in
-`retrieval.context`, so this module stays about ranking.
+`unichunk.retrieval.context`, so this module stays about ranking.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from chunking.errors import UnichunkError
-from retrieval.fusion import Hit, rrf_fuse
-from sinks.base import ChunkSearch, ScoredChunk, SearchFilter
+from unichunk.chunking.errors import UnichunkError
+from unichunk.retrieval.fusion import Hit, rrf_fuse
+from unichunk.sinks.base import ChunkSearch, ScoredChunk, SearchFilter
 
 Mode = Literal["hybrid", "keywords", "vectors"]
 Route = Literal["hybrid", "keywords", "vectors", "keywords-routed"]

@@ -1,8 +1,8 @@
 """Which stores a search reads, and opening them: always the live index generation's, resolved once.
 
-`Readers` names the read side of each store by its role, typed by the protocols of `sinks.base`, so
+`Readers` names the read side of each store by its role, typed by the protocols of `unichunk.sinks.base`, so
 retrieval never depends on what a particular store adds. `open_readers` resolves the live generation once
-(in `index.generations`, as every caller does) so all three stores come from the same generation.
+(in `unichunk.index.generations`, as every caller does) so all three stores come from the same generation.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from index.generations import reading_settings
-from sinks.base import ChunkSearch, GraphReader, InvalidRequest, SinkName
-from sinks.config import SinkSettings
-from sinks.pool import get_sinks
+from unichunk.index.generations import reading_settings
+from unichunk.sinks.base import ChunkSearch, GraphReader, InvalidRequest, SinkName
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.pool import get_sinks
 
 SEARCH_SINKS: tuple[SinkName, ...] = ("keywords", "vectors", "graph")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from retrieval.ranking import Route
+from unichunk.retrieval.ranking import Route
 
 
 class SearchHit(BaseModel):

@@ -1,20 +1,20 @@
 """`search()`: the one read path. The CLI, the HTTP API and the quality benchmark all call it.
 
-Steps: rank (`retrieval.ranking`: BM25, vectors, or both fused), assemble the context (`retrieval.context`:
+Steps: rank (`unichunk.retrieval.ranking`: BM25, vectors, or both fused), assemble the context (`unichunk.retrieval.context`:
 neighbours, merge by offsets, token budget), add what the graph learnt from the hits
-(`retrieval.graph_context`). Nothing here writes to a store.
+(`unichunk.retrieval.graph_context`). Nothing here writes to a store.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from retrieval.context import DEFAULT_BUDGET, AssembledContext, assemble_context, document_records
-from retrieval.fusion import Hit
-from retrieval.graph_context import graph_context
-from retrieval.ranking import Mode, RetrievalSettings, retrieve
-from retrieval.readers import Readers
-from retrieval.results import (
+from unichunk.retrieval.context import DEFAULT_BUDGET, AssembledContext, assemble_context, document_records
+from unichunk.retrieval.fusion import Hit
+from unichunk.retrieval.graph_context import graph_context
+from unichunk.retrieval.ranking import Mode, RetrievalSettings, retrieve
+from unichunk.retrieval.readers import Readers
+from unichunk.retrieval.results import (
     ContextResult,
     ContextSpanResult,
     GraphEntityResult,
@@ -23,7 +23,7 @@ from retrieval.results import (
     SearchHit,
     SearchResult,
 )
-from sinks.base import GraphContext, SearchFilter, StoredChunk
+from unichunk.sinks.base import GraphContext, SearchFilter, StoredChunk
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,15 @@
 """The three stores every chunk fans out to, behind one write interface and one read interface.
 
-- `sinks.base`: the write side (`Sink`: prepare, then write) and the read side (`ChunkSearch`,
+- `unichunk.sinks.base`: the write side (`Sink`: prepare, then write) and the read side (`ChunkSearch`,
   `GraphReader`) with the one chunk record they return (`StoredChunk`);
-- `sinks.vectors`: Qdrant and the embedders; `sinks.keywords`: BM25; `sinks.graph`: the knowledge graph;
-- `sinks.factory.open_sinks` opens them by name, `sinks.pool` shares open ones within a process.
+- `unichunk.sinks.vectors`: Qdrant and the embedders; `unichunk.sinks.keywords`: BM25; `unichunk.sinks.graph`: the knowledge graph;
+- `unichunk.sinks.factory.open_sinks` opens them by name, `unichunk.sinks.pool` shares open ones within a process.
 
 This package face stays light on import (the stores load Qdrant, bm25s and the graph clients): import a
 store's own package when you need it.
 """
 
-from sinks.base import (
+from unichunk.sinks.base import (
     SINK_NAMES,
     ChunkSearch,
     GraphContext,
@@ -22,7 +22,7 @@ from sinks.base import (
     SinkName,
     StoredChunk,
 )
-from sinks.config import SinkSettings
+from unichunk.sinks.config import SinkSettings
 
 __all__ = [
     "SINK_NAMES",

@@ -11,7 +11,7 @@ after a crash half-way.
 Exact content. Every store holds each chunk's `content` exactly, character for character (NUL, any
 control character, U+FFFF, U+10FFFF, CRLF line ends), and reads it back the same: where a store cannot
 hold a character as is, it stores a lossless encoding and decodes it on read (the graph, see
-`sinks.graph.sink`). `content_hashes` reports the SHA-256 of what a store actually holds, read back and
+`unichunk.sinks.graph.sink`). `content_hashes` reports the SHA-256 of what a store actually holds, read back and
 decoded, so the alignment check can prove it against the hash each chunk ID carries. The one thing the
 stores cannot hold is a lone surrogate (U+D800-U+DFFF on its own): it is not a Unicode scalar value and has
 no UTF-8 encoding, so SQLite, the Qdrant server's JSON and both graph clients fail on it (only Qdrant local
@@ -33,8 +33,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
 
-from chunking.errors import UnichunkError
-from chunking.models import Chunk, Document
+from unichunk.chunking.errors import UnichunkError
+from unichunk.chunking.models import Chunk, Document
 
 DocumentChunks = tuple[Document, Sequence[Chunk]]
 

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from chunking.config import MINILM_MAX_TOKENS, MINILM_MODEL_NAME, MINILM_TOKENIZER, EmbeddingBudget
+from unichunk.chunking.config import MINILM_MAX_TOKENS, MINILM_MODEL_NAME, MINILM_TOKENIZER, EmbeddingBudget
 
 
 class SinkSettings(BaseSettings):
@@ -28,13 +28,13 @@ class SinkSettings(BaseSettings):
     )
     generation: str | None = Field(
         None,
-        description="Pin readers to one index generation (normally unset: `index.generations` pins the live one).",
+        description="Pin readers to one index generation (normally unset: `unichunk.index.generations` pins the live one).",
     )
     database_url: SecretStr | None = Field(
         None,
         description="postgresql://user:password@host:port/db: server mode, every pipeline record (status, "
         "chunk cache, generations, leases, sources, webhook replays) and the BM25 terms in PostgreSQL, so "
-        "workers keep nothing on disk; unset = SQLite files under data_dir (`sinks.database`).",
+        "workers keep nothing on disk; unset = SQLite files under data_dir (`unichunk.sinks.database`).",
     )
 
     # Qdrant (vectors)
@@ -119,7 +119,7 @@ class SinkSettings(BaseSettings):
     def embedding_budget(self) -> EmbeddingBudget:
         """The input limit of the configured embedder, counted as it counts (`OpenAICompatibleEmbedder` and
         `MiniLMEmbedder.count_tokens`): what `auto` fits its chunks to. Known from the settings alone, so a
-        run's fingerprint (`index.run`) needs no embedder module."""
+        run's fingerprint (`unichunk.index.run`) needs no embedder module."""
         if self.embedder == "openai":
             return EmbeddingBudget(max_tokens=self.embedding_max_tokens, tokenizer="cl100k_base")
         return EmbeddingBudget(max_tokens=MINILM_MAX_TOKENS, tokenizer=MINILM_TOKENIZER)

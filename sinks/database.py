@@ -48,8 +48,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.pool import QueuePool
 
-from chunking.errors import UnichunkError
-from sinks.config import SinkSettings, physical_name
+from unichunk.chunking.errors import UnichunkError
+from unichunk.sinks.config import SinkSettings, physical_name
 
 Dialect = Literal["sqlite", "postgresql"]
 

@@ -1,12 +1,12 @@
 """Open the configured sinks by name, so callers never build stores (or start servers) by hand.
 
 The settings name the generation whose stores to open; this module never decides which generation that
-is (`index.generations` does, for everyone).
+is (`unichunk.index.generations` does, for everyone).
 
 Each store's module is imported when that store is first opened, not when this module is: measured on
-the reference machine, importing `sinks.vectors` costs 1.9 s (qdrant-client), `sinks.keywords` 0.7 s
-(bm25s, scipy) and `sinks.graph` 0.55 s, and commands such as `unichunk status` open no store at all. The
-vector sink's opener imports only the engine the settings pick (`sinks.vectors.sink.open_vector_sink`).
+the reference machine, importing `unichunk.sinks.vectors` costs 1.9 s (qdrant-client), `unichunk.sinks.keywords` 0.7 s
+(bm25s, scipy) and `unichunk.sinks.graph` 0.55 s, and commands such as `unichunk status` open no store at all. The
+vector sink's opener imports only the engine the settings pick (`unichunk.sinks.vectors.sink.open_vector_sink`).
 """
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable
 
-from chunking.errors import UnichunkError
-from sinks.base import SINK_NAMES, InvalidRequest, Sink, SinkError
-from sinks.config import SinkSettings
+from unichunk.chunking.errors import UnichunkError
+from unichunk.sinks.base import SINK_NAMES, InvalidRequest, Sink, SinkError
+from unichunk.sinks.config import SinkSettings
 
 # name -> (module, opener): the opener, a function or a class's `from_settings`, takes the settings. The
 # vectors' opener picks the engine (qdrant-edge, local mode or a server) from them.
 _STORES: dict[str, tuple[str, str]] = {
-    "vectors": ("sinks.vectors.sink", "open_vector_sink"),
-    "keywords": ("sinks.keywords.bm25", "BM25Sink.from_settings"),
-    "graph": ("sinks.graph.sink", "KnowledgeGraphSink.from_settings"),
+    "vectors": ("unichunk.sinks.vectors.sink", "open_vector_sink"),
+    "keywords": ("unichunk.sinks.keywords.bm25", "BM25Sink.from_settings"),
+    "graph": ("unichunk.sinks.graph.sink", "KnowledgeGraphSink.from_settings"),
 }
 
 

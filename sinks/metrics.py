@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Histogram
 
-from chunking.metrics import DURATION_BUCKETS
+from unichunk.chunking.metrics import DURATION_BUCKETS
 
 SINK_OPERATION_SECONDS = Histogram(
     "unichunk_sink_operation_duration_seconds",

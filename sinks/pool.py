@@ -8,9 +8,9 @@ Each open sink records who holds it, and closes when nobody does:
 
 - flows, counted: `flow_sinks` holds the sinks for a block (a flow's run, `unichunk verify`); a flow's
   tasks then get them with `held_sinks`, which refuses a sink no flow holds, so a task can never open a
-  store the flow has not opened under its store lock (`flows.store_access`), and never keeps one open
+  store the flow has not opened under its store lock (`unichunk.engine.store_access`), and never keeps one open
   after the flow;
-- a keeper, once: `get_sinks` hands a reader (`retrieval.open_readers`, `unichunk.Pipeline`) sinks it may
+- a keeper, once: `get_sinks` hands a reader (`unichunk.retrieval.open_readers`, `unichunk.Pipeline`) sinks it may
   keep for later searches, until `release_sinks`.
 
 So a flow ending never closes a sink a reader was handed, even one the flow opened (a search that resolved
@@ -26,9 +26,9 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
-from sinks.base import Sink
-from sinks.config import SinkSettings
-from sinks.factory import open_sinks
+from unichunk.sinks.base import Sink
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.factory import open_sinks
 
 
 @dataclass
@@ -94,7 +94,7 @@ def held_sinks(names: Iterable[str], settings: SinkSettings) -> dict[str, Sink]:
         if unheld:
             raise RuntimeError(
                 f"sink(s) {unheld} of generation {settings.generation!r} are not held by a flow of this "
-                "process: a flow opens its stores (flows.pipeline.run_stores) before its tasks use them"
+                "process: a flow opens its stores (unichunk.engine.batches.run_stores) before its tasks use them"
             )
         return {name: held.sink for name, held in found.items() if held is not None}
 
@@ -130,7 +130,7 @@ def release_sinks(names: Iterable[str], settings: SinkSettings) -> None:
 
 def discard_sinks(names: Iterable[str], settings: SinkSettings) -> None:
     """Close and forget the named sinks whoever holds them: their generation is being dropped (only a
-    generation no reader resolves to and no run writes can be; see `index.generations.drop_generation`)."""
+    generation no reader resolves to and no run writes can be; see `unichunk.index.generations.drop_generation`)."""
     key = _settings_key(settings)
     with _lock:
         for name in names:

@@ -5,7 +5,7 @@ reads, so a store's blip during the nightly check is retried rather than failing
 and `restore_previous` re-write the expected (or previous) version by chunk ID and delete what should
 not be there, both idempotent, so running them again after a partial attempt converges. A timeout only
 on `verify`, the one safe to interrupt anywhere: an interrupted repair or undo would leave a store
-half-way, which is worse than waiting (the stores' clients bound each call, see `tasks.sink_io`).
+half-way, which is worse than waiting (the stores' clients bound each call, see `unichunk.tasks.sink_io`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from index.alignment import AlignmentReport, RepairResult, repair, verify_run
-from index.run import RunConfig
-from index.sink_writes import restore_previous
+from unichunk.index.alignment import AlignmentReport, RepairResult, repair, verify_run
+from unichunk.index.run import RunConfig
+from unichunk.index.sink_writes import restore_previous
 
 VERIFY_TIMEOUT_SECONDS = 3600  # reading every chunk ID and content hash back, for a very large index
 

@@ -1,4 +1,4 @@
-"""The `chunk_batch` task: one batch of listed items loaded, compared and chunked (`index.chunk_batch`).
+"""The `chunk_batch` task: one batch of listed items loaded, compared and chunked (`unichunk.index.chunk_batch`).
 
 Retried once: a document that cannot be read or chunked fails alone inside the task, so what escapes it
 is the batch's own trouble (the status store locked past its busy timeout, a disk hiccup), and a second
@@ -14,9 +14,9 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from chunking.sources import SourceItem
-from index.chunk_batch import ChunkBatchResult, chunk_items
-from index.run import RunConfig
+from unichunk.chunking.sources import SourceItem
+from unichunk.index.chunk_batch import ChunkBatchResult, chunk_items
+from unichunk.index.run import RunConfig
 
 
 @task(

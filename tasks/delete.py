@@ -5,8 +5,8 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from index.run import RunConfig
-from index.sink_writes import delete_documents
+from unichunk.index.run import RunConfig
+from unichunk.index.sink_writes import delete_documents
 
 
 @task(name="delete_documents", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 4])

@@ -1,4 +1,4 @@
-"""The generation tasks: switch readers to a generation, drop one (the rules are in `index.generations`)."""
+"""The generation tasks: switch readers to a generation, drop one (the rules are in `unichunk.index.generations`)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from datetime import timedelta
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from index import generations
-from index.run import RunConfig
-from sinks.config import SinkSettings
+from unichunk.index import generations
+from unichunk.index.run import RunConfig
+from unichunk.sinks.config import SinkSettings
 
 
 @task(name="switch_live_generation", cache_policy=NO_CACHE)

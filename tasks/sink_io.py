@@ -2,12 +2,12 @@
 
 One generic task per phase, with the sink name in the task run name, so the flow fans one batch out to
 all sinks with `.submit` and the UI shows `prepare[vectors]`, `write[graph]`, ... The rules are in
-`index.sink_writes`.
+`unichunk.index.sink_writes`.
 
 Retries. `prepare` touches no store, so retrying it is always safe; a document a sink cannot prepare
 fails alone inside the task, so what escapes (and is retried once) is the sink failing to open. `write`
 upserts by chunk ID (idempotent), so a retry after a half-done write converges; the flow settles a
-batch only on the task's final state, after every retry (`flows.pipeline._settle`), so the undo of the
+batch only on the task's final state, after every retry (`unichunk.engine.batches._settle`), so the undo of the
 other sinks on a failed write still runs exactly once, when no write of that batch is in flight. No
 `timeout_seconds` on either: both run in worker threads (`.submit`), where Prefect 3.8 cannot interrupt
 a blocking call (the timeout fires only once the call returns) and warns on every run; the stores'
@@ -20,10 +20,10 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from index.chunk_cache import ChunkKey
-from index.run import RunConfig
-from index.sink_writes import PrepareOutcome, prepare_isolating, write_prepared
-from sinks.base import InvalidRequest, Prepared
+from unichunk.index.chunk_cache import ChunkKey
+from unichunk.index.run import RunConfig
+from unichunk.index.sink_writes import PrepareOutcome, prepare_isolating, write_prepared
+from unichunk.sinks.base import InvalidRequest, Prepared
 
 WRITE_RETRY_DELAYS = [1, 4, 10]
 PREPARE_RETRY_DELAYS = [5]

@@ -98,8 +98,8 @@ def records_settings(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch
     """The pipeline's records on each backend, one test run per backend: the embedded SQLite files under a
     fresh data dir, then server mode on a fresh PostgreSQL database. UNICHUNK_DATABASE_URL is set (or
     unset) for the test, so code that reads the environment (`SinkSettings()`) agrees with these settings."""
-    from sinks.config import SinkSettings
-    from sinks.database import dispose_engines
+    from unichunk.sinks.config import SinkSettings
+    from unichunk.sinks.database import dispose_engines
 
     if request.param == "postgresql":
         monkeypatch.setenv("UNICHUNK_DATABASE_URL", request.getfixturevalue("database_url"))
@@ -112,7 +112,7 @@ def records_settings(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch
 @pytest.fixture
 def server_records(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Server mode for a whole test (flows, CLI processes): UNICHUNK_DATABASE_URL names a fresh database."""
-    from sinks.database import dispose_engines
+    from unichunk.sinks.database import dispose_engines
 
     monkeypatch.setenv("UNICHUNK_DATABASE_URL", database_url)
     yield database_url
@@ -133,7 +133,7 @@ def pipeline_env(tmp_path, monkeypatch, falkordb_url, prefect_api_url):  # type:
 
     The `prefect_api_url` fixture already points Prefect's in-process settings at that server.
     """
-    from sinks.pool import close_all_sinks
+    from unichunk.sinks.pool import close_all_sinks
 
     data_dir = tmp_path / "data"
     monkeypatch.setenv("UNICHUNK_DATA_DIR", str(data_dir))

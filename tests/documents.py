@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from chunking.base import Span, chunks_from_spans
-from chunking.models import Chunk, Document
+from unichunk.chunking.base import Span, chunks_from_spans
+from unichunk.chunking.models import Chunk, Document
 
 MakeDoc = Callable[..., tuple[Document, list[Chunk]]]
 

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import yaml
 
-from deployments.configuration import OTHER_VARIABLES, SETTINGS_MODELS, configuration_markdown, variables
+from unichunk.deployments.configuration import (
+    OTHER_VARIABLES,
+    SETTINGS_MODELS,
+    configuration_markdown,
+    variables,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 # Variables the docs may name that no settings model reads: the configuration page's last table, and
@@ -63,7 +68,7 @@ def test_every_variable_the_code_reads_has_a_row_in_the_configuration_table() ->
     known = set(variables()) | {name for name, _, _ in OTHER_VARIABLES}
     missing = {name: sorted(files) for name, files in variables_the_code_reads().items() if name not in known}
     assert missing == {}, (
-        f"add these to a settings model or deployments.configuration.OTHER_VARIABLES: {missing}"
+        f"add these to a settings model or unichunk.deployments.configuration.OTHER_VARIABLES: {missing}"
     )
     page = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
     assert all(f"| `{name}` |" in page for name in known)
@@ -92,7 +97,7 @@ def test_every_variable_docker_compose_interpolates_is_documented() -> None:
 def test_the_configuration_page_is_what_the_settings_render() -> None:
     page = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
     assert page == configuration_markdown(), (
-        "run: python -m deployments.configuration > docs/configuration.md"
+        "run: python -m unichunk.deployments.configuration > docs/configuration.md"
     )
 
 

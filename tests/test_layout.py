@@ -13,19 +13,31 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-# Bottom to top: a package may import only itself and those before it.
-LAYERS = ("chunking", "sinks", "index", "retrieval", "tasks", "flows", "unichunk", "deployments")
-GENERATIONS_MODULE = "index.generations"
+# The repository's folders the distribution installs inside `unichunk` (pyproject's package-dir), bottom to
+# top with the public face (`unichunk/` itself) between the flows and the interfaces: a layer may import
+# only itself and those before it.
+FOLDERS = ("chunking", "sinks", "index", "retrieval", "tasks", "engine", "flows", "deployments")
+LAYERS = ("chunking", "sinks", "index", "retrieval", "tasks", "engine", "flows", "unichunk", "deployments")
+GENERATIONS_MODULE = "unichunk.index.generations"
 
 
 def _modules() -> Iterator[tuple[str, Path]]:
-    for package in LAYERS:
-        for path in sorted((REPO / package).rglob("*.py")):
+    for folder in (*FOLDERS, "unichunk"):
+        for path in sorted((REPO / folder).rglob("*.py")):
             parts = path.relative_to(REPO).with_suffix("").parts
-            yield ".".join(parts[:-1] if parts[-1] == "__init__" else parts), path
+            parts = parts[:-1] if parts[-1] == "__init__" else parts
+            yield ".".join(parts if folder == "unichunk" else ("unichunk", *parts)), path
 
 
 MODULES = dict(_modules())
+
+
+def _layer(module: str) -> str | None:
+    """The layer of one of our modules (`unichunk.sinks.base` -> sinks), None for anybody else's."""
+    parts = module.split(".")
+    if parts[0] != "unichunk":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in FOLDERS else "unichunk"
 
 
 def _imports(path: Path) -> list[tuple[str, int]]:
@@ -51,10 +63,10 @@ def _imports(path: Path) -> list[tuple[str, int]]:
 def test_no_package_imports_one_above_it() -> None:
     upward = []
     for module, path in MODULES.items():
-        own = LAYERS.index(module.split(".")[0])
+        own = LAYERS.index(_layer(module) or "")
         for imported, line in _imports(path):
-            top = imported.split(".")[0]
-            if top in LAYERS and LAYERS.index(top) > own:
+            top = _layer(imported)
+            if top is not None and LAYERS.index(top) > own:
                 upward.append(f"{path.relative_to(REPO)}:{line} imports {imported}")
     assert upward == []
 
@@ -92,7 +104,7 @@ def test_no_import_cycles_between_modules() -> None:
 
 
 def test_the_live_generation_is_resolved_in_one_module() -> None:
-    """Only `index.generations` asks the registry which generation is live (and `index.registry` defines
+    """Only `unichunk.index.generations` asks the registry which generation is live (and `unichunk.index.registry` defines
     it); everyone else gets settings already pinned from there."""
     askers = []
     for module, path in MODULES.items():
@@ -101,35 +113,35 @@ def test_the_live_generation_is_resolved_in_one_module() -> None:
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
                 and node.func.attr == "live"
-                and module not in (GENERATIONS_MODULE, "index.registry")
+                and module not in (GENERATIONS_MODULE, "unichunk.index.registry")
             ):
                 askers.append(f"{module}:{node.lineno}")
     assert askers == []
     users = {
         m for m, p in MODULES.items() if re.search(r"\bGenerationRegistry\b", p.read_text(encoding="utf-8"))
     }
-    assert users <= {"index", "index.registry", GENERATIONS_MODULE}, users
+    assert users <= {"unichunk.index", "unichunk.index.registry", GENERATIONS_MODULE}, users
 
 
 # Modules allowed to import inside functions, each for an import cost measured and stated in its docstring
-# or beside the import: parsers (chunking.loaders), spaCy (the graph's extractor), Prefect (the CLI, and
+# or beside the import: parsers (unichunk.chunking.loaders), spaCy (the graph's extractor), Prefect (the CLI, and
 # `unichunk.Pipeline`, which `import unichunk` for the chunking types alone should not pay for), redis-py
-# (the FalkorDB server's health checks, which `deployments.stack` and so every CLI command would pay for),
-# torch (set for one query's embedding in `sinks.vectors.minilm`; it loads with the model, on first use),
-# SQLAlchemy (~0.16 s: `deployments.service_file` needs it only in server mode, and every CLI command that a
-# running service answers looks the service up), the embedders (torch or an HTTP client, which `index.run`
+# (the FalkorDB server's health checks, which `unichunk.local_stack` and so every CLI command would pay for),
+# torch (set for one query's embedding in `unichunk.sinks.vectors.minilm`; it loads with the model, on first use),
+# SQLAlchemy (~0.16 s: `unichunk.deployments.service.discovery` needs it only in server mode, and every CLI command that a
+# running service answers looks the service up), the embedders (torch or an HTTP client, which `unichunk.index.run`
 # needs only for the `semantic` strategy, while every run computes its fingerprint there), the Neo4j driver
-# (0.15-0.55 s: `sinks.graph.backends` imports it for a Neo4j backend only, never in FalkorDB runs).
+# (0.15-0.55 s: `unichunk.sinks.graph.backends` imports it for a Neo4j backend only, never in FalkorDB runs).
 LAZY_IMPORTERS = {
-    "index.run",
-    "sinks.graph.backends",
-    "deployments.service_file",
-    "chunking.loaders",
-    "sinks.graph.extraction",
-    "sinks.graph.falkordb_server",
-    "sinks.vectors.minilm",
+    "unichunk.index.run",
+    "unichunk.sinks.graph.backends",
+    "unichunk.deployments.service.discovery",
+    "unichunk.chunking.loaders",
+    "unichunk.sinks.graph.extraction",
+    "unichunk.sinks.graph.falkordb_server",
+    "unichunk.sinks.vectors.minilm",
     "unichunk",
-    "deployments.cli",
+    "unichunk.deployments.cli.main",
 }
 
 
@@ -144,7 +156,16 @@ def test_imports_sit_at_module_top_unless_a_measured_cost_says_otherwise() -> No
     assert inner <= LAZY_IMPORTERS, inner - LAZY_IMPORTERS
 
 
-@pytest.mark.parametrize("face", ["chunking", "index", "retrieval", "sinks.vectors", "sinks.graph"])
+@pytest.mark.parametrize(
+    "face",
+    [
+        "unichunk.chunking",
+        "unichunk.index",
+        "unichunk.retrieval",
+        "unichunk.sinks.vectors",
+        "unichunk.sinks.graph",
+    ],
+)
 def test_lazy_package_faces_resolve_every_name_they_list(face: str) -> None:
     """The faces load their modules on first use (`lazy_loader`); a name listed under the wrong module
     would fail only when first used, so every listed name is resolved here."""
@@ -156,13 +177,13 @@ def test_lazy_package_faces_resolve_every_name_they_list(face: str) -> None:
 
 def test_sinks_never_read_the_registry() -> None:
     for module, path in MODULES.items():
-        if module.startswith("sinks"):
-            assert not any(i.startswith("index") for i, _ in _imports(path)), module
+        if _layer(module) == "sinks":
+            assert not any(_layer(i) == "index" for i, _ in _imports(path)), module
 
 
 def test_tasks_hold_only_thin_task_wrappers() -> None:
     for module, path in MODULES.items():
-        if not module.startswith("tasks.") or module == "tasks":
+        if _layer(module) != "tasks" or module == "unichunk.tasks":
             continue
         functions = [
             n for n in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(n, ast.FunctionDef)
@@ -178,15 +199,35 @@ def test_tasks_hold_only_thin_task_wrappers() -> None:
 
 
 def test_shipped_packages_hold_no_benchmark_code() -> None:
-    shipped = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
-    assert sorted(p.rstrip("*") for p in shipped["include"]) == sorted(LAYERS)
     for module, path in MODULES.items():
         assert not module.split(".")[-1].startswith("bench"), module
         for imported, line in _imports(path):
             assert imported.split(".")[0] not in ("benchmarks", "rank_bm25", "chonkie"), f"{module}:{line}"
 
 
-@pytest.mark.parametrize("package", [*LAYERS, "benchmarks", "tests", "docs"])
+def test_the_distribution_installs_every_folder_inside_unichunk() -> None:
+    """pyproject's explicit package list and package-dir mapping cover every package folder, so the wheel
+    ships all of them under the one import name (tests/unichunk/test_unichunk_wheel.py installs it)."""
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setuptools["package-dir"] == {f"unichunk.{f}": f for f in FOLDERS}
+    on_disk = {m for m, p in MODULES.items() if p.name == "__init__.py" and "__pycache__" not in p.parts}
+    assert sorted(setuptools["packages"]) == sorted(on_disk)
+
+
+def test_every_import_of_our_code_goes_through_the_one_import_name() -> None:
+    """No file of the repository (code, tests, benchmarks) imports `chunking`, `flows`, ... as top-level
+    names: in an installed unichunk they do not exist, and in a checkout they would load a second copy."""
+    bare = []
+    for path in sorted(REPO.rglob("*.py")):
+        if {".venv", ".git", "build"} & set(path.relative_to(REPO).parts):
+            continue
+        for imported, line in _imports(path):
+            if imported.split(".")[0] in FOLDERS:
+                bare.append(f"{path.relative_to(REPO)}:{line} imports {imported}")
+    assert bare == []
+
+
+@pytest.mark.parametrize("package", [*FOLDERS, "unichunk", "benchmarks", "tests", "docs"])
 def test_readme_layout_names_every_package(package: str) -> None:
     layout = (REPO / "README.md").read_text(encoding="utf-8").split("## Layout", 1)[1].split("\n## ", 1)[0]
     assert f"- `{package}/`" in layout

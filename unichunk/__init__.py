@@ -1,6 +1,8 @@
 """unichunk's public face: `Pipeline` for ingesting and searching from Python, the chunking library's
-types, and `__version__`. Internals stay in their packages (`chunking`, `sinks`, `index`, `retrieval`,
-`tasks`, `flows`, `deployments`); this is the one import a notebook, an app or an adapter needs.
+types, and `__version__`. The internals are its subpackages (`unichunk.chunking`, `.sinks`, `.index`,
+`.retrieval`, `.tasks`, `.engine`, `.flows`, `.deployments`: the repository's top-level folders, which the
+built distribution installs inside this package); this is the one import a notebook, an app or an
+adapter needs.
 
     from unichunk import Pipeline
     p = Pipeline()
@@ -19,12 +21,8 @@ import importlib
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from unichunk.own_packages import load_own_packages
-
-load_own_packages()  # before any import of ours: see unichunk.own_packages
-
 if TYPE_CHECKING:
-    from chunking import (
+    from unichunk.chunking import (
         Block,
         Chunk,
         ChunkingError,
@@ -36,9 +34,9 @@ if TYPE_CHECKING:
         load_bytes,
         load_document,
     )
-    from retrieval.results import SearchHit, SearchResult
-    from sinks.config import SinkSettings
     from unichunk.pipeline import Pipeline
+    from unichunk.retrieval.results import SearchHit, SearchResult
+    from unichunk.sinks.config import SinkSettings
 
 try:
     __version__ = metadata.version("unichunk")
@@ -60,11 +58,11 @@ _NAMES = {
             "load_bytes",
             "load_document",
         ),
-        "chunking",
+        "unichunk.chunking",
     ),
-    "SearchHit": "retrieval.results",
-    "SearchResult": "retrieval.results",
-    "SinkSettings": "sinks.config",
+    "SearchHit": "unichunk.retrieval.results",
+    "SearchResult": "unichunk.retrieval.results",
+    "SinkSettings": "unichunk.sinks.config",
     "Pipeline": "unichunk.pipeline",
 }
 

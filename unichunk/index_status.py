@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from index.generations import generation_counts, reading_settings, registry_of
-from index.status import StatusStore
-from sinks.config import SinkSettings
+from unichunk.index.generations import generation_counts, reading_settings, registry_of
+from unichunk.index.status import StatusStore
+from unichunk.sinks.config import SinkSettings
 
 
 class GenerationInfo(BaseModel):

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from chunking.models import Document
+from unichunk.chunking.models import Document
 
 INLINE_FOLDER = "inline"
 

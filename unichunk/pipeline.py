@@ -5,9 +5,9 @@
     p.ingest("docs/")
     p.search("how are deletions propagated", k=5)
 
-Writes run the Prefect flows (`flows.ingest`, `flows.rebuild`, `flows.documents`) in this process: against
+Writes run the Prefect flows (`unichunk.flows.ingest`, `unichunk.flows.rebuild`, `unichunk.flows.documents`) in this process: against
 PREFECT_API_URL when it is set (the runs show in the service's UI), else against a temporary local
-server Prefect starts for the process. Reads call `retrieval.search` and the stores' read side directly.
+server Prefect starts for the process. Reads call `unichunk.retrieval.search` and the stores' read side directly.
 So there is one implementation of each operation, whoever calls it.
 
 The stores a Pipeline opens stay open between calls (warm searches) until `close()` or the end of a
@@ -25,12 +25,10 @@ from typing import Any
 
 from prefect.states import State
 
-from chunking.config import ChunkStrategy
-from chunking.models import Document
-from chunking.sources import DEFAULT_PATTERNS
-from flows.documents import delete_document
-from flows.ingest import ingest as ingest_flow
-from flows.params import (
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.models import Document
+from unichunk.chunking.sources import DEFAULT_PATTERNS
+from unichunk.engine.params import (
     FailedDocument,
     IngestParams,
     IngestSummary,
@@ -38,22 +36,24 @@ from flows.params import (
     RebuildSummary,
     SourceParams,
 )
-from flows.rebuild import rebuild as rebuild_flow
-from index.alignment import AlignmentReport, verify_live
-from index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_RETENTION_HOURS
-from index.generations import reading_settings
-from index.status import StatusStore
-from retrieval.context import DEFAULT_BUDGET
-from retrieval.ranking import Mode
-from retrieval.readers import Readers
-from retrieval.results import SearchResult
-from retrieval.search import SearchOptions, search
-from sinks.base import SINK_NAMES, InvalidRequest, SinkName, StoredChunk
-from sinks.config import SinkSettings
-from sinks.pool import get_sinks, release_sinks
+from unichunk.flows.documents import delete_document
+from unichunk.flows.ingest import ingest as ingest_flow
+from unichunk.flows.rebuild import rebuild as rebuild_flow
+from unichunk.index.alignment import AlignmentReport, verify_live
+from unichunk.index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_RETENTION_HOURS
+from unichunk.index.generations import reading_settings
+from unichunk.index.status import StatusStore
 from unichunk.index_status import IndexStatus, index_status
 from unichunk.inline_documents import INLINE_FOLDER, inline_root, named_texts, write_documents
+from unichunk.retrieval.context import DEFAULT_BUDGET
+from unichunk.retrieval.ranking import Mode
+from unichunk.retrieval.readers import Readers
+from unichunk.retrieval.results import SearchResult
+from unichunk.retrieval.search import SearchOptions, search
 from unichunk.settings_env import environment, settings_environment
+from unichunk.sinks.base import SINK_NAMES, InvalidRequest, SinkName, StoredChunk
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.pool import get_sinks, release_sinks
 
 PathLike = str | Path
 SEARCH_SINKS: tuple[SinkName, ...] = ("keywords", "vectors", "graph")

@@ -1,6 +1,6 @@
 """Where the graph's one set of Cypher queries runs: Neo4j (Bolt) or FalkorDB (Redis protocol).
 
-Everything that differs between the two lives here, so `sinks.graph.cypher` holds each query once: how a
+Everything that differs between the two lives here, so `unichunk.sinks.graph.cypher` holds each query once: how a
 statement is executed and retried, how results become dicts, and how indexes and uniqueness constraints
 are declared (FalkorDB has no `IF NOT EXISTS` and declares constraints with a Redis command).
 
@@ -21,8 +21,8 @@ from typing import Any
 from falkordb import FalkorDB
 from redis.exceptions import ResponseError
 
-from sinks.config import SinkSettings
-from sinks.graph.falkordb_server import ensure_server
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.graph.falkordb_server import ensure_server
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Every extracted entity and relation carries the chunk_id it came from: the graph stores what it learnt
 per source chunk, so deleting a document can remove exactly what that document contributed. The default
-extractor runs spaCy NER offline; `sinks.graph.llm_extraction.LLMExtractor` asks a chat model instead.
+extractor runs spaCy NER offline; `unichunk.sinks.graph.llm_extraction.LLMExtractor` asks a chat model instead.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from chunking.errors import UnichunkError
-from chunking.models import Chunk
+from unichunk.chunking.errors import UnichunkError
+from unichunk.chunking.models import Chunk
 
 if TYPE_CHECKING:
     from spacy.language import Language

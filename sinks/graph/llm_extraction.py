@@ -4,7 +4,7 @@ The model answers in LightRAG's delimiter format: records separated by `##`, fie
 LightRAG: `<|#|>`), ending with `<|COMPLETE|>`. Models get that format wrong in many small ways, so the
 parser accepts what it can and logs and skips the rest: one bad line never loses a chunk's other records.
 A failed HTTP call, by contrast, raises, so the pipeline writes nothing for the batch. The call and its
-retries are `sinks.openai_http`'s, the same as the OpenAI-compatible embedder's.
+retries are `unichunk.sinks.openai_http`'s, the same as the OpenAI-compatible embedder's.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import re
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from chunking.models import Chunk
-from sinks.config import SinkSettings
-from sinks.graph.extraction import (
+from unichunk.chunking.models import Chunk
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.graph.extraction import (
     EntityExtractor,
     ExtractedEntity,
     ExtractedRelation,
@@ -25,7 +25,7 @@ from sinks.graph.extraction import (
     display_name,
     entity_key,
 )
-from sinks.openai_http import OpenAICompatibleClient, OpenAIHTTPError, RetryPolicy
+from unichunk.sinks.openai_http import OpenAICompatibleClient, OpenAIHTTPError, RetryPolicy
 
 log = logging.getLogger(__name__)
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from chunking.ids import sha256_hex
-from chunking.models import Chunk, Document
-from sinks.base import (
+from unichunk.chunking.ids import sha256_hex
+from unichunk.chunking.models import Chunk, Document
+from unichunk.sinks.base import (
     NO_CONTENT_HASH,
     DocumentChunks,
     GraphContext,
@@ -45,12 +45,18 @@ from sinks.base import (
     SinkError,
     group_batch,
 )
-from sinks.config import SinkSettings
-from sinks.graph import cypher
-from sinks.graph.backends import GraphBackend, open_backend
-from sinks.graph.cypher import MAX_HOPS, UNKNOWN_TYPE
-from sinks.graph.extraction import EntityExtractor, Extraction, SpacyExtractor, display_name, entity_key
-from sinks.graph.llm_extraction import LLMExtractor
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.graph import cypher
+from unichunk.sinks.graph.backends import GraphBackend, open_backend
+from unichunk.sinks.graph.cypher import MAX_HOPS, UNKNOWN_TYPE
+from unichunk.sinks.graph.extraction import (
+    EntityExtractor,
+    Extraction,
+    SpacyExtractor,
+    display_name,
+    entity_key,
+)
+from unichunk.sinks.graph.llm_extraction import LLMExtractor
 
 ESCAPED = "backslash"  # `content_encoding` of content stored escaped (see the module docstring)
 _ESCAPE = re.compile(r"\\(.?)", re.DOTALL)

@@ -38,9 +38,9 @@ from typing import Any, ClassVar
 import numpy as np
 from sqlalchemy.exc import SQLAlchemyError
 
-from chunking.ids import sha256_hex
-from chunking.models import embed_text
-from sinks.base import (
+from unichunk.chunking.ids import sha256_hex
+from unichunk.chunking.models import embed_text
+from unichunk.sinks.base import (
     NO_CONTENT_HASH,
     DocumentChunks,
     InvalidRequest,
@@ -53,16 +53,16 @@ from sinks.base import (
     filter_values,
     group_batch,
 )
-from sinks.config import SinkSettings
-from sinks.database import Database, open_store_database
-from sinks.keywords import saved_index
-from sinks.keywords.analyzer import Analyzer
-from sinks.keywords.postings import METHODS, Loaded, Postings, Snapshot, Vocabulary, vocabulary
-from sinks.keywords.term_store import TermStore
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.database import Database, open_store_database
+from unichunk.sinks.keywords import saved_index
+from unichunk.sinks.keywords.analyzer import Analyzer
+from unichunk.sinks.keywords.postings import METHODS, Loaded, Postings, Snapshot, Vocabulary, vocabulary
+from unichunk.sinks.keywords.term_store import TermStore
 
 STORE = "keywords"  # the store's PostgreSQL schema is `unichunk_keywords[__<generation>]`
 # What is analysed for each chunk: its heading chain as a context header, then its content
-# (`chunking.models.embed_text`, the text its vector is computed from); only `content` is stored as the
+# (`unichunk.chunking.models.embed_text`, the text its vector is computed from); only `content` is stored as the
 # chunk's text. Part of the stored terms' signature, so a store indexed from content alone is re-analysed
 # once on open.
 INDEXED_TEXT = "headings+content"

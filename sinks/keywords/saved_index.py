@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sinks.keywords.postings import Postings, Segment, Vocabulary, vocabulary
+from unichunk.sinks.keywords.postings import Postings, Segment, Vocabulary, vocabulary
 
 logger = logging.getLogger(__name__)
 

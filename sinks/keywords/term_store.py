@@ -2,7 +2,7 @@
 
 This is the source of truth of the BM25 sink (`bm25.py`); the scoring index every query-serving process
 keeps in memory is only a cache of it, brought up to date by reading what changed since its revision. One
-implementation serves both backends of `sinks.database`: the embedded default is the SQLite file
+implementation serves both backends of `unichunk.sinks.database`: the embedded default is the SQLite file
 `bm25/bm25.sqlite` with the schema it always had (so existing stores open as before), server mode is the
 PostgreSQL schema `unichunk_keywords[__<generation>]`, its own, so its `chunks` table never meets the
 records' (dropping a generation drops it). What differs between the two is kept in `_Dialect`: column
@@ -52,7 +52,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.exc import DBAPIError
 
-from sinks.database import Database
+from unichunk.sinks.database import Database
 
 T = TypeVar("T")
 

@@ -1,7 +1,7 @@
 """The vector store (qdrant-edge embedded, or qdrant-client: local mode or a server) and the embedders that
 feed it.
 
-The names load on first use (`lazy_loader`): `sinks.vectors.embedders` (what a run's fingerprint needs)
+The names load on first use (`lazy_loader`): `unichunk.sinks.vectors.embedders` (what a run's fingerprint needs)
 must not import qdrant_client (about 1 s), and neither must the qdrant-edge engine.
 """
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from chunking.errors import UnichunkError
+from unichunk.chunking.errors import UnichunkError
 
 
 class EmbedderError(UnichunkError):

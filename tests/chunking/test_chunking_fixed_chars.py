@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from chunking.config import ChunkStrategy
-from chunking.fixed_chars import FixedCharsChunker
-from chunking.models import Document
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.fixed_chars import FixedCharsChunker
+from unichunk.chunking.models import Document
 
 
 def chunk(text: str, **settings: object):

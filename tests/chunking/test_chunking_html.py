@@ -8,12 +8,12 @@ from itertools import pairwise
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chunking.config import ChunkStrategy
-from chunking.html import HtmlChunker
-from chunking.html_extract import ExtractedHtml, extract_html
-from chunking.models import Chunk, Document
-from chunking.sentences import sentence_spans
-from chunking.tokenizer import TokenCounter
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.html import HtmlChunker
+from unichunk.chunking.html_extract import ExtractedHtml, extract_html
+from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.sentences import sentence_spans
+from unichunk.chunking.tokenizer import TokenCounter
 
 COUNTER = TokenCounter()
 
@@ -291,7 +291,7 @@ def test_plain_text_without_blocks_and_crlf() -> None:
 
 
 def test_blocks_that_miss_text_or_overlap_are_repaired() -> None:
-    from chunking.models import Block
+    from unichunk.chunking.models import Block
 
     text = "Head\n\nbody one. body two.\n\nstray text\n\n| a | b |"
     blocks = (Block(kind="heading", start=0, end=4, level=1), Block(kind="table", start=37, end=300))

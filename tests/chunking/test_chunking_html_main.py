@@ -1,4 +1,4 @@
-"""HTML pages keep their main content only (chunking.html_main, real trafilatura): no chunk of navigation,
+"""HTML pages keep their main content only (unichunk.chunking.html_main, real trafilatura): no chunk of navigation,
 site header, cookie banner, sidebar or footer; offsets exact; headings in the chains; pages without a clear
 main content keep all their text."""
 
@@ -10,12 +10,12 @@ import sys
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from chunking.config import ChunkStrategy
-from chunking.errors import ChunkingError, DocumentLoadError
-from chunking.html import HtmlChunker
-from chunking.html_extract import extract_html
-from chunking.loaders import load_bytes
-from chunking.models import Chunk, Document
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.errors import ChunkingError, DocumentLoadError
+from unichunk.chunking.html import HtmlChunker
+from unichunk.chunking.html_extract import extract_html
+from unichunk.chunking.loaders import load_bytes
+from unichunk.chunking.models import Chunk, Document
 
 ARTICLE = {
     "intro": "Rivers shaped the settlement of Europe for thousands of years. Towns grew at fords and bridges, "

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from chunking.config import ChunkStrategy
-from chunking.ids import derive_document_id, make_chunk_id, parse_chunk_id, sha256_hex
-from chunking.models import Document
-from chunking.service import ChunkingService
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.ids import derive_document_id, make_chunk_id, parse_chunk_id, sha256_hex
+from unichunk.chunking.models import Document
+from unichunk.chunking.service import ChunkingService
 
 TEXT = "\n\n".join(f"Paragraph {i}: some text about item {i}." * 30 for i in range(20))
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from hostile_bytes import EMAIL_UNKNOWN_CHARSET, SEEDS, inputs
 from hypothesis import HealthCheck, example, given, settings
 
-from chunking.errors import DocumentLoadError
-from chunking.loaders import load_bytes
-from chunking.models import Document
+from unichunk.chunking.errors import DocumentLoadError
+from unichunk.chunking.loaders import load_bytes
+from unichunk.chunking.models import Document
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

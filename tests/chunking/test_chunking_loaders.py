@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from chunking.errors import (
+from unichunk.chunking.errors import (
     DocumentLoadError,
     EmptyDocumentError,
     UndecodableTextError,
     UnsupportedFormatError,
 )
-from chunking.ids import derive_document_id
-from chunking.loaders import load_bytes, load_document
+from unichunk.chunking.ids import derive_document_id
+from unichunk.chunking.loaders import load_bytes, load_document
 
 
 def write(tmp_path: Path, name: str, data: bytes) -> Path:
@@ -129,7 +129,7 @@ def test_markdown_title_from_first_heading(tmp_path: Path) -> None:
 
 
 def test_html_uses_extracted_text_blocks_and_title(tmp_path: Path) -> None:
-    pytest.importorskip("chunking.html_extract")
+    pytest.importorskip("unichunk.chunking.html_extract")
     markup = (
         b"<html><head><title>Page Title</title></head><body><h1>Head</h1><p>First para.</p></body></html>"
     )
@@ -226,7 +226,7 @@ def test_email_headers_then_plain_body(tmp_path: Path) -> None:
 
 
 def test_email_with_only_html_body(tmp_path: Path) -> None:
-    pytest.importorskip("chunking.html_extract")
+    pytest.importorskip("unichunk.chunking.html_extract")
     data = (
         b"From: a@example.com\r\nSubject: Only HTML\r\nContent-Type: text/html; charset=utf-8\r\n\r\n"
         b"<html><body><p>Rich <i>text</i> body.</p></body></html>\r\n"

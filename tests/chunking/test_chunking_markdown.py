@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chunking.config import ChunkStrategy
-from chunking.markdown import MarkdownChunker
-from chunking.models import Chunk, Document
-from chunking.sentences import sentence_spans
-from chunking.slugs import Slugger, github_slug
-from chunking.tokenizer import TokenCounter
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.markdown import MarkdownChunker
+from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.sentences import sentence_spans
+from unichunk.chunking.slugs import Slugger, github_slug
+from unichunk.chunking.tokenizer import TokenCounter
 
 SMALL = ChunkStrategy(name="markdown", chunk_size=128)
 COUNTER = TokenCounter()

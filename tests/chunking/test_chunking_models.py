@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chunking.models import Chunk
+from unichunk.chunking.models import Chunk
 
 
 def test_embed_text_prepends_heading_chain() -> None:

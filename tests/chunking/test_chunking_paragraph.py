@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import itertools
 
-from chunking.config import ChunkStrategy
-from chunking.models import Document
-from chunking.paragraph import ParagraphChunker, paragraph_spans
-from chunking.tokenizer import TokenCounter
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.models import Document
+from unichunk.chunking.paragraph import ParagraphChunker, paragraph_spans
+from unichunk.chunking.tokenizer import TokenCounter
 
 COUNTER = TokenCounter()
 

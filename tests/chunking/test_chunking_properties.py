@@ -9,11 +9,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from texts import hashed_words
 
-from chunking.base import Span
-from chunking.config import ChunkStrategy
-from chunking.models import Document
-from chunking.semantic import SemanticChunker
-from chunking.service import REGISTRY, chunker_class
+from unichunk.chunking.base import Span
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.models import Document
+from unichunk.chunking.semantic import SemanticChunker
+from unichunk.chunking.service import REGISTRY, chunker_class
 
 # Pieces that break naive chunkers: multi-byte and multi-token characters, ZWJ sequences, combining marks,
 # CRLF, zero-width characters, CJK without spaces, sentence punctuation, blank lines, long unbroken runs.

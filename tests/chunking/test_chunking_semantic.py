@@ -16,15 +16,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from texts import GARDEN, TOPICS, hashed_words
 
-from chunking.config import MINILM_MAX_TOKENS, ChunkStrategy, EmbeddingBudget
-from chunking.embedding_fit import embedding_counter
-from chunking.models import Document
-from chunking.semantic import SemanticChunkingError, sentence_distances
-from chunking.service import ChunkingService
-from chunking.tokenizer import TokenCounter
-from index.run import RunConfig
-from sinks.config import SinkSettings
-from sinks.vectors.minilm import MiniLMEmbedder
+from unichunk.chunking.config import MINILM_MAX_TOKENS, ChunkStrategy, EmbeddingBudget
+from unichunk.chunking.embedding_fit import embedding_counter
+from unichunk.chunking.models import Document
+from unichunk.chunking.semantic import SemanticChunkingError, sentence_distances
+from unichunk.chunking.service import ChunkingService
+from unichunk.chunking.tokenizer import TokenCounter
+from unichunk.index.run import RunConfig
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.vectors.minilm import MiniLMEmbedder
 
 SEMANTIC = ChunkStrategy(name="semantic")
 HARBOUR_WORDS = frozenset(["harbour", "crane", "cargo", "ship", "tide", "pilot", "channel", "tanker", "fishermen", "nets", "quay", "boats", "lighthouse", "vessel", "customs", "ships", "dredger", "ferries", "bay", "berth", "moored", "port", "trawlers"])  # fmt: skip

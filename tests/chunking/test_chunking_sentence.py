@@ -5,11 +5,11 @@ from __future__ import annotations
 import itertools
 import re
 
-from chunking.config import ChunkStrategy
-from chunking.models import Document
-from chunking.sentence import SentenceChunker, clause_spans
-from chunking.sentences import sentence_spans
-from chunking.tokenizer import TokenCounter
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.models import Document
+from unichunk.chunking.sentence import SentenceChunker, clause_spans
+from unichunk.chunking.sentences import sentence_spans
+from unichunk.chunking.tokenizer import TokenCounter
 
 COUNTER = TokenCounter()
 

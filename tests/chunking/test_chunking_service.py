@@ -10,10 +10,10 @@ import sys
 import pytest
 from prometheus_client import REGISTRY
 
-from chunking import config
-from chunking.config import AUTO_DEFAULTS, STRATEGY_DEFAULTS, ChunkStrategy, EmbeddingBudget
-from chunking.models import Block, Document
-from chunking.service import ChunkingService, document_kind, resolve_strategy, resolve_strategy_name
+from unichunk.chunking import config
+from unichunk.chunking.config import AUTO_DEFAULTS, STRATEGY_DEFAULTS, ChunkStrategy, EmbeddingBudget
+from unichunk.chunking.models import Block, Document
+from unichunk.chunking.service import ChunkingService, document_kind, resolve_strategy, resolve_strategy_name
 
 AUTO = ChunkStrategy(name="auto")
 
@@ -159,7 +159,7 @@ def test_metrics_are_recorded_per_strategy() -> None:
 
 
 def test_auto_markdown_uses_the_markdown_chunker_when_available() -> None:
-    if importlib.util.find_spec("chunking.markdown") is None:
+    if importlib.util.find_spec("unichunk.chunking.markdown") is None:
         pytest.skip("chunking/markdown.py is not written yet")
     chunks = ChunkingService().chunk(Document(text="# Title\n\nSome text.", path="a.md"), AUTO)
     assert chunks and chunks[0].metadata["strategy"] == "markdown"
@@ -168,8 +168,8 @@ def test_auto_markdown_uses_the_markdown_chunker_when_available() -> None:
 def test_import_is_light_and_strategies_load_lazily() -> None:
     code = (
         "import sys, chunking\n"
-        "heavy = [m for m in ('bs4', 'pypdf', 'llama_index.core', 'lxml', 'chunking.markdown', 'chunking.html',"
-        " 'chunking.html_extract', 'chunking.sentence') if m in sys.modules]\n"
+        "heavy = [m for m in ('bs4', 'pypdf', 'llama_index.core', 'lxml', 'unichunk.chunking.markdown', 'unichunk.chunking.html',"
+        " 'unichunk.chunking.html_extract', 'unichunk.chunking.sentence') if m in sys.modules]\n"
         "print(heavy)\n"
         "assert not heavy, heavy\n"
         "for name in ('Document', 'Chunk', 'Block', 'ChunkStrategy', 'ChunkingService', 'load_document',"

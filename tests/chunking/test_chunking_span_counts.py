@@ -9,10 +9,10 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chunking.pieces import char_offsets, safe_cut_tokens, segment_bounds, token_starts, token_table
-from chunking.sentences import _BOUNDARY, sentence_spans
-from chunking.span_counts import IndexedCounter, SliceCounter, span_counter
-from chunking.tokenizer import TokenCounter, get_encoding, token_array
+from unichunk.chunking.pieces import char_offsets, safe_cut_tokens, segment_bounds, token_starts, token_table
+from unichunk.chunking.sentences import _BOUNDARY, sentence_spans
+from unichunk.chunking.span_counts import IndexedCounter, SliceCounter, span_counter
+from unichunk.chunking.tokenizer import TokenCounter, get_encoding, token_array
 
 ENC = get_encoding("cl100k_base")
 COUNTER = TokenCounter("cl100k_base")

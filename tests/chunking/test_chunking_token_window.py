@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunking import should_chunk as reexported_should_chunk
-from chunking.config import ChunkStrategy
-from chunking.models import Document
-from chunking.packing import token_starts
-from chunking.token_window import TokenWindowChunker, count_tokens, segment_bounds, should_chunk
-from chunking.tokenizer import get_encoding
+from unichunk.chunking import should_chunk as reexported_should_chunk
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.models import Document
+from unichunk.chunking.packing import token_starts
+from unichunk.chunking.token_window import TokenWindowChunker, count_tokens, segment_bounds, should_chunk
+from unichunk.chunking.tokenizer import get_encoding
 
 ENC = get_encoding("cl100k_base")
 

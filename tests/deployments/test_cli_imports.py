@@ -1,8 +1,8 @@
-"""The CLI's start-up stays light: `import deployments.cli` (what every command pays before it knows whether
+"""The CLI's start-up stays light: `import unichunk.deployments.cli.main` (what every command pays before it knows whether
 a running service will answer) loads no library behind the stores, the models or the flows.
 
 Checked in a fresh interpreter (this one has them all loaded), by the modules it holds, not by a timing:
-before the package faces loaded lazily, `import deployments.cli` pulled in qdrant_client, both graph clients
+before the package faces loaded lazily, `import unichunk.deployments.cli.main` pulled in qdrant_client, both graph clients
 and numpy (2.7 s); `tests/deployments/test_service_handover.py` checks the same for whole `search`,
 `status` and `delete` commands answered by a running service.
 """
@@ -55,7 +55,7 @@ import atexit, json, sys
 out = sys.argv.pop(1)
 atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
 sys.argv[0] = "unichunk"
-from deployments.cli import main
+from unichunk.deployments.cli.main import main
 main()
 """
 
@@ -81,18 +81,24 @@ def run_recording_cli(
 
 def test_importing_the_cli_loads_no_store_model_or_flow_library() -> None:
     done = subprocess.run(
-        [sys.executable, "-c", "import json, sys, deployments.cli; print(json.dumps(sorted(sys.modules)))"],
+        [
+            sys.executable,
+            "-c",
+            "import json, sys, unichunk.deployments.cli.main; print(json.dumps(sorted(sys.modules)))",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
     )
     loaded = json.loads(done.stdout)
-    assert "deployments.cli" in loaded
+    assert "unichunk.deployments.cli.main" in loaded
     assert heavy_loaded(loaded) == set()
     # Nor the pipeline's records (status, registry), whatever they are stored in: a command the service
     # answers needs none of them, even when the service runs on another machine.
-    assert not {"index.status", "index.registry", "index.generations"} & set(loaded)
+    assert not {"unichunk.index.status", "unichunk.index.registry", "unichunk.index.generations"} & set(
+        loaded
+    )
 
 
 def test_the_recording_cli_sees_what_a_command_loads(tmp_path: Path) -> None:

@@ -20,9 +20,9 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextResourceContents
 
-from chunking.ids import derive_document_id
-from chunking.sources import default_source_name
-from retrieval.context import CHUNK_BOUNDARY
+from unichunk.chunking.ids import derive_document_id
+from unichunk.chunking.sources import default_source_name
+from unichunk.retrieval.context import CHUNK_BOUNDARY
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = {"search", "get_chunk", "get_context", "ingest", "status"}
@@ -66,7 +66,7 @@ def _json(contents: Any) -> Any:
 
 def test_mcp_help_names_the_transports() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "deployments.cli", "mcp", "--help"],
+        [sys.executable, "-m", "unichunk.deployments.cli.main", "mcp", "--help"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -86,7 +86,7 @@ def test_an_agent_ingests_searches_reads_and_is_kept_inside_the_roots(
     (root / "escape").symlink_to(outside, target_is_directory=True)
     env = {**os.environ, "UNICHUNK_MCP_ROOTS": json.dumps([str(root)])}
     server = StdioServerParameters(
-        command=sys.executable, args=["-m", "deployments.cli", "mcp"], env=env, cwd=str(REPO)
+        command=sys.executable, args=["-m", "unichunk.deployments.cli.main", "mcp"], env=env, cwd=str(REPO)
     )
     log = tmp_path / "server.log"
     try:

@@ -14,14 +14,14 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chunking.config import ChunkStrategy
-from chunking.models import Document
-from chunking.service import ChunkingService
-from deployments.service_auth import listen_refusal
-from deployments.settings import ServiceSettings
-from deployments.webhook import PrefectEventSink, create_app
-from sinks.config import SinkSettings
-from sinks.keywords.bm25 import BM25Sink
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.models import Document
+from unichunk.chunking.service import ChunkingService
+from unichunk.deployments.service.auth import listen_refusal
+from unichunk.deployments.service.webhook import PrefectEventSink, create_app
+from unichunk.deployments.settings import ServiceSettings
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.keywords.bm25 import BM25Sink
 
 TOKEN = "s3cret-token"
 DOCS = [
@@ -113,7 +113,7 @@ def test_cli_refuses_to_listen_beyond_loopback_without_a_token(command: str, tmp
         "UNICHUNK_DATA_DIR": str(tmp_path)
     }
     done = subprocess.run(
-        [sys.executable, "-m", "deployments.cli", command, "--host", "0.0.0.0"],
+        [sys.executable, "-m", "unichunk.deployments.cli.main", command, "--host", "0.0.0.0"],
         env=env,
         capture_output=True,
         text=True,

@@ -7,9 +7,9 @@ import json
 
 from sqlalchemy import text
 
-from deployments.service_file import announce, running_service_url, service_file, withdraw
-from index.process_identity import ProcessIdentity
-from sinks.database import open_database
+from unichunk.deployments.service.discovery import announce, running_service_url, service_file, withdraw
+from unichunk.index.process_identity import ProcessIdentity
+from unichunk.sinks.database import open_database
 
 
 def test_the_service_is_found_where_it_announced_itself(records_settings, monkeypatch):

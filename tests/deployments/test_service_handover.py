@@ -25,15 +25,15 @@ import pytest
 import uvicorn
 from prefect.deployments import run_deployment
 
-from chunking.ids import derive_document_id
-from chunking.sources import default_source_name
-from deployments.service_file import announce, service_file
-from deployments.service_status import status_json
-from deployments.service_stores import WarmStores
-from deployments.settings import ServiceSettings
-from deployments.webhook import PrefectEventSink, create_app
 from tests.deployments.test_cli_imports import run_recording_cli
 from tests.pipeline.test_pipeline_deployments import RUN_TIMEOUT, served  # noqa: F401  (the fixture)
+from unichunk.chunking.ids import derive_document_id
+from unichunk.chunking.sources import default_source_name
+from unichunk.deployments.service.discovery import announce, service_file
+from unichunk.deployments.service.status import status_json
+from unichunk.deployments.service.stores import WarmStores
+from unichunk.deployments.service.webhook import PrefectEventSink, create_app
+from unichunk.deployments.settings import ServiceSettings
 
 TOKEN = "handover-token"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import threading
 
-from deployments.webhook_security import ReplayCache
-from sinks.database import open_database
+from unichunk.deployments.service.webhook_security import ReplayCache
+from unichunk.sinks.database import open_database
 
 
 def _cache(settings) -> ReplayCache:  # type: ignore[no-untyped-def]

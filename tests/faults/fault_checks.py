@@ -6,9 +6,9 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from index.generations import live_status, reading_settings
-from sinks.base import SINK_NAMES
-from sinks.pool import get_sinks
+from unichunk.index.generations import live_status, reading_settings
+from unichunk.sinks.base import SINK_NAMES
+from unichunk.sinks.pool import get_sinks
 
 
 def make_corpus(root: Path, count: int, start: int = 0) -> list[Path]:

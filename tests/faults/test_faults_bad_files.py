@@ -24,13 +24,13 @@ from hostile_bytes import EMAIL_UNKNOWN_CHARSET, SEEDS, SUFFIXES, inputs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flows.ingest import ingest
-from flows.params import IngestParams, IngestSummary, SourceParams
-from flows.reindex import reindex
-from index.chunk_cache import ChunkCache, ChunkKey
-from index.generations import live_status
-from index.status import DocumentStatus
-from sinks.config import SinkSettings
+from unichunk.engine.params import IngestParams, IngestSummary, SourceParams
+from unichunk.flows.ingest import ingest
+from unichunk.flows.reindex import reindex
+from unichunk.index.chunk_cache import ChunkCache, ChunkKey
+from unichunk.index.generations import live_status
+from unichunk.index.status import DocumentStatus
+from unichunk.sinks.config import SinkSettings
 
 GOOD = {f"good{suffix}": seeds[0] for suffix, seeds in SEEDS.items()} | {
     "good_charset.eml": EMAIL_UNKNOWN_CHARSET,

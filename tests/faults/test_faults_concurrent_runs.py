@@ -13,13 +13,13 @@ import threading
 
 from fault_checks import assert_converged, make_corpus
 
-from chunking.config import ChunkStrategy
-from chunking.service import ChunkingService
-from chunking.sources import load_item
-from flows.ingest import ingest
-from flows.params import IngestParams, SourceParams
-from index.generations import live_status
-from sinks import pool
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.service import ChunkingService
+from unichunk.chunking.sources import load_item
+from unichunk.engine.params import IngestParams, SourceParams
+from unichunk.flows.ingest import ingest
+from unichunk.index.generations import live_status
+from unichunk.sinks import pool
 
 
 def test_two_overlapping_runs_at_once_equal_one_run(fault_env, tmp_path):
@@ -60,7 +60,7 @@ def test_two_overlapping_runs_at_once_equal_one_run(fault_env, tmp_path):
     assert len(rows) == 60 and {r.state for r in rows} == {"processed"}
     # What one run would store: each document's chunk IDs as the chunking service derives them.
     service = ChunkingService()
-    from chunking.sources import PathsSource
+    from unichunk.chunking.sources import PathsSource
 
     single = {
         chunk.chunk_id

@@ -26,20 +26,20 @@ from typing import Any
 import pytest
 from fault_checks import assert_converged, make_corpus
 
-from chunking.config import ChunkStrategy
-from chunking.service import ChunkingService
-from chunking.sources import PathsSource, load_item
-from flows.documents import delete_document, ingest_document
-from flows.ingest import ingest
-from flows.leases import RunLeases
-from flows.params import IngestParams, SourceParams
-from flows.store_access import store_lock_path
-from index.alignment import verify_alignment
-from index.document_leases import DocumentLeases
-from index.generations import live_status, reading_settings, target_for_ingest
-from index.run import RunConfig
-from sinks.config import SinkSettings
-from sinks.pool import flow_sinks, get_sinks
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.service import ChunkingService
+from unichunk.chunking.sources import PathsSource, load_item
+from unichunk.engine.leases import RunLeases
+from unichunk.engine.params import IngestParams, SourceParams
+from unichunk.engine.store_access import store_lock_path
+from unichunk.flows.documents import delete_document, ingest_document
+from unichunk.flows.ingest import ingest
+from unichunk.index.alignment import verify_alignment
+from unichunk.index.document_leases import DocumentLeases
+from unichunk.index.generations import live_status, reading_settings, target_for_ingest
+from unichunk.index.run import RunConfig
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.pool import flow_sinks, get_sinks
 
 SINKS = ["keywords", "graph"]
 

@@ -13,17 +13,17 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from chunking.ids import parse_chunk_id, sha256_hex
-from chunking.loaders import load_document
-from chunking.sources import default_source_name
-from deployments.cli import app
-from flows.ingest import ingest
-from flows.params import IngestParams, SourceParams
-from flows.reindex import reindex
-from index.generations import live_status, reading_settings
-from sinks.base import SINK_NAMES, ChunkSearch
-from sinks.graph.sink import KnowledgeGraphSink, decode_content
-from sinks.pool import get_sinks, release_sinks
+from unichunk.chunking.ids import parse_chunk_id, sha256_hex
+from unichunk.chunking.loaders import load_document
+from unichunk.chunking.sources import default_source_name
+from unichunk.deployments.cli.main import app
+from unichunk.engine.params import IngestParams, SourceParams
+from unichunk.flows.ingest import ingest
+from unichunk.flows.reindex import reindex
+from unichunk.index.generations import live_status, reading_settings
+from unichunk.sinks.base import SINK_NAMES, ChunkSearch
+from unichunk.sinks.graph.sink import KnowledgeGraphSink, decode_content
+from unichunk.sinks.pool import get_sinks, release_sinks
 
 runner = CliRunner()
 PEOPLE = ["Alice Martin", "Bruno Costa", "Chen Wei", "Dara Okafor", "Emil Novak"]

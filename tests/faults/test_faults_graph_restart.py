@@ -16,9 +16,9 @@ import pytest
 import servers
 from fault_checks import assert_converged, duplicates, held, make_corpus
 
-from flows.ingest import ingest
-from flows.params import IngestParams, SourceParams
-from index.generations import live_status
+from unichunk.engine.params import IngestParams, SourceParams
+from unichunk.flows.ingest import ingest
+from unichunk.index.generations import live_status
 
 DOCS = 200
 

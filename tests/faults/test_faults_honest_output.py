@@ -1,5 +1,5 @@
 """What the CLI prints is what happened: data is printed literally, each failure is one line, and the exit
-code says which kind of failure it was (`deployments.cli`'s docstring has the codes).
+code says which kind of failure it was (`unichunk.deployments.cli.main`'s docstring has the codes).
 
 Most checks run the real `unichunk` console script in a subprocess with pipes for stdout and stderr (not a
 terminal, as in a log file or CI), because Prefect's console logging, which used to print tracebacks before
@@ -24,14 +24,14 @@ import servers
 from fault_checks import make_corpus
 from typer.testing import CliRunner
 
-from chunking.ids import derive_document_id
-from chunking.sources import default_source_name
-from deployments.cli import app
-from flows import pipeline
-from index.generations import live_status, reading_settings
-from sinks.base import SINK_NAMES
-from sinks.pool import close_all_sinks, get_sinks
-from tasks.sink_io import write_sink
+from unichunk.chunking.ids import derive_document_id
+from unichunk.chunking.sources import default_source_name
+from unichunk.deployments.cli.main import app
+from unichunk.engine import batches as pipeline
+from unichunk.index.generations import live_status, reading_settings
+from unichunk.sinks.base import SINK_NAMES
+from unichunk.sinks.pool import close_all_sinks, get_sinks
+from unichunk.tasks.sink_io import write_sink
 
 UNICHUNK = str(Path(sys.executable).parent / "unichunk")
 HOSTILE = "[red]x[bold] y.txt"  # Rich markup would print it as "x y.txt"

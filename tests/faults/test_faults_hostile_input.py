@@ -22,12 +22,12 @@ import textwrap
 import pytest
 from fault_checks import assert_converged
 
-from flows.ingest import ingest
-from flows.params import IngestParams, SourceParams
-from index.chunk_cache import ChunkCache, ChunkKey
-from index.generations import live_status, reading_settings
-from sinks.config import SinkSettings
-from sinks.pool import get_sinks
+from unichunk.engine.params import IngestParams, SourceParams
+from unichunk.flows.ingest import ingest
+from unichunk.index.chunk_cache import ChunkCache, ChunkKey
+from unichunk.index.generations import live_status, reading_settings
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.pool import get_sinks
 
 PNG = (
     b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89"
@@ -146,8 +146,8 @@ def test_hostile_files_fail_alone_with_clear_errors_and_the_rest_ingests(fault_e
 _CHUNK_50MB = textwrap.dedent(
     """
     import json, sys
-    from chunking.loaders import load_document
-    from chunking.service import ChunkingService
+    from unichunk.chunking.loaders import load_document
+    from unichunk.chunking.service import ChunkingService
     document = load_document(sys.argv[1])
     chunks = ChunkingService().chunk(document)
     text = document.text

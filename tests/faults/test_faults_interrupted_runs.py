@@ -19,17 +19,17 @@ import pytest
 import servers
 from fault_checks import assert_converged, make_corpus
 
-from chunking.config import ChunkStrategy
-from flows.ingest import ingest
-from flows.params import IngestParams, RebuildParams, SourceParams
-from flows.rebuild import rebuild
-from index.chunk_cache import ChunkCache
-from index.generations import live_status
-from index.registry import GenerationRegistry
-from index.run import RunConfig
-from index.status import StatusStore
-from sinks.base import SINK_NAMES
-from sinks.config import SinkSettings
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.engine.params import IngestParams, RebuildParams, SourceParams
+from unichunk.flows.ingest import ingest
+from unichunk.flows.rebuild import rebuild
+from unichunk.index.chunk_cache import ChunkCache
+from unichunk.index.generations import live_status
+from unichunk.index.registry import GenerationRegistry
+from unichunk.index.run import RunConfig
+from unichunk.index.status import StatusStore
+from unichunk.sinks.base import SINK_NAMES
+from unichunk.sinks.config import SinkSettings
 
 DOCS = 120
 UNICHUNK = str(Path(sys.executable).parent / "unichunk")

@@ -27,10 +27,10 @@ import servers
 from fault_checks import assert_converged, make_corpus
 from served import FINAL, run_state, serve_process, start_run, stop_process, tail, wait
 
-from deployments.serve import DEPLOYMENT_NAMES
-from deployments.stack import STATE_FILE, UP_PORT, down, stack_dir
-from index.generations import live_status
-from index.status import StatusStore
+from unichunk.deployments.serving.serve import DEPLOYMENT_NAMES
+from unichunk.index.generations import live_status
+from unichunk.index.status import StatusStore
+from unichunk.local_stack import STATE_FILE, UP_PORT, down, stack_dir
 
 UNICHUNK = str(Path(sys.executable).parent / "unichunk")
 DOCS = 120

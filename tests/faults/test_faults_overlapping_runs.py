@@ -27,13 +27,13 @@ import servers
 from fault_checks import make_corpus
 from served import FINAL, run_state, serve_process, start_run, stop_process, wait
 
-from chunking.ids import derive_document_id, sha256_hex
-from chunking.sources import default_source_name
-from deployments.webhook_security import sign
-from index.alignment import verify_alignment
-from index.generations import live_status, reading_settings
-from sinks.config import SinkSettings
-from sinks.factory import open_sinks
+from unichunk.chunking.ids import derive_document_id, sha256_hex
+from unichunk.chunking.sources import default_source_name
+from unichunk.deployments.service.webhook_security import sign
+from unichunk.index.alignment import verify_alignment
+from unichunk.index.generations import live_status, reading_settings
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.factory import open_sinks
 
 SECRET = "burst-secret"
 BURST = 20

@@ -1,4 +1,4 @@
-"""The Prefect server restarted during a *served* run (`python -m deployments.serve ingest`).
+"""The Prefect server restarted during a *served* run (`python -m unichunk.deployments.serving.serve ingest`).
 
 A flow run of the `ingest/ingest` deployment is started through the Prefect API, and while it is writing
 documents its (private) Prefect server is stopped and started again on the same port and database. The
@@ -27,11 +27,11 @@ from served import stop_process as _stop
 from served import tail as _tail
 from served import wait as _wait
 
-from index.alignment import verify_alignment
-from index.generations import live_status, reading_settings
-from sinks.config import SinkSettings
-from sinks.factory import open_sinks
-from sinks.pool import close_all_sinks
+from unichunk.index.alignment import verify_alignment
+from unichunk.index.generations import live_status, reading_settings
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.factory import open_sinks
+from unichunk.sinks.pool import close_all_sinks
 
 DOCS = 36
 BATCH = 4
@@ -70,7 +70,9 @@ def test_prefect_server_restarted_during_a_served_run_then_the_next_run_finishes
     parameters = {"params": {"source": {"kind": "directory", "root": str(corpus)}, "batch_size": BATCH}}
     log = tmp_path / "serve.log"
     status = live_status(data_dir)
-    serve = serve_process([sys.executable, "-m", "deployments.serve", "ingest"], env, log, tmp_path)
+    serve = serve_process(
+        [sys.executable, "-m", "unichunk.deployments.serving.serve", "ingest"], env, log, tmp_path
+    )
     outcome: dict[str, Any] = {}
     try:
 
@@ -103,7 +105,9 @@ def test_prefect_server_restarted_during_a_served_run_then_the_next_run_finishes
 
         if serve.poll() is not None:  # the serving process did not survive the outage: serve again
             outcome["serve_restarted"] = serve.returncode
-            serve = serve_process([sys.executable, "-m", "deployments.serve", "ingest"], env, log, tmp_path)
+            serve = serve_process(
+                [sys.executable, "-m", "unichunk.deployments.serving.serve", "ingest"], env, log, tmp_path
+            )
             _wait("deployment ingest/ingest re-registered", deployment, 120, log)
         second = _run(api, deployment_id, parameters)
         final = _wait("the second run to finish", lambda: (s := _state(api, second)) in FINAL and s, 240, log)

@@ -38,16 +38,16 @@ import servers
 from fault_checks import duplicates, held, make_corpus
 from served import stop_process, tail, wait
 
-from chunking.sources import DirectorySource
-from flows.ingest import ingest
-from flows.params import IngestParams, IngestSummary, SourceParams
-from flows.reindex import reindex
-from flows.shards import SHARD_DEPLOYMENT, ShardsUnavailable, cancel_shard_runs
-from index.generations import live_status
-from index.shard_records import ShardRecords
-from index.shards import split
-from sinks.config import SinkSettings
-from sinks.pool import close_all_sinks
+from unichunk.chunking.sources import DirectorySource
+from unichunk.engine.params import IngestParams, IngestSummary, SourceParams
+from unichunk.engine.shards import SHARD_DEPLOYMENT, ShardsUnavailable, cancel_shard_runs
+from unichunk.flows.ingest import ingest
+from unichunk.flows.reindex import reindex
+from unichunk.index.generations import live_status
+from unichunk.index.shard_records import ShardRecords
+from unichunk.index.shards import split
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.pool import close_all_sinks
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -336,7 +336,7 @@ def test_stopping_the_parent_cancels_its_shard_runs(
     log = tmp_path / "parent.log"
     code = (
         "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-        "from flows.ingest import ingest\nfrom flows.params import IngestParams, SourceParams\n"
+        "from unichunk.flows.ingest import ingest\nfrom unichunk.engine.params import IngestParams, SourceParams\n"
         f"ingest(IngestParams(source=SourceParams(kind='directory', root={str(corpus)!r}), "
         f"sinks={SINKS!r}, shards=3))\n"
     )

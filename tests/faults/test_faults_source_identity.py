@@ -12,19 +12,19 @@ from pathlib import Path
 
 from fault_checks import assert_converged
 
-from chunking.config import ChunkStrategy
-from chunking.ids import derive_document_id
-from chunking.sources import default_source_name
-from flows.ingest import ingest
-from flows.params import IngestParams, SourceParams
-from flows.reindex import reindex
-from index.generations import live_status, reading_settings
-from index.registry import GenerationRegistry
-from index.run import RunConfig
-from index.source_registry import SourceRegistry
-from retrieval import Readers, SearchOptions, search
-from sinks.config import SinkSettings
-from sinks.pool import get_sinks
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.ids import derive_document_id
+from unichunk.chunking.sources import default_source_name
+from unichunk.engine.params import IngestParams, SourceParams
+from unichunk.flows.ingest import ingest
+from unichunk.flows.reindex import reindex
+from unichunk.index.generations import live_status, reading_settings
+from unichunk.index.registry import GenerationRegistry
+from unichunk.index.run import RunConfig
+from unichunk.index.source_registry import SourceRegistry
+from unichunk.retrieval import Readers, SearchOptions, search
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.pool import get_sinks
 
 
 def _folder(root: Path, intro: str, extra: dict[str, str] | None = None) -> Path:

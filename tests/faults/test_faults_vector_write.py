@@ -1,6 +1,6 @@
 """A vector store write fails (its storage is locked by another connection): what the stores hold after.
 
-The guarantee, from flows.pipeline._settle and tasks.maintenance.restore_previous: the documents of
+The guarantee, from unichunk.engine.batches._settle and unichunk.tasks.maintenance.restore_previous: the documents of
 the batch are marked failed, and every sink whose write succeeded is put back to the document's
 **previous version** (the last successful one, still in the chunk store because it is pruned only after
 a success); a document that never succeeded is **absent** from them. The status table keeps the previous
@@ -14,13 +14,13 @@ import sqlite3
 
 from fault_checks import assert_converged, duplicates, held, make_corpus
 
-from flows import pipeline
-from flows.ingest import ingest
-from flows.params import IngestParams, SourceParams
-from index.generations import live_status, reading_settings
-from sinks.base import SINK_NAMES
-from sinks.pool import get_sinks
-from tasks.sink_io import write_sink
+from unichunk.engine import batches as pipeline
+from unichunk.engine.params import IngestParams, SourceParams
+from unichunk.flows.ingest import ingest
+from unichunk.index.generations import live_status, reading_settings
+from unichunk.sinks.base import SINK_NAMES
+from unichunk.sinks.pool import get_sinks
+from unichunk.tasks.sink_io import write_sink
 
 
 def test_failed_vector_write_keeps_the_previous_version_everywhere_and_a_rerun_repairs(

@@ -16,9 +16,9 @@ import uuid
 import httpx
 from fastapi.testclient import TestClient
 
-from deployments.settings import ServiceSettings
-from deployments.webhook import PrefectEventSink, create_app
-from deployments.webhook_security import sign
+from unichunk.deployments.service.webhook import PrefectEventSink, create_app
+from unichunk.deployments.service.webhook_security import sign
+from unichunk.deployments.settings import ServiceSettings
 
 SECRET = "fault-test-secret"
 

@@ -10,21 +10,21 @@ import sqlalchemy
 from prometheus_client import REGISTRY
 from qdrant_edge import UpdateOperation
 
-from chunking import ChunkingService, ChunkStrategy, Document
-from chunking.ids import sha256_hex
-from chunking.models import Chunk
-from index.alignment import record_alignment, repair, verify_alignment
-from index.run import RunConfig
-from index.status import processed_fields
-from sinks.base import Sink
-from sinks.config import SinkSettings
-from sinks.factory import SINK_NAMES, open_sinks
-from sinks.graph.sink import KnowledgeGraphSink
-from sinks.keywords.bm25 import BM25Sink
-from sinks.pool import flow_sinks
-from sinks.vectors.qdrant import QdrantSink
-from sinks.vectors.qdrant_edge import EdgeQdrantSink
-from sinks.vectors.sink import point_id
+from unichunk.chunking import ChunkingService, ChunkStrategy, Document
+from unichunk.chunking.ids import sha256_hex
+from unichunk.chunking.models import Chunk
+from unichunk.index.alignment import record_alignment, repair, verify_alignment
+from unichunk.index.run import RunConfig
+from unichunk.index.status import processed_fields
+from unichunk.sinks.base import Sink
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.factory import SINK_NAMES, open_sinks
+from unichunk.sinks.graph.sink import KnowledgeGraphSink
+from unichunk.sinks.keywords.bm25 import BM25Sink
+from unichunk.sinks.pool import flow_sinks
+from unichunk.sinks.vectors.qdrant import QdrantSink
+from unichunk.sinks.vectors.qdrant_edge import EdgeQdrantSink
+from unichunk.sinks.vectors.sink import point_id
 
 TEXTS = {
     "a.md": "# Alpha\n\nAda Lovelace worked with Charles Babbage in London.\n\n## Notes\n\nShe wrote notes.\n",

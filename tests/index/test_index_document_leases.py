@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from sqlalchemy import text
 
-from index.document_leases import DocumentLeases
-from index.process_identity import ProcessIdentity
-from sinks.config import SinkSettings
+from unichunk.index.document_leases import DocumentLeases
+from unichunk.index.process_identity import ProcessIdentity
+from unichunk.sinks.config import SinkSettings
 
 IDS = [f"doc_{n}" for n in range(6)]
 

@@ -12,18 +12,18 @@ from pathlib import Path
 
 from pydantic import TypeAdapter
 
-from chunking.base import Span, chunks_from_spans
-from chunking.models import Chunk, Document
-from deployments.webhook_security import ReplayCache
-from index.chunk_cache import ChunkCache, ChunkKey
-from index.document_leases import DocumentLeases
-from index.registry import GenerationRegistry
-from index.source_registry import SourceRecord, SourceRegistry
-from index.status import StatusStore
-from sinks.config import SinkSettings
-from sinks.database import open_database
+from unichunk.chunking.base import Span, chunks_from_spans
+from unichunk.chunking.models import Chunk, Document
+from unichunk.deployments.service.webhook_security import ReplayCache
+from unichunk.index.chunk_cache import ChunkCache, ChunkKey
+from unichunk.index.document_leases import DocumentLeases
+from unichunk.index.registry import GenerationRegistry
+from unichunk.index.source_registry import SourceRecord, SourceRegistry
+from unichunk.index.status import StatusStore
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.database import open_database
 
-# The DDL of each file as the code before `sinks.database` created it.
+# The DDL of each file as the code before `unichunk.sinks.database` created it.
 EARLIER = {
     "generations/g1/status.sqlite3": """
 CREATE TABLE IF NOT EXISTS documents (

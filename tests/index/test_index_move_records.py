@@ -1,4 +1,4 @@
-"""`index.move_records`: a data dir's records, made by the embedded stores, copied into an empty PostgreSQL
+"""`unichunk.index.move_records`: a data dir's records, made by the embedded stores, copied into an empty PostgreSQL
 read back the same through the stores in server mode; a database that holds an index is refused, and a move
 that stopped half-way runs again."""
 
@@ -9,15 +9,15 @@ from datetime import timedelta
 import pytest
 from pydantic import SecretStr
 
-from chunking.base import Span, chunks_from_spans
-from chunking.models import Document
-from index.chunk_cache import ChunkCache
-from index.move_records import MoveRefused, main, move_records
-from index.registry import GenerationRegistry
-from index.source_registry import SourceRecord, SourceRegistry
-from index.status import StatusStore, failed_fields, processed_fields
-from sinks.config import SinkSettings
-from sinks.database import dispose_engines
+from unichunk.chunking.base import Span, chunks_from_spans
+from unichunk.chunking.models import Document
+from unichunk.index.chunk_cache import ChunkCache
+from unichunk.index.move_records import MoveRefused, main, move_records
+from unichunk.index.registry import GenerationRegistry
+from unichunk.index.source_registry import SourceRecord, SourceRegistry
+from unichunk.index.status import StatusStore, failed_fields, processed_fields
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.database import dispose_engines
 
 
 @pytest.fixture
@@ -88,7 +88,7 @@ def test_moved_records_read_back_the_same_in_server_mode(tmp_path, server):
 def test_a_move_that_stopped_before_the_registry_runs_again(tmp_path, server, monkeypatch, capsys):
     data_dir = tmp_path / "data"
     before = _embedded_index(data_dir)
-    import index.move_records as mover
+    import unichunk.index.move_records as mover
 
     copy = mover.copy_rows
 

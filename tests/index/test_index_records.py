@@ -8,14 +8,14 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from chunking.base import Span, chunks_from_spans
-from chunking.models import Chunk, Document
-from index.chunk_cache import ChunkCache, ChunkKey
-from index.document_leases import DocumentLeases
-from index.registry import GenerationRegistry
-from index.source_registry import SourceRecord, SourceRegistry
-from index.status import STATES, StatusStore, failed_fields, processed_fields, processing_fields
-from sinks.config import SinkSettings
+from unichunk.chunking.base import Span, chunks_from_spans
+from unichunk.chunking.models import Chunk, Document
+from unichunk.index.chunk_cache import ChunkCache, ChunkKey
+from unichunk.index.document_leases import DocumentLeases
+from unichunk.index.registry import GenerationRegistry
+from unichunk.index.source_registry import SourceRecord, SourceRegistry
+from unichunk.index.status import STATES, StatusStore, failed_fields, processed_fields, processing_fields
+from unichunk.sinks.config import SinkSettings
 
 
 def _status(settings, generation: str = "g1", *, readonly: bool = False) -> StatusStore:

@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from index.errors import GenerationError
-from index.generations import drop_generation, reading_settings
-from index.registry import GenerationRegistry
-from index.run import generation_id_for
-from sinks.graph.backends import namespaced_labels
+from unichunk.index.errors import GenerationError
+from unichunk.index.generations import drop_generation, reading_settings
+from unichunk.index.registry import GenerationRegistry
+from unichunk.index.run import generation_id_for
+from unichunk.sinks.graph.backends import namespaced_labels
 
 
 def test_reading_a_registry_that_does_not_exist_creates_nothing(records_settings):

@@ -7,12 +7,12 @@ from pathlib import Path
 
 from texts import GARDEN, TOPICS
 
-from chunking.config import MINILM_MAX_TOKENS, ChunkStrategy
-from chunking.embedding_fit import embedding_counter
-from chunking.sources import DirectorySource
-from index.chunk_batch import chunk_items
-from index.run import RunConfig
-from sinks.config import SinkSettings
+from unichunk.chunking.config import MINILM_MAX_TOKENS, ChunkStrategy
+from unichunk.chunking.embedding_fit import embedding_counter
+from unichunk.chunking.sources import DirectorySource
+from unichunk.index.chunk_batch import chunk_items
+from unichunk.index.run import RunConfig
+from unichunk.sinks.config import SinkSettings
 
 
 def test_a_semantic_batch_is_cut_with_the_configured_embedder(tmp_path: Path) -> None:

@@ -21,13 +21,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr
 
-from chunking.sources import SourceItem
-from index import shard_records
-from index.process_identity import ProcessIdentity
-from index.shard_records import ShardRecords, SupersededAttempt
-from index.shards import MAX_SHARDS, shard_of, split
-from sinks.config import SinkSettings
-from sinks.database import dispose_engines
+from unichunk.chunking.sources import SourceItem
+from unichunk.index import shard_records
+from unichunk.index.process_identity import ProcessIdentity
+from unichunk.index.shard_records import ShardRecords, SupersededAttempt
+from unichunk.index.shards import MAX_SHARDS, shard_of, split
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.database import dispose_engines
 
 names = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=40)
 # Any string a file name can be, lone surrogates (undecodable bytes, surrogateescape) included.
@@ -73,7 +73,7 @@ def test_the_split_is_the_same_in_another_process() -> None:
     ids = [f"doc_{n:016x}" for n in range(500)] + ["naïve 日本語.md", "a\udcff.txt"]
     here = [shard_of(document_id, 7) for document_id in ids]
     code = (
-        "import json, sys; from index.shards import shard_of; "
+        "import json, sys; from unichunk.index.shards import shard_of; "
         "ids = json.loads(sys.stdin.read()); print(json.dumps([shard_of(i, 7) for i in ids]))"
     )
     done = subprocess.run(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from index.source_registry import SourceRecord, SourceRegistry
+from unichunk.index.source_registry import SourceRecord, SourceRegistry
 
 
 def test_recorded_sources_come_back_as_they_were_listed_last(records_settings):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from chunking.ids import derive_document_id
-from chunking.sources import default_source_name
+from unichunk.chunking.ids import derive_document_id
+from unichunk.chunking.sources import default_source_name
 
 CORPUS = {
     "guide.md": "# Guide\n\nQdrant stores vectors for semantic search.\n\n## Setup\n\nInstall Prefect and run the flow.\n",
@@ -38,7 +38,7 @@ def doc_id(corpus) -> Callable[[str], str]:
 @pytest.fixture
 def chunk_calls(monkeypatch) -> Counter:
     """Counts ChunkingService.chunk calls per document ID; the real service still does the work."""
-    from chunking.service import ChunkingService
+    from unichunk.chunking.service import ChunkingService
 
     calls: Counter = Counter()
     real = ChunkingService.chunk

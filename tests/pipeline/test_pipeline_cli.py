@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from deployments.cli import app
-from index.generations import live_status, reading_settings
-from sinks.base import SINK_NAMES
-from sinks.pool import get_sinks, release_sinks
-from sinks.vectors.sink import point_id
+from unichunk.deployments.cli.main import app
+from unichunk.index.generations import live_status, reading_settings
+from unichunk.sinks.base import SINK_NAMES
+from unichunk.sinks.pool import get_sinks, release_sinks
+from unichunk.sinks.vectors.sink import point_id
 
 runner = CliRunner()
 

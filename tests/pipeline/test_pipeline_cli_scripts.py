@@ -25,9 +25,9 @@ import servers
 from rich.progress import TimeRemainingColumn
 
 import unichunk
-from deployments import cli
-from deployments.stack import STATE_FILE, stack_dir
-from sinks.vectors.sink import VectorSink
+from unichunk.deployments.cli import main as cli
+from unichunk.local_stack import STATE_FILE, stack_dir
+from unichunk.sinks.vectors.sink import VectorSink
 
 UNICHUNK = str(Path(sys.executable).parent / "unichunk")
 
@@ -178,7 +178,7 @@ def test_run_logs_print_above_the_bar_and_truncations_once(
     ensure_logging_setup()
     root = logging.getLogger()
     # A logging configuration that silenced our package's warnings must not silence the CLI's summary.
-    ours = logging.getLogger("sinks")
+    ours = logging.getLogger("unichunk.sinks")
     ours.setLevel(logging.ERROR)  # setLevel, not an attribute: it clears the loggers' cached levels
     request.addfinalizer(lambda: ours.setLevel(logging.NOTSET))
     consoles = [h for h in root.handlers if isinstance(h, PrefectConsoleHandler)]

@@ -34,7 +34,7 @@ def _environment(service: dict) -> dict[str, str]:
 
 
 def _known_unichunk_variables() -> set[str]:
-    from deployments.configuration import variables
+    from unichunk.deployments.configuration import variables
 
     return set(variables())
 
@@ -312,7 +312,7 @@ def test_docker_compose_config_validates(tmp_path: Path) -> None:
 def test_service_commands_exist() -> None:
     from typer.main import get_command
 
-    from deployments.cli import app
+    from unichunk.deployments.cli.main import app
 
     cli = get_command(app)
     for name in WORKERS:
@@ -385,10 +385,10 @@ def test_grafana_provisioning_and_dashboard_metrics_exist() -> None:
     # Every series a panel queries must be one our code exports.
     from prometheus_client import REGISTRY
 
-    import chunking.metrics  # noqa: F401
-    import deployments.webhook  # noqa: F401
-    import index.metrics  # noqa: F401
-    import sinks.metrics  # noqa: F401
+    import unichunk.chunking.metrics
+    import unichunk.deployments.service.webhook
+    import unichunk.index.metrics
+    import unichunk.sinks.metrics  # noqa: F401
 
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
     exported = {m.name + sfx for m in REGISTRY.collect() for sfx in suffixes.get(m.type, ("",))}

@@ -19,13 +19,13 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from chunking.ids import derive_document_id
-from chunking.sources import default_source_name
-from deployments.serve import CONCURRENCY, DEPLOYMENT_NAMES, TAGS, build_deployments
-from deployments.settings import SAMPLE_CORPUS, ServiceSettings
-from deployments.webhook import PrefectEventSink, create_app
-from deployments.webhook_security import sign
-from index.generations import live_status
+from unichunk.chunking.ids import derive_document_id
+from unichunk.chunking.sources import default_source_name
+from unichunk.deployments.service.webhook import PrefectEventSink, create_app
+from unichunk.deployments.service.webhook_security import sign
+from unichunk.deployments.serving.serve import CONCURRENCY, DEPLOYMENT_NAMES, TAGS, build_deployments
+from unichunk.deployments.settings import SAMPLE_CORPUS, ServiceSettings
+from unichunk.index.generations import live_status
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SECRET = "e2e-secret"
@@ -184,7 +184,7 @@ def _wait(what: str, probe: Any, timeout: float, log: Path | None = None) -> Any
 def served(
     tmp_path: Path, prefect_api_url: str, falkordb_url: str
 ) -> Iterator[tuple[dict[str, str], Path, Path]]:
-    """`python -m deployments.serve ingest-document delete-document` in a subprocess on the test server."""
+    """`python -m unichunk.deployments.serving.serve ingest-document delete-document` in a subprocess on the test server."""
     source_root = tmp_path / "source"
     source_root.mkdir()
     data_dir = tmp_path / "data"
@@ -206,7 +206,7 @@ def served(
         "PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL",
     ):
         env.pop(name, None)
-    cmd = [sys.executable, "-m", "deployments.serve", "ingest-document", "delete-document"]
+    cmd = [sys.executable, "-m", "unichunk.deployments.serving.serve", "ingest-document", "delete-document"]
     with log.open("wb") as handle:
         process = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=handle, stderr=subprocess.STDOUT)
     ids: dict[str, str] = {}

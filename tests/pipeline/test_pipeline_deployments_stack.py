@@ -1,4 +1,4 @@
-"""`deployments.stack`: the local stack really starts a Prefect server and FalkorDB, is reused when up,
+"""`unichunk.local_stack`: the local stack really starts a Prefect server and FalkorDB, is reused when up,
 and `down()` stops exactly what `up()` started."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import httpx
 import pytest
 import redis
 
-from deployments.stack import down, stack_dir, up
+from unichunk.local_stack import down, stack_dir, up
 
 
 def _free_port() -> int:

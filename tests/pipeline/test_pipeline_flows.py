@@ -11,20 +11,20 @@ import os
 import pytest
 from prometheus_client import REGISTRY
 
-from chunking.config import ChunkStrategy
-from chunking.models import Document
-from chunking.service import ChunkingService
-from flows.documents import delete_document, ingest_document
-from flows.ingest import ingest
-from flows.params import IngestParams, SourceParams
-from flows.reindex import reindex
-from index.alignment import verify_alignment
-from index.generations import live_status, target_for_ingest
-from index.run import RunConfig
-from sinks.base import SINK_NAMES
-from sinks.config import SinkSettings
-from sinks.pool import get_sinks
-from sinks.vectors.sink import point_id
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.models import Document
+from unichunk.chunking.service import ChunkingService
+from unichunk.engine.params import IngestParams, SourceParams
+from unichunk.flows.documents import delete_document, ingest_document
+from unichunk.flows.ingest import ingest
+from unichunk.flows.reindex import reindex
+from unichunk.index.alignment import verify_alignment
+from unichunk.index.generations import live_status, target_for_ingest
+from unichunk.index.run import RunConfig
+from unichunk.sinks.base import SINK_NAMES
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.pool import get_sinks
+from unichunk.sinks.vectors.sink import point_id
 
 
 def _run(flow_fn, *args, **kwargs):
@@ -53,7 +53,7 @@ def _assert_aligned(data_dir) -> set[str]:
 
 
 def _optimize_calls() -> dict[str, float]:
-    """How many times each sink was asked to optimise after a run (`flows.pipeline.optimize_after_run`)."""
+    """How many times each sink was asked to optimise after a run (`unichunk.engine.batches.optimize_after_run`)."""
     return {
         name: REGISTRY.get_sample_value(
             "unichunk_task_duration_seconds_count", {"task": "optimize", "sink": name}

@@ -18,24 +18,24 @@ import pytest
 from falkordb import FalkorDB
 from typer.testing import CliRunner
 
-from chunking.config import ChunkStrategy
-from chunking.ids import derive_document_id
-from chunking.models import Document
-from chunking.service import ChunkingService
-from chunking.sources import default_source_name
-from deployments.cli import app
-from flows.ingest import ingest
-from flows.params import IngestParams, RebuildParams, SourceParams
-from flows.rebuild import rebuild
-from flows.switch import drop_generation_now, switch_generation
-from index.chunk_cache import ChunkCache, ChunkKey
-from index.generations import live_status, reading_settings
-from index.registry import GenerationRegistry
-from index.run import RunConfig
-from retrieval.ranking import retrieve
-from sinks.base import SINK_NAMES
-from sinks.config import SinkSettings
-from sinks.pool import get_sinks
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.ids import derive_document_id
+from unichunk.chunking.models import Document
+from unichunk.chunking.service import ChunkingService
+from unichunk.chunking.sources import default_source_name
+from unichunk.deployments.cli.main import app
+from unichunk.engine.params import IngestParams, RebuildParams, SourceParams
+from unichunk.flows.ingest import ingest
+from unichunk.flows.rebuild import rebuild
+from unichunk.flows.switch import drop_generation_now, switch_generation
+from unichunk.index.chunk_cache import ChunkCache, ChunkKey
+from unichunk.index.generations import live_status, reading_settings
+from unichunk.index.registry import GenerationRegistry
+from unichunk.index.run import RunConfig
+from unichunk.retrieval.ranking import retrieve
+from unichunk.sinks.base import SINK_NAMES
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.pool import get_sinks
 
 A = ChunkStrategy(name="token_window")
 B = ChunkStrategy(name="sentence", chunk_size=128, chunk_overlap=0)
@@ -252,7 +252,7 @@ def test_changed_settings_without_a_rebuild_are_refused_not_skipped_or_mixed(pip
 
     state, result = _ingest(corpus, B)
     assert state.is_failed()
-    assert "rebuild" in str(result) and "chunking.name: 'token_window' -> 'sentence'" in str(result)
+    assert "rebuild" in str(result) and "unichunk.chunking.name: 'token_window' -> 'sentence'" in str(result)
     assert {r.document_id: r.as_dict() for r in live_status(pipeline_env).rows()} == rows_before
     assert _held(gen_a) == dict.fromkeys(SINK_NAMES, ids_a)
     assert [g.generation_id for g in _registry().all()] == [gen_a]

@@ -19,9 +19,9 @@ import servers
 
 _PROBE = """
 import atexit, json, sys
-import sinks.factory as factory
-import sinks.graph.extraction as extraction
-import sinks.vectors.minilm as minilm
+import unichunk.sinks.factory as factory
+import unichunk.sinks.graph.extraction as extraction
+import unichunk.sinks.vectors.minilm as minilm
 calls = []
 
 def counted(module, name):
@@ -50,7 +50,7 @@ def report():
     print("PROBE " + json.dumps({"imported": heavy, "calls": calls, "opened": opened, "clients": clients}),
           file=sys.stderr)
 
-from deployments.cli import app
+from unichunk.deployments.cli.main import app
 app(sys.argv[1:], prog_name="unichunk")
 """
 

@@ -1,4 +1,4 @@
-"""`flows.pipeline.known_unreadable`: which failed documents a run skips and reports instead of reading.
+"""`unichunk.engine.batches.known_unreadable`: which failed documents a run skips and reports instead of reading.
 
 Only a load failure of a file unchanged since (same path, size and mtime) is skipped: anything else may
 succeed on a retry (a store failure, a chunking bug fixed since, a changed file, a raised size limit).
@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from chunking.sources import SourceItem
-from flows.pipeline import known_unreadable
-from index.status import DocumentStatus
+from unichunk.chunking.sources import SourceItem
+from unichunk.engine.batches import known_unreadable
+from unichunk.index.status import DocumentStatus
 
 ITEM = SourceItem("fs", "bad.txt", "/corpus/bad.txt", 120, 1_700_000_000_000_000_000)
 ROW = DocumentStatus(

@@ -14,8 +14,8 @@ import httpx
 import pytest
 import yaml
 
-import index.metrics as pipeline_metrics
-from deployments.serve import start_metrics_server
+import unichunk.index.metrics as pipeline_metrics
+from unichunk.deployments.serving.serve import start_metrics_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,9 +102,9 @@ def test_pushed_flow_metrics_reach_prometheus_grouped_by_instance_and_flow(
 def test_every_duration_histogram_reaches_300_seconds() -> None:
     from prometheus_client import REGISTRY
 
-    import chunking.metrics  # noqa: F401
-    import deployments.http_metrics  # noqa: F401
-    import sinks.metrics  # noqa: F401
+    import unichunk.chunking.metrics
+    import unichunk.deployments.service.http_metrics
+    import unichunk.sinks.metrics  # noqa: F401
 
     histograms = [m for m in REGISTRY.collect() if m.type == "histogram" and m.name.endswith("_seconds")]
     assert len(histograms) >= 5, [m.name for m in histograms]
@@ -133,7 +133,7 @@ def test_http_metrics_count_route_templates_methods_and_statuses() -> None:
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
-    from deployments.http_metrics import HTTP_REQUESTS, HTTP_SECONDS, HttpMetrics
+    from unichunk.deployments.service.http_metrics import HTTP_REQUESTS, HTTP_SECONDS, HttpMetrics
 
     app = FastAPI()
     app.add_middleware(HttpMetrics)

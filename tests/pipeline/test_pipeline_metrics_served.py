@@ -25,8 +25,8 @@ import pytest
 import servers
 from faults.served import FINAL, run_state, serve_process, start_run, stop_process, wait
 
-from chunking.ids import default_source_name
-from deployments.serve import DEPLOYMENT_NAMES
+from unichunk.chunking.ids import default_source_name
+from unichunk.deployments.serving.serve import DEPLOYMENT_NAMES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_CORPUS = REPO_ROOT / "deployments" / "sample_corpus"

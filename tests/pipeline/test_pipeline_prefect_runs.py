@@ -15,14 +15,14 @@ from typing import Any
 import httpx
 import pytest
 
-from chunking.config import ChunkStrategy
-from chunking.sources import default_source_name
-from flows.ingest import ingest
-from flows.params import FailedDocument, IngestParams, IngestSummary, RebuildParams, SourceParams
-from flows.rebuild import rebuild
-from flows.reindex import reindex
-from flows.reports import cause, escape_markdown, failure_message, failures_table, named_failures
-from flows.run_names import source_label
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.sources import default_source_name
+from unichunk.engine.params import FailedDocument, IngestParams, IngestSummary, RebuildParams, SourceParams
+from unichunk.engine.reports import cause, escape_markdown, failure_message, failures_table, named_failures
+from unichunk.engine.run_names import source_label
+from unichunk.flows.ingest import ingest
+from unichunk.flows.rebuild import rebuild
+from unichunk.flows.reindex import reindex
 
 BAD = "bad *[x]|y`_<b>.md"  # markdown in a file name: emphasis, a link, a table pipe, code, HTML
 
@@ -189,9 +189,9 @@ def test_a_sharded_run_names_its_shards_and_adds_their_summaries_up(monkeypatch)
     them); the parent's summary adds the shards' counts and lists them in its artifact, escaped."""
     from prefect.runtime import flow_run as runtime
 
-    from flows.params import ShardOutcome
-    from flows.reports import ingest_markdown
-    from flows.run_names import shard_run_name
+    from unichunk.engine.params import ShardOutcome
+    from unichunk.engine.reports import ingest_markdown
+    from unichunk.engine.run_names import shard_run_name
 
     for attempt, name in ((1, "ingest-shard · 2/4"), (2, "ingest-shard · 2/4 (attempt 2)")):
         params = {"params": {"shard": 1, "shards": 4, "attempt": attempt}}

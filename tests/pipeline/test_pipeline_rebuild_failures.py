@@ -2,7 +2,7 @@
 
 Before, `rebuild` refused whenever any document failed, so one file unreadable in the live generation too
 blocked every rebuild for as long as it existed. Now the new generation's failures are judged against the
-live one (`flows.rebuild.sort_failures`): unreadable in both (or absent from the live one) is reported;
+live one (`unichunk.flows.rebuild.sort_failures`): unreadable in both (or absent from the live one) is reported;
 held by the live generation and failed in the new one is loss, and refuses.
 
 Real stores (Qdrant local, BM25, FalkorDB from the session server), MiniLM and spaCy; flows on the
@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from chunking.config import ChunkStrategy
-from flows.ingest import ingest
-from flows.params import IngestParams, RebuildParams, SourceParams
-from flows.rebuild import rebuild
-from index.generations import live_status
-from index.registry import GenerationRegistry
-from index.run import RunConfig
-from sinks.base import SINK_NAMES
-from sinks.config import SinkSettings
-from sinks.pool import get_sinks
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.engine.params import IngestParams, RebuildParams, SourceParams
+from unichunk.flows.ingest import ingest
+from unichunk.flows.rebuild import rebuild
+from unichunk.index.generations import live_status
+from unichunk.index.registry import GenerationRegistry
+from unichunk.index.run import RunConfig
+from unichunk.sinks.base import SINK_NAMES
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.pool import get_sinks
 
 A = ChunkStrategy(name="token_window")
 B = ChunkStrategy(name="sentence", chunk_size=128, chunk_overlap=0)

@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from flows.ingest import ingest
-from flows.params import IngestParams, SourceParams
-from index.alignment import verify_alignment
-from index.generations import live_status, reading_settings
-from sinks.base import SINK_NAMES
-from sinks.pool import get_sinks
+from unichunk.engine.params import IngestParams, SourceParams
+from unichunk.flows.ingest import ingest
+from unichunk.index.alignment import verify_alignment
+from unichunk.index.generations import live_status, reading_settings
+from unichunk.sinks.base import SINK_NAMES
+from unichunk.sinks.pool import get_sinks
 
 SAMPLE_CORPUS = Path(__file__).resolve().parents[2] / "deployments" / "sample_corpus"
 

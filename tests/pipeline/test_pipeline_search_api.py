@@ -13,20 +13,20 @@ import pytest
 from fastapi.testclient import TestClient
 from qdrant_client import QdrantClient
 
-from chunking.config import ChunkStrategy
-from chunking.models import Document
-from chunking.service import ChunkingService
-from deployments.settings import ServiceSettings
-from deployments.webhook import PrefectEventSink, create_app
-from flows.store_access import HANDOVER_PREFIX, store_lock_path
-from index.generations import reading_settings
-from sinks.config import SinkSettings
-from sinks.graph.backends import FalkorDBBackend
-from sinks.graph.extraction import SpacyExtractor
-from sinks.graph.sink import KnowledgeGraphSink
-from sinks.keywords.bm25 import BM25Sink
-from sinks.vectors.minilm import MiniLMEmbedder
-from sinks.vectors.qdrant import QdrantSink
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.models import Document
+from unichunk.chunking.service import ChunkingService
+from unichunk.deployments.service.webhook import PrefectEventSink, create_app
+from unichunk.deployments.settings import ServiceSettings
+from unichunk.engine.store_access import HANDOVER_PREFIX, store_lock_path
+from unichunk.index.generations import reading_settings
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.graph.backends import FalkorDBBackend
+from unichunk.sinks.graph.extraction import SpacyExtractor
+from unichunk.sinks.graph.sink import KnowledgeGraphSink
+from unichunk.sinks.keywords.bm25 import BM25Sink
+from unichunk.sinks.vectors.minilm import MiniLMEmbedder
+from unichunk.sinks.vectors.qdrant import QdrantSink
 
 TEXT = (
     "Ada Lovelace wrote the first published program for the Analytical Engine. "
@@ -130,7 +130,7 @@ def test_local_mode_keeps_the_store_warm_and_hands_it_over_to_a_waiting_run(
     tmp_path: Path, falkordb_url: str, document: Document, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In Qdrant local mode the service keeps the store open between searches, and releases it to a run
-    that waits for the store lock (`flows.store_access`'s protocol, played here by hand: a marker, then the
+    that waits for the store lock (`unichunk.engine.store_access`'s protocol, played here by hand: a marker, then the
     exclusive flock); a search meanwhile waits its bounded time, then answers 503 with Retry-After."""
     data_dir = tmp_path / "data"
     monkeypatch.setenv("UNICHUNK_DATA_DIR", str(data_dir))

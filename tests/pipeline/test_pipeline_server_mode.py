@@ -17,19 +17,19 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from chunking.config import ChunkStrategy
-from flows.documents import delete_document
-from flows.ingest import ingest
-from flows.params import IngestParams, RebuildParams, SourceParams
-from flows.rebuild import rebuild
-from flows.switch import drop_generation_now, switch_generation
-from index.alignment import verify_alignment
-from index.generations import live_status, reading_settings
-from index.registry import GenerationRegistry
-from index.run import RunConfig
-from sinks.base import SINK_NAMES
-from sinks.config import SinkSettings
-from sinks.pool import get_sinks
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.engine.params import IngestParams, RebuildParams, SourceParams
+from unichunk.flows.documents import delete_document
+from unichunk.flows.ingest import ingest
+from unichunk.flows.rebuild import rebuild
+from unichunk.flows.switch import drop_generation_now, switch_generation
+from unichunk.index.alignment import verify_alignment
+from unichunk.index.generations import live_status, reading_settings
+from unichunk.index.registry import GenerationRegistry
+from unichunk.index.run import RunConfig
+from unichunk.sinks.base import SINK_NAMES
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.pool import get_sinks
 
 SERVER_SINKS = ["keywords", "graph"]  # every sink but the vectors, which have no server here
 RECORD_FILES = (
@@ -131,7 +131,11 @@ def _cli(data_dir: Path, url: str, *args: str) -> subprocess.CompletedProcess[st
     env = dict(os.environ) | {"UNICHUNK_DATA_DIR": str(data_dir), "UNICHUNK_DATABASE_URL": url}
     env.pop("UNICHUNK_DEBUG", None)
     return subprocess.run(
-        [sys.executable, "-m", "deployments.cli", *args], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "unichunk.deployments.cli.main", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from standardwebhooks import Webhook
 
-from deployments.settings import ServiceSettings
-from deployments.webhook import PrefectEventSink, create_app
-from deployments.webhook_security import EVENT_NAMESPACE, sign
+from unichunk.deployments.service.webhook import PrefectEventSink, create_app
+from unichunk.deployments.service.webhook_security import EVENT_NAMESPACE, sign
+from unichunk.deployments.settings import ServiceSettings
 
 # The SDKs' own secret format; the receiver's UNICHUNK_WEBHOOK_SECRET is then exactly this string.
 WHSEC = "whsec_" + base64.b64encode(b"standard-webhooks-test-key-32byt").decode()

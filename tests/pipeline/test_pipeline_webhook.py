@@ -15,11 +15,11 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from chunking.ids import derive_document_id
-from deployments.settings import ServiceSettings
-from deployments.webhook import WEBHOOKS_REJECTED, PrefectEventSink, create_app
-from deployments.webhook_security import event_id_for, sign
-from sinks.config import SinkSettings
+from unichunk.chunking.ids import derive_document_id
+from unichunk.deployments.service.webhook import WEBHOOKS_REJECTED, PrefectEventSink, create_app
+from unichunk.deployments.service.webhook_security import event_id_for, sign
+from unichunk.deployments.settings import ServiceSettings
+from unichunk.sinks.config import SinkSettings
 
 SECRET = "test-secret-for-the-receiver"
 MAX_BODY = 4096
@@ -304,7 +304,7 @@ def test_a_receiver_without_secret_refuses_everything(tmp_path: Path, prefect_ap
 
 
 def test_signature_window_edges_and_formats() -> None:
-    from deployments.webhook_security import WebhookRejected, verify_signature
+    from unichunk.deployments.service.webhook_security import WebhookRejected, verify_signature
 
     body, ts = b'{"a": 1}', 1_800_000_000
     signature = sign(SECRET, ts, body)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.fusion import rrf_fuse
-from retrieval.ranking import retrieve
-from sinks.base import ScoredChunk
+from unichunk.retrieval.fusion import rrf_fuse
+from unichunk.retrieval.ranking import retrieve
+from unichunk.sinks.base import ScoredChunk
 
 
 def _Found(chunk_id: str, score: float) -> ScoredChunk:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from chunking.config import ChunkStrategy
-from chunking.models import Chunk, Document
-from chunking.service import ChunkingService
-from retrieval.context import CHUNK_BOUNDARY, Piece, merge_pieces, pieces_for_hits
-from retrieval.fusion import rrf_fuse
-from sinks.base import ScoredChunk
-from sinks.config import SinkSettings
-from sinks.keywords.bm25 import BM25Sink
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.service import ChunkingService
+from unichunk.retrieval.context import CHUNK_BOUNDARY, Piece, merge_pieces, pieces_for_hits
+from unichunk.retrieval.fusion import rrf_fuse
+from unichunk.sinks.base import ScoredChunk
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.keywords.bm25 import BM25Sink
 
 
 @pytest.fixture(scope="module")

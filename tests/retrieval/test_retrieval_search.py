@@ -10,25 +10,25 @@ from qdrant_client import QdrantClient
 from texts import GARDEN, TOPICS
 from texts import repeated as _text
 
-from chunking.config import ChunkStrategy
-from chunking.models import Document
-from chunking.service import ChunkingService
-from chunking.tokenizer import TokenCounter
-from retrieval.context import CHUNK_BOUNDARY, assemble_context, merge_pieces, pieces_for_hits
-from retrieval.fusion import rrf_fuse
-from retrieval.graph_context import graph_context
-from retrieval.ranking import RetrievalSettings, retrieve
-from retrieval.readers import Readers
-from retrieval.results import SearchResult
-from retrieval.search import SearchOptions, search
-from sinks.base import ScoredChunk
-from sinks.config import SinkSettings
-from sinks.graph.backends import FalkorDBBackend
-from sinks.graph.extraction import SpacyExtractor
-from sinks.graph.sink import KnowledgeGraphSink
-from sinks.keywords.bm25 import BM25Sink
-from sinks.vectors.minilm import MiniLMEmbedder
-from sinks.vectors.qdrant import QdrantSink
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.models import Document
+from unichunk.chunking.service import ChunkingService
+from unichunk.chunking.tokenizer import TokenCounter
+from unichunk.retrieval.context import CHUNK_BOUNDARY, assemble_context, merge_pieces, pieces_for_hits
+from unichunk.retrieval.fusion import rrf_fuse
+from unichunk.retrieval.graph_context import graph_context
+from unichunk.retrieval.ranking import RetrievalSettings, retrieve
+from unichunk.retrieval.readers import Readers
+from unichunk.retrieval.results import SearchResult
+from unichunk.retrieval.search import SearchOptions, search
+from unichunk.sinks.base import ScoredChunk
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.graph.backends import FalkorDBBackend
+from unichunk.sinks.graph.extraction import SpacyExtractor
+from unichunk.sinks.graph.sink import KnowledgeGraphSink
+from unichunk.sinks.keywords.bm25 import BM25Sink
+from unichunk.sinks.vectors.minilm import MiniLMEmbedder
+from unichunk.sinks.vectors.qdrant import QdrantSink
 
 
 @pytest.fixture(scope="module")

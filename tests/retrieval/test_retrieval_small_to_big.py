@@ -1,4 +1,4 @@
-"""Small-to-big context assembly within a token budget (`retrieval.context`), on a real BM25 store.
+"""Small-to-big context assembly within a token budget (`unichunk.retrieval.context`), on a real BM25 store.
 
 The best hit comes first, then its neighbours (following before preceding), then the next hit; the piece
 that overflows is cut at a sentence boundary on its hit's side and assembly stops; the budget is never
@@ -11,15 +11,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chunking.config import ChunkStrategy
-from chunking.models import Chunk, Document
-from chunking.service import ChunkingService
-from chunking.tokenizer import TokenCounter
-from retrieval.context import CHUNK_BOUNDARY, Piece, assemble_context, pieces_for_hits, small_to_big
-from retrieval.fusion import rrf_fuse
-from sinks.base import ScoredChunk
-from sinks.config import SinkSettings
-from sinks.keywords.bm25 import BM25Sink
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.service import ChunkingService
+from unichunk.chunking.tokenizer import TokenCounter
+from unichunk.retrieval.context import CHUNK_BOUNDARY, Piece, assemble_context, pieces_for_hits, small_to_big
+from unichunk.retrieval.fusion import rrf_fuse
+from unichunk.sinks.base import ScoredChunk
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.keywords.bm25 import BM25Sink
 
 COUNTER = TokenCounter()
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sinks.graph.backends import FalkorDBBackend, GraphBackend, Neo4jBackend
+from unichunk.sinks.graph.backends import FalkorDBBackend, GraphBackend, Neo4jBackend
 
 
 @pytest.fixture(params=["falkordb", "neo4j"])
@@ -44,8 +44,8 @@ def keyword_settings(request: pytest.FixtureRequest, tmp_path) -> Iterator:  # t
     server mode on a fresh PostgreSQL database (`database_url`)."""
     from pydantic import SecretStr
 
-    from sinks.config import SinkSettings
-    from sinks.database import dispose_engines
+    from unichunk.sinks.config import SinkSettings
+    from unichunk.sinks.database import dispose_engines
 
     if request.param == "sqlite":
         yield SinkSettings(data_dir=tmp_path / "data")

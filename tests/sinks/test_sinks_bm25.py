@@ -23,15 +23,15 @@ from pydantic import SecretStr
 from rank_bm25 import BM25Okapi
 from sqlalchemy import text
 
-from chunking.base import Span, chunks_from_spans
-from chunking.models import Chunk, Document
-from chunking.sentences import sentence_spans
-from sinks.base import InvalidRequest, ScoredChunk
-from sinks.config import SinkSettings
-from sinks.database import Database, dispose_engines
-from sinks.keywords.analyzer import Analyzer
-from sinks.keywords.bm25 import BM25Sink
-from sinks.keywords.term_store import TermStore
+from unichunk.chunking.base import Span, chunks_from_spans
+from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.sentences import sentence_spans
+from unichunk.sinks.base import InvalidRequest, ScoredChunk
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.database import Database, dispose_engines
+from unichunk.sinks.keywords.analyzer import Analyzer
+from unichunk.sinks.keywords.bm25 import BM25Sink
+from unichunk.sinks.keywords.term_store import TermStore
 
 CORPORA = Path(os.environ.get("UNICHUNK_EVAL_DIR") or Path(__file__).parents[3] / "shared/eval") / "corpora"
 
@@ -290,7 +290,7 @@ def test_two_instances_on_one_store_see_each_others_writes(keyword_settings: Sin
 def test_reader_behind_the_pruned_removal_log_reloads_in_full(
     keyword_settings: SinkSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("sinks.keywords.term_store.REMOVAL_LOG_REVISIONS", 2)
+    monkeypatch.setattr("unichunk.sinks.keywords.term_store.REMOVAL_LOG_REVISIONS", 2)
     with BM25Sink(keyword_settings) as writer, BM25Sink(keyword_settings) as reader:
         writer.write(writer.prepare([FOX, CAT]))
         assert reader.search("quick")
@@ -507,9 +507,9 @@ def test_segments_and_dead_rows_score_like_one_fresh_segment(
 ) -> None:
     """Random adds, rewrites and deletes, each followed by a query (so each is its own refresh): the live
     index, whether it merged its segments every time or never, scores exactly as a cold one."""
-    monkeypatch.setattr("sinks.keywords.postings.MERGE_FRACTION", merge_fraction)
-    monkeypatch.setattr("sinks.keywords.postings.MAX_SEGMENTS", 10**9 if merge_fraction else 0)
-    monkeypatch.setattr("sinks.keywords.bm25.RESAVE_FRACTION", 1e9)  # saving merges too
+    monkeypatch.setattr("unichunk.sinks.keywords.postings.MERGE_FRACTION", merge_fraction)
+    monkeypatch.setattr("unichunk.sinks.keywords.postings.MAX_SEGMENTS", 10**9 if merge_fraction else 0)
+    monkeypatch.setattr("unichunk.sinks.keywords.bm25.RESAVE_FRACTION", 1e9)  # saving merges too
     rng = random.Random(17)
     docs = _sentences_batch(12)
     live = BM25Sink(path=tmp_path / "bm25.sqlite")

@@ -1,4 +1,4 @@
-"""`sinks.database`: one store implementation on a SQLite file and on a real PostgreSQL server."""
+"""`unichunk.sinks.database`: one store implementation on a SQLite file and on a real PostgreSQL server."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from pydantic import SecretStr
 from sqlalchemy import text
 
-from sinks.config import SinkSettings
-from sinks.database import Database, dispose_engines, open_database, server_url
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.database import Database, dispose_engines, open_database, server_url
 
 _DDL = ["CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, n INTEGER NOT NULL)"]
 
@@ -135,7 +135,7 @@ def test_a_kept_sqlite_connection_follows_its_file_when_the_file_is_replaced(tmp
 
 
 def test_a_process_keeps_the_engines_of_its_most_recent_sqlite_files_only(tmp_path: Path) -> None:
-    from sinks import database
+    from unichunk.sinks import database
 
     first = Database.sqlite(tmp_path / "0.sqlite3")
     first.ensure(_DDL)

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from chunking.tokenizer import get_encoding
-from sinks.config import SinkSettings
-from sinks.openai_http import parse_retry_after
-from sinks.vectors.base import Embedder, EmbedderError
-from sinks.vectors.embedders import make_embedder
-from sinks.vectors.minilm import MiniLMEmbedder
-from sinks.vectors.openai_compatible import OpenAICompatibleEmbedder
+from unichunk.chunking.tokenizer import get_encoding
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.openai_http import parse_retry_after
+from unichunk.sinks.vectors.base import Embedder, EmbedderError
+from unichunk.sinks.vectors.embedders import make_embedder
+from unichunk.sinks.vectors.minilm import MiniLMEmbedder
+from unichunk.sinks.vectors.openai_compatible import OpenAICompatibleEmbedder
 
 
 def fake_vector(text: str, dimension: int) -> list[float]:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from sinks.config import SinkSettings
-from sinks.vectors.embedders import make_embedder
-from sinks.vectors.minilm import MiniLMEmbedder, load_minilm
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.vectors.embedders import make_embedder
+from unichunk.sinks.vectors.minilm import MiniLMEmbedder, load_minilm
 
 
 def test_settings_reach_the_embedder(tmp_path: Path) -> None:
@@ -41,7 +41,7 @@ def test_model_batch_size_changes_no_vector_nor_order() -> None:
 def test_counting_tokens_loads_no_model() -> None:
     script = (
         "import sys\n"
-        "from sinks.vectors.minilm import MiniLMEmbedder\n"
+        "from unichunk.sinks.vectors.minilm import MiniLMEmbedder\n"
         "print(MiniLMEmbedder().count_tokens(['hello world', 'word ' * 300]), 'torch' in sys.modules)\n"
     )
     root = Path(__file__).parents[2]

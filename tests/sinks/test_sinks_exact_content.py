@@ -15,16 +15,16 @@ from documents import MakeDoc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chunking.ids import sha256_hex
-from chunking.models import Chunk, Document
-from sinks.base import InvalidRequest, Sink
-from sinks.config import SinkSettings
-from sinks.graph.backends import GraphBackend
-from sinks.graph.sink import ESCAPED, KnowledgeGraphSink, decode_content, encode_content
-from sinks.keywords.bm25 import BM25Sink
-from sinks.vectors.minilm import MiniLMEmbedder
-from sinks.vectors.qdrant import QdrantSink
-from sinks.vectors.qdrant_edge import EdgeQdrantSink
+from unichunk.chunking.ids import sha256_hex
+from unichunk.chunking.models import Chunk, Document
+from unichunk.sinks.base import InvalidRequest, Sink
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.graph.backends import GraphBackend
+from unichunk.sinks.graph.sink import ESCAPED, KnowledgeGraphSink, decode_content, encode_content
+from unichunk.sinks.keywords.bm25 import BM25Sink
+from unichunk.sinks.vectors.minilm import MiniLMEmbedder
+from unichunk.sinks.vectors.qdrant import QdrantSink
+from unichunk.sinks.vectors.qdrant_edge import EdgeQdrantSink
 
 C0_AND_C1 = "".join(chr(i) for i in range(32)) + "\x7f" + "".join(chr(i) for i in range(0x80, 0xA0))
 HOSTILE = [

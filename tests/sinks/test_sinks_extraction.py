@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunking.ids import make_chunk_id, sha256_hex
-from chunking.models import Chunk
-from sinks.graph.extraction import ExtractionError, SpacyExtractor, display_name, entity_key
-from sinks.graph.llm_extraction import (
+from unichunk.chunking.ids import make_chunk_id, sha256_hex
+from unichunk.chunking.models import Chunk
+from unichunk.sinks.graph.extraction import ExtractionError, SpacyExtractor, display_name, entity_key
+from unichunk.sinks.graph.llm_extraction import (
     COMPLETION_DELIMITER,
     LLMExtractor,
     build_messages,
@@ -113,7 +113,7 @@ garbage line with no delimiters
 
 
 def test_parser_keeps_good_records_and_skips_bad_ones(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="sinks.graph.llm_extraction"):
+    with caplog.at_level(logging.WARNING, logger="unichunk.sinks.graph.llm_extraction"):
         extraction = parse_extraction_output(MESSY, "c1")
     entities = {entity_key(e.name): e for e in extraction.entities}
     assert set(entities) == {"apple inc", "tim cook", "o'reilly media"}  # not "after the end"

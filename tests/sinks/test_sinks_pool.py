@@ -1,4 +1,4 @@
-"""The process-wide sink pool (`sinks.pool`) with a real embedded vector store (qdrant-edge in tmp_path):
+"""The process-wide sink pool (`unichunk.sinks.pool`) with a real embedded vector store (qdrant-edge in tmp_path):
 who holds a sink decides when it closes, so no flow closes a sink under a reader, no reader under a flow.
 
 The race these pin down made `test_rebuild_serves_the_old_generation...` fail once under load with "the
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from sinks import pool
-from sinks.base import SinkError
-from sinks.config import SinkSettings
-from sinks.pool import flow_sinks, get_sinks, held_sinks, release_sinks
+from unichunk.sinks import pool
+from unichunk.sinks.base import SinkError
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.pool import flow_sinks, get_sinks, held_sinks, release_sinks
 
 WAIT = 60  # seconds: only a broken test waits this long
 
@@ -44,7 +44,7 @@ def test_a_flow_ending_leaves_open_the_sinks_a_reader_was_handed_meanwhile(setti
     thread = threading.Thread(target=flow)
     thread.start()
     assert flow_holds.wait(WAIT)
-    vectors = get_sinks(["vectors"], settings)["vectors"]  # what `retrieval.open_readers` does
+    vectors = get_sinks(["vectors"], settings)["vectors"]  # what `unichunk.retrieval.open_readers` does
     assert vectors is flow_sink[0]  # the reader was handed the flow's own sink: the race's interleaving
     reader_has_them.set()
     thread.join(WAIT)

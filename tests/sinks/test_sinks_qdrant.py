@@ -26,16 +26,16 @@ import pytest
 from prometheus_client import REGISTRY
 from qdrant_client import QdrantClient
 
-from chunking.base import Span, chunks_from_spans
-from chunking.models import Chunk, Document
-from sinks.base import ScoredChunk, SinkError
-from sinks.config import SinkSettings
-from sinks.factory import open_sink as open_sink_by_name
-from sinks.vectors.base import Embedder
-from sinks.vectors.minilm import MiniLMEmbedder
-from sinks.vectors.qdrant import QdrantSink
-from sinks.vectors.qdrant_edge import EdgeQdrantSink
-from sinks.vectors.sink import point_id
+from unichunk.chunking.base import Span, chunks_from_spans
+from unichunk.chunking.models import Chunk, Document
+from unichunk.sinks.base import ScoredChunk, SinkError
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.factory import open_sink as open_sink_by_name
+from unichunk.sinks.vectors.base import Embedder
+from unichunk.sinks.vectors.minilm import MiniLMEmbedder
+from unichunk.sinks.vectors.qdrant import QdrantSink
+from unichunk.sinks.vectors.qdrant_edge import EdgeQdrantSink
+from unichunk.sinks.vectors.sink import point_id
 
 ENGINES = {"local": QdrantSink, "edge": EdgeQdrantSink}
 
@@ -368,7 +368,7 @@ def test_truncated_chunk_is_counted_and_logged(
     before = REGISTRY.get_sample_value("unichunk_embedder_truncated_chunks_total", labels) or 0.0
     with (
         QdrantSink(settings_for(tmp_path), minilm) as sink,
-        caplog.at_level(logging.WARNING, "sinks.vectors.sink"),
+        caplog.at_level(logging.WARNING, "unichunk.sinks.vectors.sink"),
     ):
         prepared = sink.prepare([(document, chunks)])
     assert prepared.stats["truncated_chunks"] == 1
@@ -418,9 +418,9 @@ def test_sinks_in_one_process_share_the_local_client_and_another_process_is_refu
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from sinks.base import SinkError\n"
-        "from sinks.config import SinkSettings\n"
-        "from sinks.vectors.sink import open_vector_sink\n"
+        "from unichunk.sinks.base import SinkError\n"
+        "from unichunk.sinks.config import SinkSettings\n"
+        "from unichunk.sinks.vectors.sink import open_vector_sink\n"
         "try:\n"
         "    open_vector_sink(SinkSettings(data_dir=Path(sys.argv[1]), vector_engine=sys.argv[2]))\n"
         "except SinkError as exc:\n"

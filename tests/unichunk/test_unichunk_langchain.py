@@ -11,12 +11,12 @@ from documents import write_files
 from langchain_core.documents import Document
 from pydantic import ValidationError
 
-from chunking.config import ChunkStrategy
-from chunking.ids import derive_document_id
-from chunking.models import Document as UnichunkDocument
-from chunking.service import ChunkingService
-from chunking.sources import default_source_name
 from unichunk import Pipeline
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.ids import derive_document_id
+from unichunk.chunking.models import Document as UnichunkDocument
+from unichunk.chunking.service import ChunkingService
+from unichunk.chunking.sources import default_source_name
 from unichunk.integrations.langchain import UnichunkRetriever, UnichunkTextSplitter, unichunk_document
 
 GUIDE = (

@@ -14,13 +14,13 @@ from llama_index.core.node_parser import NodeParser
 from llama_index.core.schema import BaseNode, Document, MetadataMode, TextNode
 from llama_index.core.vector_stores.utils import node_to_metadata_dict
 
-from chunking.config import ChunkStrategy
-from chunking.ids import derive_document_id
-from chunking.loaders import load_bytes
-from chunking.models import Document as UnichunkDocument
-from chunking.service import ChunkingService
-from chunking.sources import default_source_name
 from unichunk import Pipeline
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.ids import derive_document_id
+from unichunk.chunking.loaders import load_bytes
+from unichunk.chunking.models import Document as UnichunkDocument
+from unichunk.chunking.service import ChunkingService
+from unichunk.chunking.sources import default_source_name
 from unichunk.integrations.llama_index import UnichunkNodeParser, UnichunkRetriever, unichunk_document
 
 GUIDE = (

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from documents import write_files
 
-from chunking.config import ChunkStrategy
-from chunking.ids import derive_document_id
-from chunking.models import Document
-from chunking.sources import default_source_name
-from sinks.base import InvalidRequest
-from sinks.config import SinkSettings
 from unichunk import Pipeline, __version__
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.ids import derive_document_id
+from unichunk.chunking.models import Document
+from unichunk.chunking.sources import default_source_name
+from unichunk.sinks.base import InvalidRequest
+from unichunk.sinks.config import SinkSettings
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = {
@@ -43,8 +43,8 @@ def test_import_works_from_a_folder_holding_modules_named_like_ours(tmp_path: Pa
         (tmp_path / f"{name}.py").write_text(f"raise SystemExit('the user {name}.py was imported')\n")
     done = _python(
         "from unichunk import Pipeline, Document, __version__\n"
-        "import flows.ingest, tasks.chunk, index.run\n"
-        "print(flows.ingest.__file__, tasks.chunk.__file__, index.run.__file__, __version__)",
+        "import unichunk.flows.ingest, unichunk.tasks.chunk, unichunk.index.run\n"
+        "print(unichunk.flows.ingest.__file__, unichunk.tasks.chunk.__file__, unichunk.index.run.__file__, __version__)",
         tmp_path,
     )
     assert done.returncode == 0, done.stderr
@@ -55,12 +55,11 @@ def test_import_works_from_a_folder_holding_modules_named_like_ours(tmp_path: Pa
     )
 
 
-def test_a_clashing_module_imported_first_is_named_not_used(tmp_path: Path) -> None:
+def test_a_users_module_named_like_a_folder_of_ours_is_the_users(tmp_path: Path) -> None:
     (tmp_path / "tasks.py").write_text("VALUE = 1\n")
-    done = _python("import tasks\nimport unichunk", tmp_path)
-    assert done.returncode != 0
-    assert "a module named 'tasks' was imported from" in done.stderr
-    assert "import unichunk first, or rename" in done.stderr
+    done = _python("import tasks\nimport unichunk.tasks.chunk\nprint(tasks.VALUE)", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1"]
 
 
 def test_version_is_the_installed_distributions() -> None:

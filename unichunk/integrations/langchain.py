@@ -27,11 +27,11 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import Field
 
 import unichunk
-from chunking.config import ChunkStrategy
-from chunking.models import Chunk, Document
-from chunking.service import shared_service
-from retrieval.ranking import Mode
-from retrieval.results import SearchHit
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.service import shared_service
+from unichunk.retrieval.ranking import Mode
+from unichunk.retrieval.results import SearchHit
 
 DEFAULT_SOURCE_SYSTEM = "langchain"
 

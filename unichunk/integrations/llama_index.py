@@ -41,11 +41,11 @@ from llama_index.core.schema import Document as LlamaDocument
 from llama_index.core.utils import get_tqdm_iterable
 
 import unichunk
-from chunking.config import ChunkStrategy
-from chunking.models import Chunk, Document
-from chunking.service import shared_service
-from retrieval.ranking import Mode
-from retrieval.results import SearchHit
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.service import shared_service
+from unichunk.retrieval.ranking import Mode
+from unichunk.retrieval.results import SearchHit
 
 if TYPE_CHECKING:
     from unichunk.pipeline import Pipeline

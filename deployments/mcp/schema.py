@@ -1,5 +1,5 @@
 """What the MCP tools take and return: argument types with the bounds an agent's call is checked against,
-and the pydantic models the SDK publishes as each tool's output schema (`deployments.mcp_server` serves
+and the pydantic models the SDK publishes as each tool's output schema (`unichunk.deployments.mcp.server` serves
 them)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from chunking.sources import SOURCE_NAME_PATTERN
+from unichunk.chunking.sources import SOURCE_NAME_PATTERN
 
 _ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:\-]*$"
 

@@ -5,7 +5,7 @@ pid is not alive (a service killed with SIGKILL) is stale and ignored. UNICHUNK_
 
 In server mode (UNICHUNK_DATABASE_URL) nothing is written under the data dir: the service records itself as
 a row of `services` in the database's `unichunk` schema, with its process identity
-(`index.process_identity.ProcessIdentity`), and a CLI uses the row of a live service on its own machine
+(`unichunk.index.process_identity.ProcessIdentity`), and a CLI uses the row of a live service on its own machine
 only: the URL is a loopback one, meaningless elsewhere (a CLI on another machine sets
 UNICHUNK_SERVICE_URL).
 """
@@ -18,12 +18,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deployments.settings import ServiceSettings
-from index.process_identity import ProcessIdentity
-from sinks.config import SinkSettings
+from unichunk.deployments.settings import ServiceSettings
+from unichunk.index.process_identity import ProcessIdentity
+from unichunk.sinks.config import SinkSettings
 
 if TYPE_CHECKING:
-    from sinks.database import Database
+    from unichunk.sinks.database import Database
 
 SERVICE_FILE = "service.json"
 
@@ -47,7 +47,9 @@ def _services(data_dir: Path | None) -> Database | None:
     settings = SinkSettings() if data_dir is None else SinkSettings(data_dir=Path(data_dir))
     if settings.database_url is None:
         return None
-    from sinks.database import open_database  # SQLAlchemy (~0.16 s) only in server mode: the CLI starts light
+    from unichunk.sinks.database import (
+        open_database,  # SQLAlchemy (~0.16 s) only in server mode: the CLI starts light
+    )
 
     return open_database(settings, settings.data_dir / "services.sqlite3")
 

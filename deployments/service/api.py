@@ -1,18 +1,18 @@
 """The service's read/write API, mounted on the receiver's app: search, documents, status, delete.
 
-- `GET /search?q=...`: `retrieval.search`'s typed result (ranked chunks, route, assembled context, graph
+- `GET /search?q=...`: `unichunk.retrieval.search`'s typed result (ranked chunks, route, assembled context, graph
   context); `source=` (a source's name, `source_system`) and `document=` (repeatable IDs) narrow it: both
   become one `document_id` filter every retriever applies, so k hits still come back when k match.
 - `GET /documents/{id}`: the live generation's status record of the document and its chunks in order.
 - `DELETE /documents/{id}`: 404 at once for an unknown ID; else starts the `delete-document` deployment's
   run through Prefect (the served runner runs it, under the store lock) and answers 202 with the run, or
   waits for it with `?wait=true`.
-- `GET /status`: what `unichunk status --json` prints (`deployments.service_status`).
+- `GET /status`: what `unichunk status --json` prints (`unichunk.deployments.service.status`).
 
-The readers come from `deployments.service_stores.WarmStores` (models loaded once, handed over to flow runs
+The readers come from `unichunk.deployments.service.stores.WarmStores` (models loaded once, handed over to flow runs
 in the embedded store's single-writer mode), or from a provider tests pass. Retrieval blocks, so the
 endpoints are sync functions FastAPI runs in its thread pool. Every route here takes the bearer token
-(`deployments.service_auth`).
+(`unichunk.deployments.service.auth`).
 """
 
 from __future__ import annotations
@@ -28,19 +28,19 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from deployments.service_auth import bearer_auth
-from deployments.service_status import status_json
-from deployments.service_stores import StoreBusy, WarmStores
-from deployments.settings import ServiceSettings
-from index.generations import reading_settings, registry_of
-from index.status import StatusStore
-from retrieval.context import DEFAULT_BUDGET
-from retrieval.ranking import Mode
-from retrieval.readers import Readers
-from retrieval.results import SearchResult
-from retrieval.search import SearchOptions, search
-from sinks.base import SearchFilter, SinkError
-from sinks.config import SinkSettings
+from unichunk.deployments.service.auth import bearer_auth
+from unichunk.deployments.service.status import status_json
+from unichunk.deployments.service.stores import StoreBusy, WarmStores
+from unichunk.deployments.settings import ServiceSettings
+from unichunk.index.generations import reading_settings, registry_of
+from unichunk.index.status import StatusStore
+from unichunk.retrieval.context import DEFAULT_BUDGET
+from unichunk.retrieval.ranking import Mode
+from unichunk.retrieval.readers import Readers
+from unichunk.retrieval.results import SearchResult
+from unichunk.retrieval.search import SearchOptions, search
+from unichunk.sinks.base import SearchFilter, SinkError
+from unichunk.sinks.config import SinkSettings
 
 SinksProvider = Callable[[], Mapping[str, object]]
 DELETE_DEPLOYMENT = "delete-document/delete-document"

@@ -11,7 +11,7 @@ the service started, so they only go up while it lives.
 Why a re-exec. prometheus_client picks how values are stored (in memory or in those files) once, when
 `prometheus_client.values` is imported, from the environment; the CLI imports the metric modules long
 before it knows it will serve. So `enter_multiprocess_mode()`, the first thing `unichunk serve` and
-`python -m deployments.serve` do, clears the directory, sets the variable and replaces the process with
+`python -m unichunk.deployments.serving.serve` do, clears the directory, sets the variable and replaces the process with
 the same command line (`os.execv`: same pid, so a supervisor or a container sees nothing; about one
 interpreter start more). The new process imports prometheus_client with the variable set, and the run
 processes inherit it. A directory named by the user's PROMETHEUS_MULTIPROC_DIR is used instead of
@@ -20,7 +20,7 @@ otherwise be summed into this one's counters. In server mode (UNICHUNK_DATABASE_
 written under the data dir, the default is a fresh directory in the system's temporary space instead,
 removed when the service exits: these files are scratch of one service's life, not records.
 
-`unichunk worker` (a Prefect process worker, `deployments.worker`) does the same for the runs it spawns
+`unichunk worker` (a Prefect process worker, `unichunk.deployments.serving.worker`) does the same for the runs it spawns
 from a work pool, always in such a temporary directory of its own: several workers may share a machine
 (and a data dir), and each must sum only its own runs, or two workers would count each run twice.
 """
@@ -37,9 +37,9 @@ from pathlib import Path
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from index.metrics import initialize_series, multiprocess_mode
-from sinks.base import SINK_NAMES
-from sinks.config import SinkSettings
+from unichunk.index.metrics import initialize_series, multiprocess_mode
+from unichunk.sinks.base import SINK_NAMES
+from unichunk.sinks.config import SinkSettings
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # The pid that prepared the directory: execv keeps it, so the re-executed process knows it is done.

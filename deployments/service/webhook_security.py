@@ -32,9 +32,9 @@ from typing import NamedTuple
 from sqlalchemy import text
 from standardwebhooks import Webhook
 
-from chunking.errors import UnichunkError
-from chunking.sources import SOURCE_NAME_PATTERN
-from sinks.database import Database
+from unichunk.chunking.errors import UnichunkError
+from unichunk.chunking.sources import SOURCE_NAME_PATTERN
+from unichunk.sinks.database import Database
 
 SIGNATURE_PREFIX = "sha256="
 # A fixed namespace: the same delivery id maps to the same Prefect event id in every receiver replica.
@@ -273,7 +273,7 @@ def check_regular_file(path: Path) -> None:
 class ReplayCache:
     """Remembers recently accepted signatures and delivery ids until they expire.
 
-    An in-memory map answers fast; a table (`sinks.database`: `webhook/replay.db` under the data dir, or
+    An in-memory map answers fast; a table (`unichunk.sinks.database`: `webhook/replay.db` under the data dir, or
     the `unichunk` schema of the server-mode database) makes a restarted receiver, or a second one on the
     same volume or the same database, still refuse what was accepted moments before. `reserve` is atomic:
     one `INSERT ... ON CONFLICT DO UPDATE ... WHERE <expired> RETURNING` claims every key that is new or

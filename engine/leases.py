@@ -1,4 +1,4 @@
-"""A run's document leases (`index.document_leases`): take a batch's before it is chunked, give them back
+"""A run's document leases (`unichunk.index.document_leases`): take a batch's before it is chunked, give them back
 once its outcome is recorded, and wait for another run's only while holding none.
 
 Why a run waits holding nothing: if runs could wait while holding leases, run A holding X and waiting for
@@ -25,9 +25,9 @@ from prefect import get_run_logger
 from prefect.exceptions import MissingContextError
 from prefect.runtime import flow_run
 
-from chunking.sources import SourceItem
-from index.document_leases import DEFAULT_TTL_SECONDS, DocumentLeases
-from index.run import RunConfig
+from unichunk.chunking.sources import SourceItem
+from unichunk.index.document_leases import DEFAULT_TTL_SECONDS, DocumentLeases
+from unichunk.index.run import RunConfig
 
 # How often a waiting run looks whether a deferred document is free: short against a batch's seconds, long
 # against the one database read it costs.

@@ -21,28 +21,28 @@ from prefect.futures import PrefectFuture
 from prefect.states import State
 from prefect.utilities.annotations import quote
 
-from chunking.loaders import max_document_bytes
-from chunking.sources import Source, SourceItem
-from flows import progress
-from flows.leases import RunLeases, when_leased
-from flows.params import FailedDocument, IngestSummary, names
-from flows.reports import failed_state, failure_message, publish_ingest
-from flows.store_access import exclusive_store_access
-from index import metrics
-from index.chunk_batch import LOAD_FAILED, ChunkBatchResult
-from index.chunk_cache import ChunkKey
-from index.generations import ensure_live_alias, expired_generations
-from index.run import RunConfig
-from index.sink_writes import PrepareOutcome, optimize_sinks, record_outcome
-from index.status import DocumentStatus
-from sinks.base import SINK_NAMES, Sink
-from sinks.config import SinkSettings
-from sinks.pool import flow_sinks
-from tasks.alignment import restore_previous_task
-from tasks.chunk import chunk_batch
-from tasks.delete import delete_documents_task
-from tasks.generations import drop_generation
-from tasks.sink_io import prepare_sink, write_sink
+from unichunk.chunking.loaders import max_document_bytes
+from unichunk.chunking.sources import Source, SourceItem
+from unichunk.engine import progress
+from unichunk.engine.leases import RunLeases, when_leased
+from unichunk.engine.params import FailedDocument, IngestSummary, names
+from unichunk.engine.reports import failed_state, failure_message, publish_ingest
+from unichunk.engine.store_access import exclusive_store_access
+from unichunk.index import metrics
+from unichunk.index.chunk_batch import LOAD_FAILED, ChunkBatchResult
+from unichunk.index.chunk_cache import ChunkKey
+from unichunk.index.generations import ensure_live_alias, expired_generations
+from unichunk.index.run import RunConfig
+from unichunk.index.sink_writes import PrepareOutcome, optimize_sinks, record_outcome
+from unichunk.index.status import DocumentStatus
+from unichunk.sinks.base import SINK_NAMES, Sink
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.pool import flow_sinks
+from unichunk.tasks.alignment import restore_previous_task
+from unichunk.tasks.chunk import chunk_batch
+from unichunk.tasks.delete import delete_documents_task
+from unichunk.tasks.generations import drop_generation
+from unichunk.tasks.sink_io import prepare_sink, write_sink
 
 
 def unchanged_by_stat(item: SourceItem, row: DocumentStatus | None, run: RunConfig) -> bool:
@@ -95,7 +95,7 @@ class RunStores:
     delete opens none: no store lock, no client, no model (a no-change ingest, a webhook for a file that
     did not change).
 
-    Opening takes the embedded store's lock first (`flows.store_access`: overlapping runs queue instead of
+    Opening takes the embedded store's lock first (`unichunk.engine.store_access`: overlapping runs queue instead of
     failing on the store's lock, and a serving process hands its readers over), then the sinks from the
     process-wide pool, held for the flow; the flow's tasks get them from there (`RunConfig.open_sinks`),
     which refuses sinks not opened this way. Opening also keeps the Qdrant alias on the live collection:
@@ -208,7 +208,7 @@ def process_items(
     undone) before batch N+1's start.
 
     One document is never written by two runs at once (with server stores runs proceed in parallel):
-    each batch's documents are leased (`flows.leases`) just before it is chunked, in one transaction, and
+    each batch's documents are leased (`unichunk.engine.leases`) just before it is chunked, in one transaction, and
     released once its outcome is recorded. A document another run holds is deferred: not loaded, not
     written. When this run's batches are done, and it holds no lease (so two runs can never wait for each
     other), it waits for the deferred documents and processes them as more batches, reading each file then:
@@ -576,7 +576,7 @@ def delete_missing(
 def delete_leased(
     run: RunConfig, document_ids: Sequence[str], *, describe: Callable[[str], str] = str
 ) -> dict[str, int]:
-    """Delete documents from every sink and the run's records, each under its lease (`flows.leases`), so a
+    """Delete documents from every sink and the run's records, each under its lease (`unichunk.engine.leases`), so a
     deletion never interleaves with another run's write of the same document; chunks removed per sink."""
     removed: dict[str, int] = {}
 
@@ -603,8 +603,8 @@ def timed_summary(summary: IngestSummary, flow_name: str) -> Iterator[None]:
 def finish(
     summary: IngestSummary, problems: list[str] | None = None, *, artifacts: bool = True
 ) -> IngestSummary | State:
-    """Log the summary, publish the run's artifacts (`flows.reports`; not for `artifacts=False`); end the
-    run Failed if any document failed in this run, its message naming them (`flows.reports.failed_state`
+    """Log the summary, publish the run's artifacts (`unichunk.engine.reports`; not for `artifacts=False`); end the
+    run Failed if any document failed in this run, its message naming them (`unichunk.engine.reports.failed_state`
     says what the state carries: the summary in this process, `RunFailed` in a deployment's run).
 
     Known-unreadable files (failed to load before, unchanged since) are logged as a warning, not a

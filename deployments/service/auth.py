@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from fastapi import HTTPException, Request
 
-from deployments.settings import ServiceSettings
+from unichunk.deployments.settings import ServiceSettings
 
 TOKEN_VARIABLE = "UNICHUNK_API_TOKEN"
 

@@ -6,12 +6,18 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from chunking.config import ChunkStrategy
-from chunking.sources import DEFAULT_PATTERNS, SOURCE_NAME_PATTERN, DirectorySource, PathsSource, Source
-from index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_RETENTION_HOURS
-from index.shards import MAX_SHARDS
-from index.source_registry import SourceRecord
-from sinks.base import SINK_NAMES, SinkName
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.sources import (
+    DEFAULT_PATTERNS,
+    SOURCE_NAME_PATTERN,
+    DirectorySource,
+    PathsSource,
+    Source,
+)
+from unichunk.index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_RETENTION_HOURS
+from unichunk.index.shards import MAX_SHARDS
+from unichunk.index.source_registry import SourceRecord
+from unichunk.sinks.base import SINK_NAMES, SinkName
 
 # Times the parent of a sharded run starts a lost shard again (its worker died, its run crashed).
 DEFAULT_SHARD_RETRIES = 2
@@ -58,7 +64,7 @@ class SourceParams(BaseModel):
         return PathsSource(self.paths, root=self.root, source_system=self.source_system)
 
     def record(self, source: Source) -> SourceRecord:
-        """How to list this source again (its resolved name and root), for `index.source_registry`."""
+        """How to list this source again (its resolved name and root), for `unichunk.index.source_registry`."""
         return SourceRecord(
             name=source.source_system,
             kind=self.kind,
@@ -111,7 +117,7 @@ class IngestParams(BaseModel):
 class ShardParams(BaseModel):
     """Parameters of one `ingest-shard` run: what it needs to find its documents and to check it works
     with the parent's settings. Small whatever the source: the documents are in the manifest
-    (`index.shard_records`)."""
+    (`unichunk.index.shard_records`)."""
 
     parent: str = Field(description="The parent run's flow run ID: the key of its manifest.")
     shard: int = Field(ge=0, lt=MAX_SHARDS)

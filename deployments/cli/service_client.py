@@ -1,6 +1,6 @@
 """The CLI's side of a running service: `search`, `status` and `delete` ask it instead of loading models.
 
-A service is used when one is running for this data dir (`deployments.service_file`: UNICHUNK_SERVICE_URL,
+A service is used when one is running for this data dir (`unichunk.deployments.service.discovery`: UNICHUNK_SERVICE_URL,
 else the `service.json` a live `unichunk serve` wrote). When none is, or it cannot be reached, the caller
 gets `ServiceUnavailable` and works in-process as before; an answer the service gives (404, 401, 503) is
 the answer, raised as `ServiceError` with the service's message.
@@ -14,10 +14,10 @@ from urllib.parse import quote
 
 import httpx
 
-from chunking.errors import UnichunkError
-from deployments.service_file import running_service_url
-from deployments.settings import ServiceSettings
-from retrieval.results import SearchResult
+from unichunk.chunking.errors import UnichunkError
+from unichunk.deployments.service.discovery import running_service_url
+from unichunk.deployments.settings import ServiceSettings
+from unichunk.retrieval.results import SearchResult
 
 T = TypeVar("T")
 TIMEOUT = httpx.Timeout(60.0, connect=1.0)  # a search can wait for a run's hand-over; connecting cannot

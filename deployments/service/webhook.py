@@ -3,8 +3,8 @@
 Prefect Cloud's incoming webhooks do not exist on a self-hosted server, so this small FastAPI app plays
 that part. It only verifies and translates: the event it emits fires the `ingest-document` /
 `delete-document` deployments' triggers, and those flow runs touch the stores, never the receiver. The
-same app is the service's API (`deployments.search_api`: search, documents, status, delete through a
-deployment run; bearer auth in `deployments.service_auth`; OpenAPI at /docs), reading warm stores.
+same app is the service's API (`unichunk.deployments.service.api`: search, documents, status, delete through a
+deployment run; bearer auth in `unichunk.deployments.service.auth`; OpenAPI at /docs), reading warm stores.
 
 Checks, in order (see `webhook_security`): size (Content-Length, then while streaming) -> 413, content
 type -> 415, HMAC signature and timestamp freshness -> 401, replay of a signature or delivery id -> 409,
@@ -43,15 +43,13 @@ from prefect.settings import get_current_settings
 from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
-from chunking.ids import derive_document_id
-from deployments.http_metrics import HttpMetrics
-from deployments.multiprocess_metrics import metrics_page
-from deployments.search_api import SinksProvider, create_search_router, open_stores
-from deployments.service_auth import listen_refusal
-from deployments.service_file import announce, withdraw
-from deployments.service_stores import WarmStores
-from deployments.settings import ServiceSettings
-from deployments.webhook_security import (
+from unichunk.chunking.ids import derive_document_id
+from unichunk.deployments.service.api import SinksProvider, create_search_router, open_stores
+from unichunk.deployments.service.auth import listen_refusal
+from unichunk.deployments.service.discovery import announce, withdraw
+from unichunk.deployments.service.http_metrics import HttpMetrics
+from unichunk.deployments.service.stores import WarmStores
+from unichunk.deployments.service.webhook_security import (
     ReplayCache,
     WebhookRejected,
     authenticate,
@@ -63,9 +61,11 @@ from deployments.webhook_security import (
     replay_keys,
     resolve_source_path,
 )
-from index.generations import live_status
-from sinks.config import SinkSettings
-from sinks.database import open_database
+from unichunk.deployments.serving.multiprocess_metrics import metrics_page
+from unichunk.deployments.settings import ServiceSettings
+from unichunk.index.generations import live_status
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.database import open_database
 
 EVENT_NAMES = {"updated": "document.updated", "deleted": "document.deleted"}
 RESOURCE_PREFIX = "unichunk.document."

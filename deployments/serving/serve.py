@@ -7,7 +7,7 @@
 - `switch-generation/switch-generation`: roll back to a retained generation (or on to a ready one).
 - `reindex/reindex`: the nightly safety net, on the cron in UNICHUNK_REINDEX_CRON (default "0 2 * * *").
 - `ingest-shard/ingest-shard`: one shard of an `ingest` or `reindex` run given `shards=N`, started by that
-  run (`flows.shards`), never by hand; served here so one machine can run shards in parallel processes.
+  run (`unichunk.engine.shards`), never by hand; served here so one machine can run shards in parallel processes.
 - `ingest-document/ingest-document` and `delete-document/delete-document`: fired by the Prefect events
   "document.updated" / "document.deleted" that the webhook receiver emits; their parameters are Jinja
   templates over the event payload, rendered by the Prefect server when the trigger fires.
@@ -29,10 +29,10 @@ the repo root instead, which declares the same deployments for a process work po
     prefect deploy --all                       # from the repo root, registers the deployments
     unichunk worker --pool unichunk            # on each machine, as many as you like
 
-Every worker polls the pool and runs flow runs as local subprocesses (`deployments.worker`: one /metrics
+Every worker polls the pool and runs flow runs as local subprocesses (`unichunk.deployments.serving.worker`: one /metrics
 for all of them), so adding workers adds throughput; the triggers and the cron live on the server and do
 not care which worker picks a run up, and one large `ingest`/`reindex` given `shards=N` is split across
-them (`flows.shards`). Every worker needs the same UNICHUNK_* settings pointing at shared stores
+them (`unichunk.engine.shards`). Every worker needs the same UNICHUNK_* settings pointing at shared stores
 (UNICHUNK_DATABASE_URL, Qdrant and Neo4j servers): docs/operations.md, "Scaling out".
 """
 
@@ -55,15 +55,15 @@ from prefect.runner import Runner
 from prefect.types.entrypoint import EntrypointType
 from prometheus_client import start_http_server
 
-from deployments.multiprocess_metrics import enter_multiprocess_mode, exposition_registry
-from deployments.settings import ServiceSettings
-from flows.documents import delete_document, ingest_document
-from flows.ingest import ingest
-from flows.ingest_shard import ingest_shard
-from flows.rebuild import rebuild
-from flows.reindex import reindex
-from flows.switch import switch_generation
-from sinks.config import SinkSettings
+from unichunk.deployments.serving.multiprocess_metrics import enter_multiprocess_mode, exposition_registry
+from unichunk.deployments.settings import ServiceSettings
+from unichunk.flows.documents import delete_document, ingest_document
+from unichunk.flows.ingest import ingest
+from unichunk.flows.ingest_shard import ingest_shard
+from unichunk.flows.rebuild import rebuild
+from unichunk.flows.reindex import reindex
+from unichunk.flows.switch import switch_generation
+from unichunk.sinks.config import SinkSettings
 
 UPDATED_EVENT = "document.updated"
 DELETED_EVENT = "document.deleted"
@@ -145,7 +145,7 @@ def build_deployments(
     settings = settings or ServiceSettings()
     # The configured source, or none: then `ingest` and `reindex` re-scan every source ingested before.
     source = {"params": {"source": settings.source()}} if settings.source() else {"params": {}}
-    # Module entrypoints: flow runs import `flows.*` wherever the package is installed, whatever the cwd.
+    # Module entrypoints: flow runs import `unichunk.flows.*` wherever the package is installed, whatever the cwd.
     base: dict[str, Any] = {"entrypoint_type": EntrypointType.MODULE_PATH}
 
     def options(name: str) -> dict[str, Any]:
@@ -217,7 +217,7 @@ def build_deployments(
 def start_metrics_server(port: int, addr: str = "0.0.0.0") -> int | None:
     """Expose /metrics (port 0 = disabled); returns the bound port.
 
-    Under `unichunk serve` (multiprocess mode, `deployments.multiprocess_metrics`) the page sums this
+    Under `unichunk serve` (multiprocess mode, `unichunk.deployments.serving.multiprocess_metrics`) the page sums this
     process's samples and every flow run's, so counters add up across runs; elsewhere it is this
     process's default registry."""
     if port == 0:
@@ -395,7 +395,7 @@ def serve_all(
             signal.signal(signum, handler)
 
 
-if __name__ == "__main__":  # python -m deployments.serve [name ...]
+if __name__ == "__main__":  # python -m unichunk.deployments.serving.serve [name ...]
     enter_multiprocess_mode(SinkSettings().data_dir)  # re-executes this command once (see that module)
     logging.basicConfig(level=logging.INFO)
     serve_all(tuple(sys.argv[1:]) or DEPLOYMENT_NAMES)

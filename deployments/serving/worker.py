@@ -5,7 +5,7 @@ PUSHGATEWAY_URL set, each run pushes its own counts on exit, grouped by instance
 one flow on one worker (two shards of a sharded run, say) overwrite each other's group and counts are
 lost. `unichunk worker` is that same worker (Prefect's `ProcessWorker`, polling the pool, running runs as
 subprocesses, creating the pool as a process pool if it does not exist) in prometheus_client's
-multiprocess mode (`deployments.multiprocess_metrics`): every run it spawns writes its samples to files
+multiprocess mode (`unichunk.deployments.serving.multiprocess_metrics`): every run it spawns writes its samples to files
 in the worker's own directory (`PROMETHEUS_MULTIPROC_DIR`, else a fresh one under the system's temp dir,
 removed when the worker exits: `enter_multiprocess_mode(temporary=True)`), and the worker serves their sum on `/metrics`. Counters then only go up
 while the worker lives, `increase()` is right, and runs push nothing (a served run never does). One
@@ -29,7 +29,7 @@ import signal
 
 from prefect.workers.process import ProcessWorker
 
-from deployments.serve import RUN_LOG_LEVELS, start_metrics_server
+from unichunk.deployments.serving.serve import RUN_LOG_LEVELS, start_metrics_server
 
 DEFAULT_POOL = "unichunk"
 

@@ -39,8 +39,9 @@ from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
 from pydantic import ValidationError
 
-from chunking.errors import UnichunkError
-from deployments.mcp_schema import (
+from unichunk import __version__
+from unichunk.chunking.errors import UnichunkError
+from unichunk.deployments.mcp.schema import (
     Budget,
     ChunkId,
     ChunkOut,
@@ -57,23 +58,22 @@ from deployments.mcp_schema import (
     SourceName,
     TopK,
 )
-from deployments.settings import ServiceSettings
-from deployments.webhook_security import (
+from unichunk.deployments.service.webhook_security import (
     WebhookRejected,
     check_document_id,
     check_regular_file,
     resolve_source_path,
 )
-from flows.params import IngestSummary
-from index.generations import reading_settings
-from index.status import DocumentStatus, StatusStore
-from retrieval.context import DEFAULT_BUDGET, Piece, merge_pieces
-from retrieval.ranking import Mode
-from retrieval.results import SearchResult
-from sinks.base import StoredChunk
-from unichunk import __version__
+from unichunk.deployments.settings import ServiceSettings
+from unichunk.engine.params import IngestSummary
+from unichunk.index.generations import reading_settings
+from unichunk.index.status import DocumentStatus, StatusStore
 from unichunk.index_status import DocumentInfo, IndexStatus
 from unichunk.pipeline import Pipeline
+from unichunk.retrieval.context import DEFAULT_BUDGET, Piece, merge_pieces
+from unichunk.retrieval.ranking import Mode
+from unichunk.retrieval.results import SearchResult
+from unichunk.sinks.base import StoredChunk
 
 logger = logging.getLogger(__name__)
 

@@ -3,10 +3,10 @@
 `ingest`, `delete`, `rebuild`, `generations` and `demo` run the real Prefect flows in this process, and
 `serve` serves them, against PREFECT_API_URL; with it unset, against the data dir's **local Prefect
 server**, which the first such command starts (detached, on a free port, recorded under
-`<data dir>/stack`) and later ones reuse, each saying so in one line (`deployments.stack` says why not
+`<data dir>/stack`) and later ones reuse, each saying so in one line (`unichunk.local_stack` says why not
 Prefect's ephemeral server). `unichunk down` stops it and the embedded FalkorDB; `demo` ends by naming
 what it left running. `search`, `status` and `delete` ask the service `unichunk serve` runs for this data
-dir (or UNICHUNK_SERVICE_URL) when there is one (`deployments.service_client`); otherwise `search`,
+dir (or UNICHUNK_SERVICE_URL) when there is one (`unichunk.deployments.cli.service_client`); otherwise `search`,
 `status` and `verify` read the stores directly.
 
 Output. Everything printed that comes from data (file names, source IDs, error texts, queries) is printed
@@ -51,11 +51,11 @@ refused before any flow or Prefect server starts, and a PREFECT_API_URL that doe
 (exit 3) instead of after Prefect's retries.
 
 Imports of the flows (and so of Prefect) happen inside the commands that run a flow: measured on the
-reference machine, `import flows.ingest` takes 3.1 s (Prefect alone 1.7 s), which `status`, `search`,
+reference machine, `import unichunk.flows.ingest` takes 3.1 s (Prefect alone 1.7 s), which `status`, `search`,
 `verify` and `--help` would otherwise pay for nothing. Likewise the stores' clients and the chunker load
 inside the paths that open them (`search` without a service, `verify`): a command answered by a running
 service imports neither (`tests/deployments/test_cli_imports.py` checks the closure), which took
-`import deployments.cli` from 2.7 s to 0.4 s. `--version` imports `unichunk` only when asked.
+`import unichunk.deployments.cli.main` from 2.7 s to 0.4 s. `--version` imports `unichunk` only when asked.
 """
 
 from __future__ import annotations
@@ -102,17 +102,17 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from chunking.config import ChunkStrategy
-from chunking.errors import UnichunkError
-from deployments import stack
-from deployments.service_client import ServiceRefused, ask_service
-from deployments.settings import SAMPLE_CORPUS, ServiceSettings
-from index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_RETENTION_HOURS
-from index.errors import GenerationError
-from retrieval.ranking import RetrievalError
-from retrieval.results import SearchResult
-from sinks.base import InvalidRequest
-from sinks.config import SinkSettings
+from unichunk import local_stack as stack
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.errors import UnichunkError
+from unichunk.deployments.cli.service_client import ServiceRefused, ask_service
+from unichunk.deployments.settings import SAMPLE_CORPUS, ServiceSettings
+from unichunk.index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_RETENTION_HOURS
+from unichunk.index.errors import GenerationError
+from unichunk.retrieval.ranking import RetrievalError
+from unichunk.retrieval.results import SearchResult
+from unichunk.sinks.base import InvalidRequest
+from unichunk.sinks.config import SinkSettings
 
 EXIT_DOCUMENTS = 1
 EXIT_NOT_FOUND = 1  # shares 1 with failed documents: "not everything is right", and nothing to retry as is
@@ -361,8 +361,8 @@ def _quiet_run_loggers() -> Iterator[None]:
 
 
 # The vector sink's warning for a document whose chunks were longer than the embedder's input
-# (`sinks.vectors.sink`, one per document): counted during a command and reported once, with the count.
-TRUNCATION_LOGGER = "sinks.vectors.sink"
+# (`unichunk.sinks.vectors.sink`, one per document): counted during a command and reported once, with the count.
+TRUNCATION_LOGGER = "unichunk.sinks.vectors.sink"
 _TRUNCATION = re.compile(r"(\d+) chunk\(s\) over (.+?)'s limit of (\d+) tokens")
 
 
@@ -513,9 +513,9 @@ def _startup_checks(settings: SinkSettings | None = None) -> SinkSettings:
 
 
 def _with_progress(run: Callable[[], Any]) -> Any:
-    """Run a flow call under a progress bar fed by `flows.progress` (on a terminal only: in a pipe or a log
+    """Run a flow call under a progress bar fed by `unichunk.engine.progress` (on a terminal only: in a pipe or a log
     file a transient bar leaves nothing useful, only an empty line)."""
-    from flows import progress  # see the module docstring: Prefect loads only for flow commands
+    from unichunk.engine import progress  # see the module docstring: Prefect loads only for flow commands
 
     if not err_console.is_terminal:
         return run()
@@ -539,8 +539,8 @@ def _check_source(path: Path | None, pattern: list[str] | None, source: str | No
 
 def _source_params(path: Path | None, pattern: list[str] | None, source: str | None) -> Any:
     """PATH as flow parameters (None: every source ingested before); `--source` names it."""
-    from chunking.sources import DEFAULT_PATTERNS
-    from flows.params import SourceParams
+    from unichunk.chunking.sources import DEFAULT_PATTERNS
+    from unichunk.engine.params import SourceParams
 
     _check_source(path, pattern, source)
     if path is None:
@@ -598,7 +598,7 @@ def _print_failed(name: str, error: str) -> None:
 def _run_ingest(params: Any, *, as_json: bool = False) -> Any:
     """Run the ingest flow with a progress bar; returns the IngestSummary (the caller exits 1 if documents
     failed): its line, then one line per failed document; with `as_json`, the summary as JSON instead."""
-    from flows.ingest import ingest
+    from unichunk.flows.ingest import ingest
 
     summary = _result(_with_progress(lambda: ingest(params, return_state=True)))
     if as_json:
@@ -669,7 +669,7 @@ def ingest(
     chosen = _strategy(strategy)
     _startup_checks()
     with _prefect():
-        from flows.params import IngestParams
+        from unichunk.engine.params import IngestParams
 
         with _options(sinks="--sink"):
             params = IngestParams(
@@ -693,17 +693,17 @@ def search(
     k: Annotated[int, typer.Option("-k", "--top", min=1, max=100, help="How many hits.")] = 5,
     as_json: JsonOption = False,
 ) -> None:
-    """Hybrid search: BM25 and vector hits fused by reciprocal rank (`retrieval.search`). With --json, the
-    whole result (`retrieval.results.SearchResult`, as `GET /search` serves it)."""
+    """Hybrid search: BM25 and vector hits fused by reciprocal rank (`unichunk.retrieval.search`). With --json, the
+    whole result (`unichunk.retrieval.results.SearchResult`, as `GET /search` serves it)."""
     if not query.strip():
         raise UserError("the query is empty")
     result = ask_service(lambda service: service.search(query, k, graph=False, expand=False))
     if result is None:  # no service running: load the models here
-        from index.generations import live_generation, reading_settings
-        from retrieval.readers import Readers
-        from retrieval.search import SearchOptions
-        from retrieval.search import search as run_search
-        from sinks.pool import flow_sinks
+        from unichunk.index.generations import live_generation, reading_settings
+        from unichunk.retrieval.readers import Readers
+        from unichunk.retrieval.search import SearchOptions
+        from unichunk.retrieval.search import search as run_search
+        from unichunk.sinks.pool import flow_sinks
 
         base = _startup_checks()
         if base.generation is None and live_generation(base) is None:  # nothing to open: say so
@@ -742,7 +742,7 @@ def status(
     failed document with its whole error, one line each."""
     data = ask_service(lambda service: service.status(failed=failed))
     if data is None:  # no service running: read the records here
-        from deployments.service_status import status_json
+        from unichunk.deployments.service.status import status_json
 
         data = status_json(failed=failed)
     if as_json:
@@ -816,7 +816,9 @@ def _print_generations(data: dict[str, Any]) -> None:
 
 
 def _verify(*, as_json: bool = False) -> bool:
-    from index.alignment import verify_live  # the chunker and every store's client: only when verifying
+    from unichunk.index.alignment import (
+        verify_live,  # the chunker and every store's client: only when verifying
+    )
 
     report = verify_live()
     if as_json:
@@ -850,8 +852,8 @@ def verify(as_json: JsonOption = False) -> None:
 
 def _known_document(settings: SinkSettings, document_id: str) -> bool:
     """Whether a generation a deletion reaches (live, or being built) records `document_id`."""
-    from index.generations import registry_of
-    from index.status import StatusStore
+    from unichunk.index.generations import registry_of
+    from unichunk.index.status import StatusStore
 
     return any(
         g.state in ("live", "building", "failed", "ready")
@@ -876,7 +878,7 @@ def delete(
         if not _known_document(settings, document_id):  # before any flow or Prefect server starts
             raise NotFound(f"no such document: {document_id} (`unichunk status` lists them)")
         with _prefect():
-            from flows.documents import delete_document
+            from unichunk.flows.documents import delete_document
 
             removed = delete_document(document_id)
     if as_json:
@@ -920,8 +922,8 @@ def rebuild(
     chosen = _strategy(strategy, chunk_size=chunk_size, chunk_overlap=chunk_overlap)
     _startup_checks()
     with _prefect():
-        from flows.params import RebuildParams
-        from flows.rebuild import rebuild as rebuild_flow
+        from unichunk.engine.params import RebuildParams
+        from unichunk.flows.rebuild import rebuild as rebuild_flow
 
         params = RebuildParams(
             source=_source_params(path, pattern, source),
@@ -952,8 +954,8 @@ app.add_typer(generations_app, name="generations")
 @friendly_errors
 def generations_list(as_json: JsonOption = False) -> None:
     """Every index generation: live, being built, ready, retained for rollback."""
-    from deployments.service_status import generations_json
-    from index.generations import reading_settings
+    from unichunk.deployments.service.status import generations_json
+    from unichunk.index.generations import reading_settings
 
     if as_json:
         _print_json(generations_json(reading_settings()))
@@ -971,13 +973,13 @@ def generations_switch(
     as_json: JsonOption = False,
 ) -> None:
     """Roll back (or forward): verify a retained or ready generation, then make it live."""
-    from index.generations import rollback_target, switchable
+    from unichunk.index.generations import rollback_target, switchable
 
     settings = _startup_checks()
     # Before any flow or Prefect server starts: a generation that does not exist or may not go live.
     switchable(settings, generation_id or rollback_target(settings))
     with _prefect():
-        from flows.switch import switch_generation
+        from unichunk.flows.switch import switch_generation
 
         result = _result(switch_generation(generation_id, retention_hours, return_state=True))
     if as_json:
@@ -993,7 +995,7 @@ def generations_drop(
     as_json: JsonOption = False,
 ) -> None:
     """Delete a generation's stores now, without waiting for its retention."""
-    from index.generations import registry_of
+    from unichunk.index.generations import registry_of
 
     settings = _startup_checks()
     found = registry_of(settings).get(generation_id)  # before any flow or Prefect server starts
@@ -1002,7 +1004,7 @@ def generations_drop(
     if found.state == "live":
         raise UserError(f"generation {generation_id} is live; switch to another one before dropping it")
     with _prefect():
-        from flows.switch import drop_generation_now
+        from unichunk.flows.switch import drop_generation_now
 
         _result(drop_generation_now(generation_id, return_state=True))
     if as_json:
@@ -1013,7 +1015,7 @@ def generations_drop(
 
 def _refuse_open_listener(host: str) -> None:
     """Listening beyond loopback needs UNICHUNK_API_TOKEN: one line, exit 2 (`service_auth`)."""
-    from deployments.service_auth import listen_refusal
+    from unichunk.deployments.service.auth import listen_refusal
 
     refusal = listen_refusal(host)
     if refusal:
@@ -1033,10 +1035,10 @@ def serve(
     """Serve the deployments (cron reindex, event-triggered document flows, rebuild) and the webhook receiver.
 
     Stops within 10 s of SIGTERM or Ctrl-C: in-flight runs are cancelled, and their documents are redone by
-    the next run (`deployments.serve.ServeRunner`)."""
+    the next run (`unichunk.deployments.serving.serve.ServeRunner`)."""
     _refuse_open_listener(host)
     _startup_checks()
-    from deployments.multiprocess_metrics import enter_multiprocess_mode
+    from unichunk.deployments.serving.multiprocess_metrics import enter_multiprocess_mode
 
     enter_multiprocess_mode(SinkSettings().data_dir)  # re-executes this command once, in multiprocess mode
     secret = ServiceSettings().webhook_secret
@@ -1049,8 +1051,8 @@ def serve(
             )
         )
     with _prefect(route_logs=False):
-        from deployments.serve import serve_all
-        from deployments.webhook import run_receiver
+        from unichunk.deployments.service.webhook import run_receiver
+        from unichunk.deployments.serving.serve import serve_all
 
         if webhook:
             threading.Thread(target=run_receiver, args=(host, port), name="webhook", daemon=True).start()
@@ -1083,13 +1085,13 @@ def worker(
     every machine runs `unichunk worker` with the same UNICHUNK_* settings (docs/operations.md, "Scaling
     out"). The first SIGTERM or Ctrl-C stops polling and lets runs in flight finish; a second kills."""
     _startup_checks()
-    from deployments.multiprocess_metrics import enter_multiprocess_mode
+    from unichunk.deployments.serving.multiprocess_metrics import enter_multiprocess_mode
 
     # re-executes this command once, in multiprocess mode, with a temporary metrics directory of its own
     enter_multiprocess_mode(SinkSettings().data_dir, temporary=True)
     service = ServiceSettings()
     with _prefect(route_logs=False):
-        from deployments.worker import run_worker
+        from unichunk.deployments.serving.worker import run_worker
 
         run_worker(
             pool,
@@ -1112,7 +1114,7 @@ def mcp(
     alone; everything else goes to stderr (see docs/operations.md, "MCP server for agents")."""
     _startup_checks()
     with _prefect(route_logs=False):  # the ingest tool runs the ingest flow in this process
-        from deployments.mcp_server import run_server
+        from unichunk.deployments.mcp.server import run_server
 
         run_server(http=http, host=host, port=port)
 
@@ -1153,7 +1155,7 @@ def demo(query: Annotated[str, typer.Option(help="The sample search.")] = DEMO_Q
         raise UserError(f"the sample corpus is missing: {SAMPLE_CORPUS}")
     _startup_checks()
     with _prefect():
-        from flows.params import IngestParams, SourceParams
+        from unichunk.engine.params import IngestParams, SourceParams
 
         console.rule("ingest")
         summary = _run_ingest(IngestParams(source=SourceParams(kind="directory", root=str(SAMPLE_CORPUS))))

@@ -8,7 +8,7 @@ qdrant-client's local mode) may be held by ONE process, and the served flow runs
 - The embedder is made once and handed to every vector reader this process opens: reopening the store costs
   milliseconds, not a model load.
 - While the vector reader is open the service holds a SHARED flock on the generation's `run.lock`, the lock
-  flow runs take EXCLUSIVELY before opening the store (`flows.store_access`).
+  flow runs take EXCLUSIVELY before opening the store (`unichunk.engine.store_access`).
 - A run that finds the lock taken leaves a marker (`run.wanted.<pid>`) while it waits. A watcher thread here
   sees it, stops admitting searches, lets those in flight finish, closes the vector reader and releases the
   shared lock: the run proceeds. Searches arriving meanwhile wait up to UNICHUNK_SERVICE_BUSY_WAIT seconds
@@ -31,15 +31,15 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
-from flows.store_access import handover_markers, store_lock_path
-from index.generations import live_generation, reading_settings
-from retrieval.readers import Readers
-from sinks.base import Sink
-from sinks.config import SinkSettings
-from sinks.factory import open_sinks
-from sinks.vectors.base import Embedder
-from sinks.vectors.embedders import make_embedder
-from sinks.vectors.sink import open_vector_sink
+from unichunk.engine.store_access import handover_markers, store_lock_path
+from unichunk.index.generations import live_generation, reading_settings
+from unichunk.retrieval.readers import Readers
+from unichunk.sinks.base import Sink
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.factory import open_sinks
+from unichunk.sinks.vectors.base import Embedder
+from unichunk.sinks.vectors.embedders import make_embedder
+from unichunk.sinks.vectors.sink import open_vector_sink
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
-"""One `ingest` or `reindex` run split across workers: the parent's side (the shards' is `flows.ingest_shard`).
+"""One `ingest` or `reindex` run split across workers: the parent's side (the shards' is `unichunk.flows.ingest_shard`).
 
 With `shards=N` the parent lists the source once and sets aside, by the status table, what is unchanged
 (so a nightly reindex where nothing changed starts no shard at all). It splits the rest by a stable hash
-of the document ID (`index.shards`), writes the manifest to the pipeline's records
-(`index.shard_records`, which says why documents never travel as flow parameters) and starts one run of
+of the document ID (`unichunk.index.shards`), writes the manifest to the pipeline's records
+(`unichunk.index.shard_records`, which says why documents never travel as flow parameters) and starts one run of
 the `ingest-shard` deployment per non-empty shard with `run_deployment`. Those runs are linked to the
 parent as subflows (the Prefect UI shows the tree) and go to any worker polling the deployment's work
 pool, on any machine (or to `unichunk serve`, which serves the deployment too). The parent then waits,
@@ -53,18 +53,18 @@ from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run as current_run
 from prefect.states import Cancelled, Cancelling, Crashed
 
-from chunking.errors import UnichunkError
-from chunking.sources import SourceItem
-from flows import progress
-from flows.params import IngestParams, IngestSummary, ShardOutcome, ShardParams
-from index.run import RunConfig
-from index.shard_records import ShardRecord, ShardRecords
-from index.shards import split
+from unichunk.chunking.errors import UnichunkError
+from unichunk.chunking.sources import SourceItem
+from unichunk.engine import progress
+from unichunk.engine.params import IngestParams, IngestSummary, ShardOutcome, ShardParams
+from unichunk.index.run import RunConfig
+from unichunk.index.shard_records import ShardRecord, ShardRecords
+from unichunk.index.shards import split
 
 SHARD_FLOW = "ingest-shard"
 SHARD_DEPLOYMENT = f"{SHARD_FLOW}/{SHARD_FLOW}"  # flow name / deployment name
 POLL_SECONDS = 2.0  # how often the parent reads its shards' states: one API call and one records read
-# A running shard whose beat counter (bumped every `flows.ingest_shard.BEAT_SECONDS`) has not moved this
+# A running shard whose beat counter (bumped every `unichunk.flows.ingest_shard.BEAT_SECONDS`) has not moved this
 # long is lost: 24 missed beats, far beyond a busy machine's stalls, short against a large shard's hours.
 SILENT_SECONDS = 120.0
 WAITING_LOG_SECONDS = 60.0  # how often a parent says its shards still wait for a worker

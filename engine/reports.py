@@ -30,8 +30,8 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.context import FlowRunContext
 from prefect.states import Failed, State
 
-from flows.params import FailedDocument, IngestSummary, RebuildSummary
-from index.chunk_batch import LOAD_FAILED
+from unichunk.engine.params import FailedDocument, IngestSummary, RebuildSummary
+from unichunk.index.chunk_batch import LOAD_FAILED
 
 MESSAGE_DOCUMENTS = 3  # documents named in a Failed state's message
 MESSAGE_CAUSE_CHARS = 80  # each one's cause, cut to this

@@ -11,7 +11,7 @@ leads its own process group, and its API URL), with its database and log under `
   so a command killed with SIGKILL leaves it running, unrecorded, one more per killed command, and every
   command pays its start-up (measured: 10-15 s here). A recorded server outlives a killed command on
   purpose: the next command reuses it (and says so) and `unichunk down` stops it;
-- `down()` stops the recorded server and the embedded FalkorDB (`sinks.graph.falkordb_server`), which is
+- `down()` stops the recorded server and the embedded FalkorDB (`unichunk.sinks.graph.falkordb_server`), which is
   recorded the same way, and nothing else: a server that answered on port 4200 without being ours was
   used, never recorded, so never stopped.
 
@@ -43,8 +43,8 @@ from pathlib import Path
 
 import httpx
 
-from sinks.config import SinkSettings
-from sinks.graph.falkordb_server import ensure_server, running_url, stop_server
+from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.graph.falkordb_server import ensure_server, running_url, stop_server
 
 STATE_FILE = "prefect-server.json"
 UP_PORT = 4200

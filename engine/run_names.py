@@ -19,7 +19,7 @@ from typing import Any
 
 from prefect.runtime import flow_run
 
-from chunking.sources import default_source_name
+from unichunk.chunking.sources import default_source_name
 
 NAME_PART_CHARS = 60
 SEPARATOR = " · "

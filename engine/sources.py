@@ -1,7 +1,7 @@
 """Which sources a run covers: the one it names, or every source the data dir has ingested before.
 
 `ingest` and `rebuild` name a source; the nightly `reindex` (and an `ingest` run from the UI with no
-source filled in) re-scans every source recorded in `index.source_registry`. A recorded source whose
+source filled in) re-scans every source recorded in `unichunk.index.source_registry`. A recorded source whose
 folder has gone (an unmounted disk) is skipped with a warning and keeps its documents: only a listing
 that succeeds may delete what vanished from it.
 """
@@ -13,13 +13,13 @@ from pathlib import Path
 
 from prefect import get_run_logger
 
-from chunking.sources import Source, SourceItem
-from flows.params import IngestParams, IngestSummary, SourceParams
-from flows.pipeline import RunStores, delete_missing, find_missing, process_items, run_stores, triage
-from flows.shards import run_in_shards
-from index.run import RunConfig
-from index.source_registry import SourceRecord, SourceRegistry
-from sinks.config import SinkSettings
+from unichunk.chunking.sources import Source, SourceItem
+from unichunk.engine.batches import RunStores, delete_missing, find_missing, process_items, run_stores, triage
+from unichunk.engine.params import IngestParams, IngestSummary, SourceParams
+from unichunk.engine.shards import run_in_shards
+from unichunk.index.run import RunConfig
+from unichunk.index.source_registry import SourceRecord, SourceRegistry
+from unichunk.sinks.config import SinkSettings
 
 
 @dataclass
@@ -116,7 +116,7 @@ def sync_listed(
 def sync_in_shards(
     listed: list[Listed], run: RunConfig, summary: IngestSummary, params: IngestParams
 ) -> list[str]:
-    """`sync_listed` split across workers (`flows.shards`): what is unchanged by size and mtime is told
+    """`sync_listed` split across workers (`unichunk.engine.shards`): what is unchanged by size and mtime is told
     here, from the status table, so only documents to load go to the shards (none: no shard starts);
     then, once, what vanished from each source is deleted. Returns the problems that fail the run."""
     items = [item for entry in listed for item in entry.items]

@@ -16,7 +16,7 @@ process on the machine whichever Prefect server started it (a CLI run beside a s
 process's own queue (`UNICHUNK_SERVE_RUN_LIMIT`) is Prefect's.
 
 A run opens its stores, and so takes the lock, only once it has something to write or delete
-(`flows.pipeline.RunStores`): a run whose documents are all unchanged takes none, so it never waits here
+(`unichunk.engine.batches.RunStores`): a run whose documents are all unchanged takes none, so it never waits here
 nor makes the service below hand its store over. Having waited, it reads the status rows again: the run it
 waited for may have written or deleted the same documents.
 
@@ -25,7 +25,7 @@ Only a run that opens the vector store needs the lock: a run writing only the ke
 concurrent writers), so it is not queued. Dropping a generation removes all its stores, the vectors
 included, and keeps the lock.
 
-A running service (`unichunk serve`, `deployments.service_stores`) keeps the live store open for warm
+A running service (`unichunk serve`, `unichunk.deployments.service.stores`) keeps the live store open for warm
 searches and holds a SHARED lock on the same file meanwhile. A run that finds the lock taken drops a marker
 beside it (`run.wanted.<pid>`, `handover_markers`) while it waits: the service sees the marker, lets its
 searches in flight finish, closes the store and releases its shared lock, so the run gets the exclusive
@@ -33,7 +33,7 @@ one; the marker goes once the run holds the lock, and the service reopens the st
 
 With a Qdrant server (`UNICHUNK_QDRANT_URL`) the stores take concurrent writers and runs are not queued.
 Runs that proceed in parallel never write one document at once: each holds the leases of the documents it
-is writing (`flows.leases`).
+is writing (`unichunk.engine.leases`).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from pathlib import Path
 from prefect import get_run_logger
 from prefect.runtime import flow_run
 
-from sinks.base import SINK_NAMES
-from sinks.config import SinkSettings
+from unichunk.sinks.base import SINK_NAMES
+from unichunk.sinks.config import SinkSettings
 
 HANDOVER_PREFIX = "run.wanted."
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from index.generations import generation_counts, reading_settings, registry_of
-from index.registry import Generation
-from index.status import StatusStore
-from sinks.config import SinkSettings
+from unichunk.index.generations import generation_counts, reading_settings, registry_of
+from unichunk.index.registry import Generation
+from unichunk.index.status import StatusStore
+from unichunk.sinks.config import SinkSettings
 
 HIDDEN_FIELDS = ("chunk_ids", "strategy")  # the pipeline's bookkeeping, long and not for reading
 
