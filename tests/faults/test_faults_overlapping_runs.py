@@ -165,7 +165,10 @@ def test_a_burst_of_webhooks_queues_and_every_update_lands(service: Service) -> 
     ]
 
     def all_final() -> list[dict[str, Any]] | None:
-        runs = _runs(service, "ingest-document")
+        try:
+            runs = _runs(service, "ingest-document")
+        except httpx.TimeoutException:  # the Prefect server stalled on a busy machine: not final yet
+            return None
         return runs if len(runs) == BURST and all(r["state"]["type"] in FINAL for r in runs) else None
 
     runs = wait(f"{BURST} ingest-document runs to finish", all_final, 720, service.log)
