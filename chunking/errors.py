@@ -27,6 +27,16 @@ class DocumentLoadError(ChunkingError):
         self.reason = reason
 
 
+class DocumentTooLarge(DocumentLoadError):
+    """The document is over the size limit (`UNICHUNK_MAX_DOCUMENT_BYTES`): the limit's refusal, not the
+    file's fault, so a raised limit tries it again."""
+
+    def __init__(self, source: str, reason: str, *, size: int, limit: int) -> None:
+        super().__init__(source, reason)
+        self.size = size
+        self.limit = limit
+
+
 class UnsupportedFormatError(DocumentLoadError):
     """The file is of a kind we do not read (binary, image, executable, unknown extension)."""
 

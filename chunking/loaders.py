@@ -30,6 +30,7 @@ from charset_normalizer import from_bytes
 from unichunk.chunking.config import LoaderSettings
 from unichunk.chunking.errors import (
     DocumentLoadError,
+    DocumentTooLarge,
     EmptyDocumentError,
     UndecodableTextError,
     UnsupportedFormatError,
@@ -103,7 +104,9 @@ def _load_document(
     except OSError as exc:
         raise DocumentLoadError(str(path), f"cannot read file: {exc.strerror or exc}") from exc
     if size > limit:
-        raise DocumentLoadError(str(path), f"file is {size} bytes, over the {limit}-byte limit")
+        raise DocumentTooLarge(
+            str(path), f"file is {size} bytes, over the {limit}-byte limit", size=size, limit=limit
+        )
     if source_id is None:
         absolute = file.resolve()
         try:
@@ -133,7 +136,9 @@ def load_bytes(
     Raises `DocumentLoadError` (or a subclass) for anything that goes wrong, expected or not."""
     limit = max_document_bytes() if max_bytes is None else max_bytes
     if len(data) > limit:
-        raise DocumentLoadError(name, f"document is {len(data)} bytes, over the {limit}-byte limit")
+        raise DocumentTooLarge(
+            name, f"document is {len(data)} bytes, over the {limit}-byte limit", size=len(data), limit=limit
+        )
     try:
         return _load_bytes(data, name, source_system, source_id, path)
     except DocumentLoadError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -29,12 +29,12 @@ from unichunk.engine.params import FailedDocument, IngestSummary, names
 from unichunk.engine.reports import failed_state, failure_message, publish_ingest
 from unichunk.engine.store_access import exclusive_store_access
 from unichunk.index import metrics
-from unichunk.index.chunk_batch import LOAD_FAILED, ChunkBatchResult
+from unichunk.index.chunk_batch import ChunkBatchResult
 from unichunk.index.chunk_cache import ChunkKey
 from unichunk.index.generations import ensure_live_alias, expired_generations
 from unichunk.index.run import RunConfig
 from unichunk.index.sink_writes import PrepareOutcome, optimize_sinks, record_outcome
-from unichunk.index.status import DocumentStatus
+from unichunk.index.status import DocumentStatus, Failure
 from unichunk.sinks.base import SINK_NAMES, Sink
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.pool import flow_sinks
@@ -60,9 +60,6 @@ def unchanged_by_stat(item: SourceItem, row: DocumentStatus | None, run: RunConf
     )
 
 
-# The loaders' size-limit message ("... over the 8388608-byte limit"): such a failure is the limit's, not
-# the file's, so a raised limit must try the file again.
-_OVER_LIMIT = "-byte limit"
 OPTIMIZE_LOG_SECONDS = 1.0  # a store's post-run optimisation is logged when it took this long
 
 
@@ -77,11 +74,11 @@ def known_unreadable(item: SourceItem, row: DocumentStatus | None) -> bool:
     return (
         row is not None
         and row.state == "failed"
-        and (row.error or "").startswith(LOAD_FAILED)
+        and row.failure in ("unreadable", "too_large")
         and row.path == item.path
         and row.size == item.size
         and row.mtime_ns == item.mtime_ns
-        and not (_OVER_LIMIT in (row.error or "") and item.size <= max_document_bytes())
+        and not (row.failure == "too_large" and item.size <= max_document_bytes())
     )
 
 
@@ -327,7 +324,7 @@ def _run_batches(
             metrics.DOCUMENTS.labels(outcome="skipped").inc(len(result.skipped))
             if dry_run:
                 summary.would_process.extend(by_id[key.document_id].source_id for key in result.keys)
-                _record_failures(summary, by_id, result.failed, dry_run=True)
+                _record_failures(summary, by_id, result.failed, result.failures, dry_run=True)
             else:
                 summary.chunked += len(result.chunked)
                 failed = dict(result.failed)
@@ -426,7 +423,7 @@ def _settle(writing: _Writing, run: RunConfig, summary: IngestSummary, leases: R
         leases.release(writing.by_id)
     summary.processed += len(processed)
     metrics.DOCUMENTS.labels(outcome="processed").inc(len(processed))
-    _record_failures(summary, writing.by_id, failed, dry_run=False)
+    _record_failures(summary, writing.by_id, failed, writing.result.failures, dry_run=False)
     get_run_logger().info(_batch_line(writing, len(processed), len(failed), written))
 
 
@@ -450,7 +447,12 @@ def _batch_line(writing: _Writing, processed: int, failed: int, written: dict[st
 
 
 def _record_failures(
-    summary: IngestSummary, by_id: dict[str, SourceItem], failed: dict[str, str], *, dry_run: bool
+    summary: IngestSummary,
+    by_id: dict[str, SourceItem],
+    failed: dict[str, str],
+    failures: Mapping[str, Failure],
+    *,
+    dry_run: bool,
 ) -> None:
     metrics.DOCUMENTS.labels(outcome="failed").inc(0 if dry_run else len(failed))
     for document_id, error in failed.items():
@@ -461,6 +463,7 @@ def _record_failures(
                 source_id=item.source_id if item else None,
                 path=item.path if item else None,
                 error=error,
+                failure=failures.get(document_id),
             )
         )
 
@@ -476,6 +479,7 @@ def _record_unreadable(
                 source_id=item.source_id,
                 path=item.path,
                 error=row.error or "",
+                failure=row.failure,
             )
         )
 

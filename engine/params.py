@@ -145,10 +145,13 @@ class ShardOutcome(BaseModel):
 
 
 class FailedDocument(BaseModel):
+    """A document that failed; `failure` says why as data (`unichunk.index.status.Failure`), when known."""
+
     document_id: str
     source_id: str | None = None
     path: str | None = None
     error: str
+    failure: Literal["unreadable", "too_large"] | None = None
 
 
 class IngestSummary(BaseModel):

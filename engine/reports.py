@@ -66,7 +66,7 @@ def failed_state(message: str, summary: Any) -> State:
 def cause(failure: FailedDocument) -> str:
     """The error without the `load failed: <file>: ` prefix that repeats the file's name, on one line."""
     error = " ".join(failure.error.split())
-    if error.startswith(LOAD_FAILED):
+    if failure.failure is not None and error.startswith(LOAD_FAILED):
         error = error.removeprefix(LOAD_FAILED)
         names = (failure.path, failure.source_id, failure.path and PurePath(failure.path).name)
         for name in names:

@@ -32,7 +32,6 @@ from unichunk.engine.params import (
 from unichunk.engine.reports import failed_state, publish_rebuild
 from unichunk.engine.run_names import rebuild_run_name
 from unichunk.engine.sources import Listed, list_sources, sync_listed
-from unichunk.index.chunk_batch import LOAD_FAILED
 from unichunk.index.generations import generation_counts, live_generation, registry_of
 from unichunk.index.run import RunConfig
 from unichunk.index.status import DocumentStatus, StatusStore
@@ -76,12 +75,16 @@ def sort_failures(
     reported, lost, failed = [], [], []
     for row in failed_rows:
         document = FailedDocument(
-            document_id=row.document_id, source_id=row.source_id, path=row.path, error=row.error or ""
+            document_id=row.document_id,
+            source_id=row.source_id,
+            path=row.path,
+            error=row.error or "",
+            failure=row.failure,
         )
         live = live_rows.get(row.document_id)
         if live is not None and live.state != "failed":  # processed there (or being written): held
             lost.append(document)
-        elif document.error.startswith(LOAD_FAILED):
+        elif row.failure is not None:  # unreadable: reported, as ingest reports it
             reported.append(document)
         else:
             failed.append(document)

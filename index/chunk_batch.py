@@ -12,17 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from unichunk.chunking.base import EmbedFunction
-from unichunk.chunking.errors import UnichunkError
+from unichunk.chunking.errors import DocumentTooLarge, UnichunkError
 from unichunk.chunking.models import Chunk, Document
 from unichunk.chunking.service import shared_service
 from unichunk.chunking.sources import SourceItem, load_item
 from unichunk.index import metrics
 from unichunk.index.chunk_cache import ChunkKey
 from unichunk.index.run import RunConfig
-from unichunk.index.status import StatusStore, failed_fields, processing_fields
+from unichunk.index.status import Failure, StatusStore, failed_fields, processing_fields
 
 FLUSH_CHARS = 32_000_000  # text held before the chunks are written to the chunk cache
-# How a load failure's status error starts: `unichunk.engine.batches` recognises an unreadable file by it.
+# How a load failure's status error starts, for the people reading it (the rules read `failure`).
 LOAD_FAILED = "load failed: "
 
 
@@ -33,6 +33,7 @@ class ChunkBatchResult:
     keys: list[ChunkKey] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # document_id -> error
+    failures: dict[str, Failure] = field(default_factory=dict)  # document_id -> why, for those known
     chunked: list[str] = field(default_factory=list)  # chunked in this run (the rest came from the cache)
 
     def line(self, label: str) -> str:
@@ -73,7 +74,8 @@ def chunk_items(items: list[SourceItem], run: RunConfig, *, dry_run: bool = Fals
             try:
                 document = load_item(item)
             except Exception as exc:  # any failure to read one document fails it alone, never the batch
-                _fail(result, writer, item, LOAD_FAILED + _load_error(exc))
+                failure: Failure = "too_large" if isinstance(exc, DocumentTooLarge) else "unreadable"
+                _fail(result, writer, item, LOAD_FAILED + _load_error(exc), failure)
                 continue
             if StatusStore.is_current(rows.get(document_id), document.content_hash, run.fingerprint):
                 result.skipped.append(document_id)
@@ -143,8 +145,8 @@ class _BatchWriter:
     def processing(self, item: SourceItem) -> None:
         self._rows.append((item.document_id, processing_fields(**item_fields(item))))
 
-    def failed(self, item: SourceItem, error: str) -> None:
-        self._rows.append((item.document_id, failed_fields(error, **item_fields(item))))
+    def failed(self, item: SourceItem, error: str, failure: Failure | None) -> None:
+        self._rows.append((item.document_id, failed_fields(error, failure, **item_fields(item))))
 
     def flush(self) -> None:
         self.cache.put_many(self._chunks, self.run.chunk_fingerprint)
@@ -157,8 +159,16 @@ def _load_error(exc: Exception) -> str:
     return str(exc) if isinstance(exc, UnichunkError) else f"{type(exc).__name__}: {exc}"
 
 
-def _fail(result: ChunkBatchResult, writer: _BatchWriter | None, item: SourceItem, error: str) -> None:
+def _fail(
+    result: ChunkBatchResult,
+    writer: _BatchWriter | None,
+    item: SourceItem,
+    error: str,
+    failure: Failure | None = None,
+) -> None:
     """The document failed alone; its error is written with the batch's rows (not on a dry run)."""
     result.failed[item.document_id] = error
+    if failure is not None:
+        result.failures[item.document_id] = failure
     if writer is not None:
-        writer.failed(item, error)
+        writer.failed(item, error, failure)

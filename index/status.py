@@ -27,6 +27,10 @@ from unichunk.sinks.database import Database, open_database
 
 State = Literal["pending", "processing", "processed", "failed"]
 STATES: tuple[State, ...] = ("pending", "processing", "processed", "failed")
+# Why a failed document failed, as data the rules read (never parsed out of `error`, which is for people):
+# `unreadable` and `too_large` are load failures, which an unchanged file would repeat (`too_large` not
+# once the limit is raised above it); anything else is None.
+Failure = Literal["unreadable", "too_large"]
 
 # The embedded table, exactly as data dirs made before server mode have it.
 _SQLITE_SCHEMA = [
@@ -48,7 +52,8 @@ CREATE TABLE IF NOT EXISTS documents (
     mtime_ns INTEGER,
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL,
-    last_success_at TEXT
+    last_success_at TEXT,
+    failure TEXT
 )""",
     "CREATE INDEX IF NOT EXISTS documents_source ON documents (source_system, source_id)",
     "CREATE INDEX IF NOT EXISTS documents_state ON documents (state)",
@@ -73,10 +78,14 @@ CREATE TABLE IF NOT EXISTS documents (
     mtime_ns BIGINT,
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL,
-    last_success_at TEXT
+    last_success_at TEXT,
+    failure TEXT
 )""",
     *_SQLITE_SCHEMA[1:],
 ]
+# Columns added since the first schema, with their type: tables made before get them when a writer opens
+# them; a reader of such a table reads them as NULL.
+_ADDED_COLUMNS = {"failure": "TEXT"}
 
 _COLUMNS = [
     "document_id",
@@ -96,10 +105,17 @@ _COLUMNS = [
     "created_at",
     "updated_at",
     "last_success_at",
+    "failure",
 ]
 # Columns that hold the user's text: BYTEA on PostgreSQL.
 _USER_TEXT = frozenset({"document_id", "source_system", "source_id", "path", "error"})
-_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM documents"
+
+
+def _select(missing: frozenset[str] = frozenset()) -> str:
+    """The row query; columns a table made before lacks read as NULL."""
+    names = [f"NULL AS {name}" if name in missing else name for name in _COLUMNS]
+    return f"SELECT {', '.join(names)} FROM documents"
+
 
 T = TypeVar("T")
 
@@ -129,6 +145,7 @@ class DocumentStatus:
     created_at: str = ""
     updated_at: str = ""
     last_success_at: str | None = None
+    failure: Failure | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> DocumentStatus:
@@ -153,6 +170,10 @@ class StatusStore:
         self.readonly = readonly
         if not readonly:
             database.ensure(_POSTGRES_SCHEMA if database.dialect == "postgresql" else _SQLITE_SCHEMA)
+            database.add_missing_columns("documents", _ADDED_COLUMNS)
+            self._select = _select()
+        else:
+            self._select = _select(frozenset(_ADDED_COLUMNS) - database.columns("documents"))
 
     @classmethod
     def of(cls, settings: SinkSettings, *, readonly: bool = False) -> StatusStore:
@@ -185,7 +206,7 @@ class StatusStore:
         ids = [self.db.pack(d) for d in dict.fromkeys(document_ids)]
         if not ids:
             return {}
-        statement = self.db.statement(f"{_SELECT} WHERE {self.db.any_of('document_id', 'ids')}", "ids")
+        statement = self.db.statement(f"{self._select} WHERE {self.db.any_of('document_id', 'ids')}", "ids")
 
         def query(conn: Connection) -> dict[str, DocumentStatus]:
             found: dict[str, DocumentStatus] = {}
@@ -207,7 +228,7 @@ class StatusStore:
             args["state"] = state
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         # NULLS FIRST: SQLite's order, which PostgreSQL reverses unless told.
-        statement = text(f"{_SELECT} {where} ORDER BY source_system NULLS FIRST, source_id NULLS FIRST")
+        statement = text(f"{self._select} {where} ORDER BY source_system NULLS FIRST, source_id NULLS FIRST")
         return self._read(
             lambda conn: [DocumentStatus.from_row(r) for r in conn.execute(statement, args).mappings()], []
         )
@@ -269,9 +290,11 @@ class StatusStore:
     def mark_processed(self, document_id: str, *, chunk_ids: list[str], **fields: Any) -> None:
         self.upsert(document_id, **processed_fields(chunk_ids, **fields))
 
-    def mark_failed(self, document_id: str, error: str, **fields: Any) -> None:
+    def mark_failed(
+        self, document_id: str, error: str, failure: Failure | None = None, **fields: Any
+    ) -> None:
         """Record the error; `chunk_ids` of the last success stay, as the sinks still hold those chunks."""
-        self.upsert(document_id, **failed_fields(error, **fields))
+        self.upsert(document_id, **failed_fields(error, failure, **fields))
 
     def delete(self, document_id: str) -> bool:
         return self.delete_many([document_id]) > 0
@@ -316,12 +339,20 @@ def processing_fields(**fields: Any) -> dict[str, Any]:
 
 def processed_fields(chunk_ids: list[str], **fields: Any) -> dict[str, Any]:
     """The columns of a row whose document every sink now holds as `chunk_ids`."""
-    return {"state": "processed", "error": None, "chunk_ids": chunk_ids, "last_success_at": _now(), **fields}
+    return {
+        "state": "processed",
+        "error": None,
+        "failure": None,
+        "chunk_ids": chunk_ids,
+        "last_success_at": _now(),
+        **fields,
+    }
 
 
-def failed_fields(error: str, **fields: Any) -> dict[str, Any]:
-    """The columns of a failed row; `chunk_ids` of the last success are left as they are."""
-    return {"state": "failed", "error": error, **fields}
+def failed_fields(error: str, failure: Failure | None = None, **fields: Any) -> dict[str, Any]:
+    """The columns of a failed row (`failure`: why, for the rules); `chunk_ids` of the last success are
+    left as they are."""
+    return {"state": "failed", "error": error, "failure": failure, **fields}
 
 
 def _upsert_statement(names: tuple[str, ...], updated: tuple[str, ...]) -> str:

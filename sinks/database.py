@@ -28,7 +28,7 @@ import os
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Literal
@@ -45,7 +45,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, NoSuchTableError, OperationalError
 from sqlalchemy.pool import QueuePool
 
 from unichunk.chunking.errors import UnichunkError
@@ -213,6 +213,29 @@ class Database:
                 conn.execute(text(statement))
         if self.schema is not None:
             _ensured.add(done)
+
+    def columns(self, table: str) -> set[str]:
+        """The column names of `table` (none while it does not exist)."""
+        try:
+            with self._reachable(), self.engine.connect() as conn:
+                return {column["name"] for column in inspect(conn).get_columns(table, schema=self.schema)}
+        except NoSuchTableError:
+            return set()
+        except DBAPIError:
+            if self.dialect == "sqlite":
+                return set()  # a read-only file that does not exist yet
+            raise
+
+    def add_missing_columns(self, table: str, columns: Mapping[str, str]) -> None:
+        """Add the `columns` (name -> SQL type) that `table`, made by an earlier version, lacks: a schema
+        grows by nullable columns only, so every earlier row stays valid."""
+        if set(columns) <= self.columns(table):
+            return
+        with self.write(lock=f"columns.{table}") as conn:  # two writers adding at once: one adds, one sees
+            present = {column["name"] for column in inspect(conn).get_columns(table, schema=self.schema)}
+            for name, kind in columns.items():
+                if name not in present:
+                    conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {name} {kind}"))
 
     def drop_schema(self) -> None:
         """Drop this store's PostgreSQL schema and every table in it (a dropped generation); a no-op on

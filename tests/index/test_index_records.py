@@ -223,3 +223,38 @@ def test_postgresql_keeps_even_a_lone_surrogate(database_url):
     status.mark_failed("d1", f"cannot read {name}", source_system="fs", source_id=name, path=f"/x/{name}")
     row = status.get("d1")
     assert (row.source_id, row.path, row.error) == (name, f"/x/{name}", f"cannot read {name}")
+
+
+def test_a_status_table_made_by_an_earlier_version_gains_the_failure_column(records_settings):
+    """Tables made before `failure` existed: a reader reads it as NULL, the first writer adds it, and a
+    load failure recorded since carries its reason as data."""
+    from sqlalchemy import text
+
+    from unichunk.index import status as status_module
+
+    database = _status(records_settings).db
+    with database.write() as conn:  # the table as an earlier version made it (no `failure` column)
+        conn.execute(text("DROP TABLE documents"))
+        earlier = (
+            status_module._POSTGRES_SCHEMA
+            if database.dialect == "postgresql"
+            else status_module._SQLITE_SCHEMA
+        )
+        conn.execute(text(earlier[0].replace(",\n    failure TEXT", "")))
+        conn.execute(
+            text(
+                "INSERT INTO documents (document_id, state, error, created_at, updated_at) "
+                "VALUES (:d, 'failed', :e, 'then', 'then')"
+            ),
+            {"d": database.pack("old"), "e": database.pack("load failed: a.txt: not valid utf-8 text")},
+        )
+    assert "failure" not in database.columns("documents")
+    old = _status(records_settings, readonly=True).get("old")
+    assert (old.state, old.failure) == ("failed", None)  # no reason kept: the next run reads it again
+    writer = _status(records_settings)
+    assert "failure" in writer.db.columns("documents")
+    writer.upsert_many([("new", failed_fields("load failed: b.txt: over the limit", "too_large"))])
+    rows = _status(records_settings, readonly=True).get_many(["old", "new"])
+    assert (rows["old"].failure, rows["new"].failure) == (None, "too_large")
+    writer.mark_processed("new", chunk_ids=["c1"])
+    assert writer.get("new").failure is None

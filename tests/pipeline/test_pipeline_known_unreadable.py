@@ -20,6 +20,7 @@ ROW = DocumentStatus(
     document_id=ITEM.document_id,
     state="failed",
     error="load failed: bad.txt: not valid utf-8 text: invalid start byte at byte offset 4",
+    failure="unreadable",
     path=ITEM.path,
     size=ITEM.size,
     mtime_ns=ITEM.mtime_ns,
@@ -35,8 +36,11 @@ def test_an_unchanged_file_that_failed_to_load_is_known_unreadable() -> None:
     [
         None,  # never seen
         replace(ROW, state="processed", error=None),
-        replace(ROW, error="write[vectors] failed after retries: ConnectionError: down"),  # not the file's
-        replace(ROW, error="chunking failed: RuntimeError: strategy bug"),
+        replace(ROW, error="write[vectors] failed after retries: ConnectionError: down", failure=None),
+        replace(ROW, error="chunking failed: RuntimeError: strategy bug", failure=None),
+        replace(
+            ROW, failure=None
+        ),  # failed to load under an earlier version, which kept no reason: once more
         replace(ROW, mtime_ns=ITEM.mtime_ns - 1),  # touched or rewritten since
         replace(ROW, size=ITEM.size + 1),
         replace(ROW, path="/elsewhere/bad.txt"),
@@ -49,7 +53,11 @@ def test_anything_else_is_read_again(row: DocumentStatus | None) -> None:
 def test_a_file_refused_for_its_size_is_retried_once_the_limit_allows_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    row = replace(ROW, error="load failed: /corpus/bad.txt: file is 120 bytes, over the 100-byte limit")
+    row = replace(
+        ROW,
+        error="load failed: /corpus/bad.txt: file is 120 bytes, over the 100-byte limit",
+        failure="too_large",
+    )
     monkeypatch.setenv("UNICHUNK_MAX_DOCUMENT_BYTES", "100")
     assert known_unreadable(ITEM, row)  # still over the limit: reading it again would fail the same way
     monkeypatch.setenv("UNICHUNK_MAX_DOCUMENT_BYTES", "1000")

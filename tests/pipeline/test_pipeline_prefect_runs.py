@@ -158,6 +158,7 @@ def test_failure_messages_name_a_few_documents_with_their_causes():
             source_id=f"f{n}.eml",
             path=f"/src/f{n}.eml",
             error=f"load failed: /src/f{n}.eml: UnknownCharset: x-unknown-{n}",
+            failure="unreadable",
         )
         for n in range(5)
     ]
