@@ -1,36 +1,13 @@
 """The main content of a web page: which of its blocks are the page's own text, and which are its chrome
 (navigation, site header, footer, sidebars, cookie banners), so that the chrome never becomes a chunk.
 
-trafilatura, a well-kept main-content extractor, decides; the text stays ours. Chunk offsets index
-`Document.text`, which `unichunk.chunking.html_extract` assembles from the page's blocks. trafilatura's output is
-re-normalised text (Unicode NFC, its own whitespace and block boundaries), so it cannot become the stored
-text without losing exactness and the blocks' structure. It only votes: its text and the page's blocks are
-cut into word tokens, aligned in document order (`_align`), and a block belongs to the main content when
-most of its words are aligned. The blocks kept are then assembled as before, so offsets are exact by
-construction and the structured/flat modes (ADR-003) apply to what remains. Only trafilatura's public
-`extract` is called.
-
-Decisions:
-- trafilatura runs in recall mode with figures kept: a RAG index loses more from a missing paragraph than
-  from a stray one. Measured on 113 pages of the Rust documentation, the balanced mode dropped two thirds of
-  the release notes (lists of linked items), and without figures every code listing of the Rust book; recall
-  mode still drops the navigation, footers, share bars, related posts, comments and cookie banners of a blog.
-- Blocks inside page-chrome landmarks (<nav>, <aside>, <dialog>, the page's own <footer>, ARIA roles
-  navigation/complementary/contentinfo/search/dialog: `unichunk.chunking.html_extract`) are never main content, and
-  take no part in the alignment, so a breadcrumb repeating the article's title cannot take its place.
-- A heading is kept when its words are aligned, or when it introduces kept text: the block after it is
-  kept, or one dropped block (a byline, a date) stands between. trafilatura often leaves out an article's
-  <h1> (taken for the page title) or a heading just outside the container it picked, and the heading chain
-  needs them. A run of headings is decided from its last one back; a kept heading whose section (up to the
-  next kept heading of the same or a higher level) keeps no text is dropped, so no chunk is a lone heading.
-- A block without a word character (a rule of dashes, an emoji) follows the block before it, and so does
-  a block repeating the kept block before it (trafilatura drops such a repeat as an artifact of its own).
-- The whole page is kept (the behaviour before main-content extraction) when trafilatura finds nothing,
-  fails, or keeps little: fewer than `MIN_MAIN_WORDS` words and less than `MIN_MAIN_SHARE` of the page's.
-  A tiny page, a page of links or one table is where a wrong verdict would cost a document its text, so no
-  document becomes empty, or nearly, because of this step.
-- trafilatura's log lines ("discarding data", "not valid HTML") are this module's fallback signal, not
-  problems: its logger is set to CRITICAL on import, unless something configured it already.
+trafilatura, a well-kept main-content extractor, decides; the text stays ours. Its output is re-normalised
+text, which would lose exact offsets and the blocks' structure, so it only votes: its words and the page's
+blocks are aligned in document order (`_align`), and a block belongs to the main content when most of its
+words are aligned. Blocks in chrome landmarks never do; headings that introduce kept text stay. Recall mode
+with figures kept, because a RAG index loses more from a missing paragraph than from a stray one; the whole
+page is kept when too little is found (`MIN_MAIN_WORDS`, `MIN_MAIN_SHARE`), so no document empties here.
+docs/design.md ("Web pages: main content only") has each rule and its reason.
 """
 
 from __future__ import annotations
@@ -135,11 +112,12 @@ def _decide_headings(parts: Sequence[Part], keep: list[bool], chrome: Sequence[b
 def _align(page: list[str], main: list[str]) -> list[bool]:
     """For each token of `page`, whether it is aligned with a token of `main` (an in-order alignment).
 
-    difflib alone is quadratic on long pages (9 s for the 37,000 words of a long API page), so, as in
-    patience diff, each stretch loses its common head and tail, then is cut at anchors: word trigrams that
-    occur once in each side of the stretch, kept in increasing order on both sides (a longest increasing
-    subsequence) and extended while the tokens agree; the stretches between anchors are handled alike.
-    Stretches short enough are aligned by difflib; a long one without any anchor is left unaligned."""
+    difflib alone is quadratic on long pages, so, as in patience diff, each stretch loses its common head and
+    tail, then is cut at anchors: word trigrams that occur once in each side of the stretch, kept in increasing
+    order on both sides (a longest increasing subsequence) and extended while the tokens agree; the stretches
+    between anchors are handled alike. Stretches short enough are aligned by difflib; a long one without any
+    anchor is left unaligned.
+    """
     aligned = [False] * len(page)
     stack = [(0, len(page), 0, len(main))]
     while stack:

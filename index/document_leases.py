@@ -1,53 +1,14 @@
 """Document leases: which run may write a document now, so two runs never write one document at once.
 
-On the embedded defaults runs that write vectors are serialised by a file lock (`unichunk.engine.store_access`). With
-server stores (`UNICHUNK_QDRANT_URL`, Neo4j), or for runs that do not write vectors, runs proceed in
-parallel; a run then leases each document before it reads, chunks and writes it, and releases the lease
-once the document's outcome is recorded. A document another run holds is not touched: the caller defers it
-and retries later, reading the file as it is then, so the run that writes a document last has read it last
-(the later update wins, whichever run finishes first).
+Runs that proceed in parallel (server stores, or runs that write no vectors; embedded vector runs take
+`unichunk.engine.store_access`'s file lock instead) lease each document before reading, chunking and writing
+it. A document another run holds is deferred and retried later, read as it is then, so the later update wins
+whichever run finishes first. Leases are keyed by (generation, document_id): a rebuild never conflicts with
+the runs keeping the live generation current.
 
-A lease is keyed by (generation, document_id): a rebuild writes another generation's stores and status
-table, so it never conflicts with the runs keeping the live generation current.
-
-The rules, each for a reason:
-- `acquire` never waits. It takes, in one transaction, every requested lease that is free, already the
-  holder's, expired, or held by a holder whose process is gone, and returns the IDs it got. Waiting is the
-  caller's business, and the pipeline waits only while it holds nothing, so two runs can never wait for
-  each other (no deadlock, whatever order their documents come in).
-- Expiry is per holder, not per lease: `holders` has one row per holder with `expires_at`, and `acquire`
-  and `renew` push it forward. Renewing costs one row however many leases a run holds, and a batch's
-  acquisition renews the rest of the run's leases in the same transaction.
-- A holder whose process has exited is dead at once: its leases are taken over without waiting for the
-  ttl (a run killed with SIGKILL, an OOM kill, a crashed worker). That check is possible only for holders
-  on this machine (same host name, boot and PID namespace; the process start time guards against a reused
-  PID); the ttl covers the rest (a holder on another machine, once the table is shared, see below).
-- The ttl is a safety net, not a clock a live run races against: the flows renew from a heartbeat thread,
-  so a slow batch (LLM extraction) never loses its leases while its process lives.
-
-Storage (`unichunk.sinks.database`): embedded, one SQLite file under the data dir (`<data_dir>/leases.sqlite3`,
-beside `sources.sqlite3` and the generation registry), WAL, one short `BEGIN IMMEDIATE` transaction per
-call, so concurrent runs queue for microseconds, never for a whole batch; times are this machine's
-wall-clock seconds (`time.time()`), which every process on it reads alike.
-
-In server mode (PostgreSQL), the same two tables in the `unichunk` schema, shared by every worker:
-- Time is the database's (`statement_timestamp()` as epoch seconds), never a worker's: expiry is compared
-  and set against one clock, so a worker whose clock is off neither steals live leases nor loses its own.
-- `acquire` is the same one statement, `INSERT ... ON CONFLICT DO UPDATE ... WHERE <the lease is free>
-  RETURNING document_id`, in one transaction. But "free" reads the other table (`holders`), and under READ
-  COMMITTED a statement does not see a holder row another transaction is renewing or creating at that
-  moment; and burying a dead holder is a read-modify-write decided in Python. So every write transaction
-  on the table first takes one transaction-level advisory lock (`Database.write(lock=...)`), as SQLite's
-  BEGIN IMMEDIATE serialises them: the statements after it see every transaction that held it. They last
-  milliseconds (one per batch of documents per run), so the lock is never what a run waits on. It also
-  makes row-lock deadlocks between a release and an acquire impossible. Reads (`held_by_others`, `held`)
-  take no lock.
-- The dead-process takeover applies only to holders recorded with this machine's identity (host name,
-  boot ID, PID namespace), exactly as embedded; holders on other workers are freed by their ttl.
-  A session-level advisory lock per holder (freed when its connection closes) was not used instead: it
-  needs a connection held open for the whole run, outside the pool, and a network blip would end a live
-  run's leases.
-- Document IDs and labels are BYTEA there (`Database.pack`), so any text round-trips.
+`acquire` never waits (so no two runs wait for each other); expiry is per holder and renewed from a heartbeat
+(the ttl is a safety net); a holder whose process is gone on this machine is taken over at once.
+docs/design.md ("Document leases") gives each rule's reason, docs/operations.md (server mode) the PostgreSQL side.
 """
 
 from __future__ import annotations

@@ -1,32 +1,11 @@
 """What a sharded run's parent and its shard runs tell each other, through the pipeline's records.
 
-A run split across workers (`unichunk.engine.shards`) lists its source once. Each shard run must get the documents of
-its shard, say that it is alive, and hand back what it did; the parent must learn all three wherever the
-shard runs. Nothing of that travels through Prefect:
-
-- **The manifest** (which documents each shard processes) is written here by the parent, keyed by the
-  parent's flow run ID, and each shard reads its own part. Flow parameters would not do: Prefect stores
-  a run's parameters in its database and shows them in the UI, and a million-document listing is
-  100-200 MB. A shard's parameters are the parent run's ID, the shard's number and the settings
-  fingerprint (a few hundred bytes, whatever the source). Re-listing the source in every shard would not
-  do either: N listings of a large tree, and listings made at different moments disagree (a file added
-  in between would be in one shard's view and not in the parent's, which decides deletions).
-- **Liveness.** A shard run records the process it runs in (`ProcessIdentity`) and bumps a beat counter
-  every few seconds. A Prefect worker that dies (SIGKILL, a lost machine) leaves its runs Running for
-  ever: Prefect 3.8.8 marks a run Crashed only when its worker sees its process fail. The parent declares
-  a shard dead when its process is gone (on this machine, at once) or its counter stops moving (any
-  machine; compared on the parent's own clock, so clock skew between machines does not matter).
-- **The summary** a shard returns is stored here as JSON, not read from Prefect's result storage,
-  which is per worker machine unless configured otherwise.
-- **Fencing.** Each attempt of a shard has a number (the parent passes it). A shard run takes the record
-  over only if no later attempt has begun, and its beats and summary count only while it is the current
-  attempt: a run the parent gave up on for dead and retried cannot overwrite its successor's summary.
-  (Two attempts never write one document at once either: both hold document leases.)
-
-Storage (`unichunk.sinks.database`): embedded, a SQLite file under the data dir (`<data_dir>/shards.sqlite3`,
-beside the leases); with UNICHUNK_DATABASE_URL, tables in the server's `unichunk` schema, which is what
-lets workers on many machines share them. One short transaction per call. Rows are dropped when the
-parent ends; manifests older than a day (a parent that crashed) are swept by the next sharded run.
+The manifest (each shard's documents), the shards' beats and their summaries travel here, never through
+Prefect: a listing as flow parameters would be stored and shown by Prefect's UI, a re-listing per shard would
+disagree with the parent's (which decides deletions), a dead worker leaves its runs Running for ever, and
+Prefect's result storage is per machine. Attempts are fenced: a run the parent retried cannot overwrite its
+successor's summary. docs/design.md ("Shard records") and docs/operations.md ("One run split across workers")
+say how.
 """
 
 from __future__ import annotations

@@ -1,28 +1,15 @@
 """What every store promises: the write side the pipeline fans chunks out to, and the read side search uses.
 
-Write side (`Sink`). Writes are two-phase: `prepare` computes everything a store needs (embeddings, BM25
-terms, extracted entities) and touches no store; `write` only stores what was prepared. The pipeline
-prepares for every sink before writing to any, so a failure while computing writes nothing anywhere.
-`write` replaces: for each document in the batch, the stored chunks become exactly the given ones (new
-ones upserted first, then the document's other chunks removed, so readers never see it absent). Writing
-the same batch twice leaves one copy. `delete` removes every trace of a document. Both are safe to re-run
-after a crash half-way.
+Write side (`Sink`), two-phase so that a failure while computing writes nothing anywhere: `prepare` computes
+(embeddings, terms, entities) and touches no store, `write` only stores what was prepared. `write` replaces a
+document's chunks with exactly the given ones (new ones upserted first, so readers never see it absent) and
+`delete` removes every trace; both are safe to re-run after a crash half-way. Every store holds each chunk's
+content exactly and `content_hashes` hashes what it reads back; `group_batch` refuses a lone surrogate, which
+no store can hold, before any store is written.
 
-Exact content. Every store holds each chunk's `content` exactly, character for character (NUL, any
-control character, U+FFFF, U+10FFFF, CRLF line ends), and reads it back the same: where a store cannot
-hold a character as is, it stores a lossless encoding and decodes it on read (the graph, see
-`unichunk.sinks.graph.sink`). `content_hashes` reports the SHA-256 of what a store actually holds, read back and
-decoded, so the alignment check can prove it against the hash each chunk ID carries. The one thing the
-stores cannot hold is a lone surrogate (U+D800-U+DFFF on its own): it is not a Unicode scalar value and has
-no UTF-8 encoding, so SQLite, the Qdrant server's JSON and both graph clients fail on it (only Qdrant local
-mode, which pickles, would keep it). `group_batch`, which every `prepare` calls, refuses such a chunk with
-`InvalidRequest` (a `ValueError`), so the document fails alone before any store is written, rather than
-one store writing it and another failing or altering it.
-
-Read side (`ChunkSearch`, `GraphReader`), declared as protocols in the manner of LlamaIndex's
-`vector_stores/types.py`: retrieval depends on these and on nothing a particular store adds. Every store
-returns chunks as one record type, `StoredChunk` (a `ScoredChunk` when ranked), so a hit from BM25 and a hit
-from Qdrant are the same kind of object and compare by chunk ID.
+Read side (`ChunkSearch`, `GraphReader`), protocols in the manner of LlamaIndex's `vector_stores/types.py`:
+retrieval depends on these alone, and every store returns one record type, `StoredChunk` (`ScoredChunk` when
+ranked), so hits from BM25 and from Qdrant compare by chunk ID. docs/design.md has the details.
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 r"""The LightRAG-style knowledge graph sink: entities and relations extracted per chunk, linked to chunk IDs.
 
 The statements and the schema are in `cypher.py`; this module decides which to send, in what order, with
-which rows. FalkorDB runs each statement atomically but nothing across statements, so every write is a sequence of
-statements each safe to repeat: a crash half-way is repaired by writing (or deleting) again. Each batch
-is aggregated by its MERGE key in Python before it is sent, and no query filters after a write.
-A batch of documents is written as one sequence: each kind of statement is sent once for all of them
-(cut at `batch_size` rows), with their rows merged by MERGE key across documents.
+which rows. FalkorDB runs each statement atomically but nothing across statements, so every write is a
+sequence of statements each safe to repeat: a crash half-way is repaired by writing (or deleting) again.
+A batch of documents is one sequence: each kind of statement is sent once for all of them (cut at
+`batch_size` rows), its rows aggregated by MERGE key in Python, and no query filters after a write.
 
-Chunk content is stored exactly. FalkorDB cannot hold a NUL in any string: its client inlines parameters
-into the query text (escaping only `\` and `"`), which the server reads as a C string, so a NUL ends the
-query and the statement fails ("Invalid input at end of input"). Every other code point is kept (measured
-on FalkorDB 4.16 with falkordb-py 1.8: the other C0 controls, DEL, C1 controls, U+FFFF, U+10FFFF, CRLF,
-quotes, backslashes). So a Chunk node's `content` is the chunk's text as is, readable by anyone browsing
-the graph, unless the text holds a NUL. Then, and only then, it is stored escaped (`\\` for a backslash,
-`\0` for NUL, all else as is) and the node is marked `content_encoding: "backslash"`; `decode_content`
-gives the exact text back, and `content_hashes` hashes what it decodes. Neo4j could hold a NUL, but both
-backends store the same form, so one set of statements and one reader serve both. Lone surrogates have no
-UTF-8 form, which both clients need; `group_batch` refuses them before anything is sent.
-
-Entity and relation names, types, keywords and descriptions, and document titles, are extracted text, not
-chunk content: nothing is verified against them, and `_clean` still drops NUL (and replaces lone
-surrogates) there rather than escaping it.
+Chunk content is stored exactly: as is, unless it holds a NUL, which FalkorDB cannot hold; then escaped under
+a `content_encoding` marker that `decode_content` undoes (docs/design.md, "Identity and exactness").
 """
 
 from __future__ import annotations
@@ -132,8 +119,8 @@ class KnowledgeGraphSink(Sink):
     def write(self, prepared: Prepared) -> int:
         """Store the whole batch with each kind of statement sent once (cut at `batch_size` rows).
 
-        Round trips cost client and server CPU (taken from the embedding model on a small machine) and,
-        against a remote Neo4j, latency: a batch of 64 one-chunk documents used to take ~500 statements.
+        Round trips cost client and server CPU (taken from the embedding model on a small machine) and, against a
+        remote Neo4j, latency, so statements are sent per batch, never per document.
         """
         documents = _last_occurrences(prepared.documents)
         try:

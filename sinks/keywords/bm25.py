@@ -1,27 +1,16 @@
 """BM25 keyword sink: a durable term store (SQLite file, or PostgreSQL in server mode) scored in memory.
 
-The term store (`term_store.py`) is the source of truth: each chunk row keeps its text, offsets and the
-terms the analyzer produced, with their frequencies, and every change bumps the store's *revision*, a
-write counter (nothing to do with index generations, which are whole sets of stores). Writers (the
-pipeline, any number of Prefect workers in server mode) only analyse chunks and write rows; they never
-build an index. Each process that answers queries keeps an index (`postings.py`) that is only a cache of
-the store: a query first compares revisions and, when stale, reads just the rows written and the chunk
-IDs removed since the index's revision, adds the rows as a new segment and marks the removed ones dead;
-scores are computed at query time from the postings of the query's terms. The analyzer never runs again
-over stored chunks, so adding or deleting one document costs one analyzer pass over that document and a
-segment of its postings, not a re-tokenised corpus nor a rescored one.
+Writers only analyse chunks and write rows to the term store (`term_store.py`, the source of truth); each
+process that answers queries keeps an index (`postings.py`) that is only a cache of it, brought up to date
+from the store's change log before a query. So adding or deleting a document costs one analyzer pass over it
+and a segment of its postings, never a re-tokenised or rescored corpus. The *revision* is the store's write
+counter, nothing to do with index generations. Embedded, the index is also saved beside the SQLite file
+(`saved_index.py`); in server mode nothing is kept on disk (docs/design.md, "The keyword index").
 
-Opening: embedded, the index is also saved beside the SQLite file (`saved_index.py`) by the process that
-built it, and a later open loads it and applies only the changes since its revision. In server mode no
-process keeps it on disk: workers must leave nothing on their disks, serving processes are long-lived and
-follow the change log from memory, and a file cache per machine would have to be kept apart per database
-and generation for a saving of one load per process start (`benchmarks.keyword_backends` prints it).
-
-Scoring is Okapi BM25 with k1=1.5, b=0.75 and bm25s' "lucene" variant by default: its IDF
-log(1 + (N - df + 0.5) / (df + 0.5)) is always positive, whereas the Robertson IDF of rank_bm25 goes
-to or below zero for any term in half the chunks or more, so in a small store (one document, a few
-chunks) the most relevant chunks would score nothing. Rankings stay within the parity bound against
-rank_bm25 (see tests/sinks/test_sinks_bm25.py); `method` selects "robertson" or "atire" instead.
+Scoring is Okapi BM25 (k1=1.5, b=0.75) with bm25s' "lucene" IDF by default: it is always positive, whereas
+rank_bm25's Robertson IDF reaches zero for a term in half the chunks or more, so in a small store the most
+relevant chunks would score nothing. `method` selects "robertson" or "atire"; rankings stay within the parity
+bound against rank_bm25 (`tests/sinks/test_sinks_bm25.py`).
 """
 
 from __future__ import annotations

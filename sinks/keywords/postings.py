@@ -1,27 +1,15 @@
 """The in-memory BM25 index the keyword sink scores with: term-sorted postings in segments, scored at query time.
 
-Why not bm25s' eager score matrix, which this module replaced: it stores each posting's finished score,
-and every score depends on the corpus (N, each term's document frequency, the average length), so any
-change, one document added anywhere, meant recomputing the whole matrix in every query-serving process:
-1.3 s at 100k chunks and 26 s at 1M (`benchmarks.keyword_backends`), the cost of following the term
-store's change log. Here postings keep only what a chunk contributes (its term frequencies; its length is
-per row), and a query computes BM25 over the postings of its own terms, with N, df and the average length
-as they are now. That is the textbook way (Lucene scores at query time too) and costs one pass over the
-query terms' postings, as summing the eager matrix's columns did.
+Postings keep only what a chunk contributes (its term frequencies; its length per row), and a query computes
+BM25 over its own terms' postings with N, df and the average length as they are now, as Lucene does. An
+eager score matrix (bm25s') stores finished scores, which depend on the whole corpus, so one added document
+would mean recomputing every score in every serving process; here a change touches only what changed: a
+refresh appends a small segment and marks removed or replaced rows dead, and segments merge (dead rows
+dropped) once the small ones or the dead rows pass `MERGE_FRACTION` of the whole.
 
-A change then touches only what changed:
-
-- a refresh appends the loaded rows as a new small segment (its postings sorted by term), and marks the
-  rows of removed or replaced chunks dead in an `alive` mask;
-- N, the total length (so the average) and each term's df (counted from the live postings of the query's
-  terms) follow at once;
-- segments are merged into one, and dead rows dropped, when the small ones or the dead rows grow past a
-  fraction of the whole (`MERGE_FRACTION`), so that cost is paid once per that much change, not per change.
-
-Formulas are bm25s' (Kamphuis et al., ECIR 2020): "lucene" (default: IDF log(1 + (N - df + 0.5) /
-(df + 0.5)), never negative), "robertson" and "atire"; `tests/sinks/test_sinks_bm25.py` checks the scores
-against stock bm25s. A `Snapshot` is one immutable, queryable state: refreshes build new arrays rather
-than changing the ones a snapshot holds, so searches run on one outside the sink's lock.
+Formulas are bm25s' (Kamphuis et al., ECIR 2020: "lucene" by default, "robertson", "atire"), checked
+against stock bm25s in `tests/sinks/test_sinks_bm25.py`. A `Snapshot` is one immutable, queryable state,
+so searches run outside the sink's lock.
 """
 
 from __future__ import annotations

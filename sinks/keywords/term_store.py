@@ -1,41 +1,14 @@
 """The keyword store's tables: analysed chunks, a revision counter and a removal log, on SQLite or PostgreSQL.
 
-This is the source of truth of the BM25 sink (`bm25.py`); the scoring index every query-serving process
-keeps in memory is only a cache of it, brought up to date by reading what changed since its revision. One
-implementation serves both backends of `unichunk.sinks.database`: the embedded default is the SQLite file
-`bm25/bm25.sqlite` with the schema it always had (so existing stores open as before), server mode is the
-PostgreSQL schema `unichunk_keywords[__<generation>]`, its own, so its `chunks` table never meets the
-records' (dropping a generation drops it). What differs between the two is kept in `_Dialect`: column
-types, the few spellings SQLite and PostgreSQL do not share, and how content is stored (below).
+The source of truth of the BM25 sink (`bm25.py`); the scoring index each query-serving process keeps in
+memory is a cache that catches up by reading what changed since its revision. One implementation serves both
+backends of `unichunk.sinks.database`, the differences (column types, a few spellings, how content is stored)
+kept in `_Dialect`; on PostgreSQL the store has its own schema, so its `chunks` table never meets the records'.
 
-**Revisions, and why a reader never misses a change.** Every write or delete that changes rows takes the
-next revision `r`, stamps each row it writes with `rev = r`, logs each chunk it removes in `removed` with
-`r`, and publishes `state.revision = r`, all in one transaction. A reader that indexed revision `s` reads,
-in one snapshot, `state.revision` (R), the rows with `rev > s` and the removals with `rev > s`, and is then
-exactly at R. That is only sound if revisions become visible in order: were revision 7 committed while 6
-is still open, a reader could see 7, move to R = 7, and never look at 6's rows again. So a writer takes
-the counter's row lock first, before touching anything else, and holds it until it commits:
-
-- SQLite: `BEGIN IMMEDIATE` (`Database.write`) already takes the database's one write lock;
-- PostgreSQL: `SELECT revision FROM state ... FOR UPDATE` locks the counter row. A second writer blocks
-  there until the first commits, then (READ COMMITTED re-reads a row it waited for) sees the new value and
-  takes the next one. Commit order is revision order, whatever machine the writers run on.
-
-Readers take no lock: the refresh reads in one REPEATABLE READ snapshot on PostgreSQL (a deferred
-transaction's snapshot on SQLite's WAL), so R and the rows it reads agree. Writers are serialised on the
-keyword store only, and only for the length of one batch's transaction (`benchmarks.keyword_backends`
-prints the write rate); since the lock is always the first taken, writers cannot deadlock on it. The
-alternative (a sequence stamped at the start of each transaction plus a visibility horizon from
-PostgreSQL's snapshot xmin) lets writers commit in parallel, but any long transaction in the cluster holds
-the horizon back and makes every reader re-read everything written since.
-
-The removal log keeps `REMOVAL_LOG_REVISIONS` revisions; a reader further behind reloads everything.
-
-**Content exactly.** SQLite binds a str as UTF-8 with its length, so NUL and every other code point are
-kept in a TEXT column, and `IS NOT` compares whole values; SQL string functions stop at a NUL, so content
-never passes through one. PostgreSQL TEXT cannot hold NUL at all, so there content is BYTEA of its UTF-8
-(every str the pipeline accepts has one: lone surrogates are refused before any store is written) and is
-decoded on read; terms, IDs and the heading chain (JSON, which escapes control characters) are text.
+The rule it keeps: revisions become visible in commit order, so a reader never skips one. A writer takes the
+counter's row lock before anything else and publishes its revision with its rows in one transaction; readers
+take no lock and read the changes in one snapshot. Content is stored exactly (BYTEA of its UTF-8 on
+PostgreSQL, whose text cannot hold NUL). docs/design.md ("The keyword index") says why and how.
 """
 
 from __future__ import annotations

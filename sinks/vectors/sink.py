@@ -1,26 +1,14 @@
 """The vector sink, whatever engine stores it: one Qdrant point per chunk, keyed by a UUID derived from the
 shared chunk ID.
 
-`VectorSink` holds everything the sink does (embedding, replacement, reads, errors, metrics) and talks to
-its engine only through the `_store_*` methods, which each engine implements: qdrant-edge embedded in this
-process (`unichunk.sinks.vectors.qdrant_edge`, the default: payload indexes, no scans), or qdrant-client
-(`unichunk.sinks.vectors.qdrant`: its local mode under `data_dir`, or a server when UNICHUNK_QDRANT_URL is set).
-`open_vector_sink` (what the sink factory calls) picks one by the settings and imports only that engine's
-module: qdrant-client costs about 1.1 s to import (measured with `python -X importtime`), which a run on
-qdrant-edge never needs. Each embedded engine has its own directory, and an index written by one is
-refused by the other with a message, never read as empty (`refuse_other_engine`). Point IDs are
-`uuid5(namespace, chunk_id)` because Qdrant only accepts integers or UUIDs, and a deterministic mapping
-makes re-upserts overwrite instead of duplicating.
-
-Content is stored exactly as the chunk holds it, with no encoding: local mode pickles payloads into SQLite
-(measured: NUL, every C0 control, U+FFFF and U+10FFFF read back unchanged, after a reopen too), qdrant-edge
-and a server receive JSON (the same exact-content tests pass on both embedded engines), where NUL travels
-as the `\\u0000` escape. Lone surrogates would pickle but cannot be sent to a server (no UTF-8 form);
-`group_batch` refuses them for every store alike.
-
-Replacement deletes stale points by the IDs we compute (stored IDs of the document minus the new ones)
-rather than by a filter: filtered deletes scan every point in local mode, and deleting "the document's
-points not in this set" cannot be expressed as one filter without listing the IDs anyway.
+`VectorSink` holds everything the sink does (embedding, replacement, reads, errors, metrics) and talks to its
+engine only through the `_store_*` methods: qdrant-edge embedded in this process (`qdrant_edge`, the
+default: payload indexes, no scans) or qdrant-client (`qdrant`: local mode under `data_dir`, or a server
+when UNICHUNK_QDRANT_URL is set). `open_vector_sink` imports only the engine the settings pick, since
+qdrant-client is slow to import and a qdrant-edge run never needs it. Each embedded engine has its own
+directory, and an index written by one is refused by the other with a message, never read as empty
+(`refuse_other_engine`). Points, exact content and stale-point deletion: docs/design.md, "Identity and
+exactness".
 """
 
 from __future__ import annotations
