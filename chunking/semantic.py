@@ -1,27 +1,16 @@
 """semantic: cut where adjacent sentences' embeddings diverge, never over the size cap.
 
-Kamradt's semantic splitting (the idea behind LlamaIndex's `SemanticSplitterNodeParser` and chonkie's
-`SemanticChunker`): embed every sentence (with `semantic_window` sentences on each side: 0 by default),
-measure the cosine distance between each sentence and the next, and place a boundary wherever the
-distance is above the document's `semantic_percentile`-th percentile of distances (95 by default, as
-theirs). Kamradt embeds a window of one sentence each side to smooth the distances; measured on the eval
-set, sentences alone retrieved better with every retriever at almost every budget, cost a third of the
-embedding, and put a boundary on the sentence where the topic changes, where a window moves it by one
-(benchmarks/README.md, "Retrieval quality"). A
-stretch without such a boundary that would exceed `chunk_size` tokens is cut at its most divergent gap
-among those that leave the chunk at least half the cap, so forced cuts fall at topic shifts too and no
-chunk is a sliver. Sentences longer than the cap are first cut at clauses, then between words
-(`refine_oversize`), so the cap always holds. Offsets are exact by construction: chunks run from a
-sentence's first character to a sentence's last.
+Kamradt's semantic splitting (behind LlamaIndex's `SemanticSplitterNodeParser` and chonkie's
+`SemanticChunker`): a boundary wherever the cosine distance between a sentence and the next is above the
+document's `semantic_percentile`-th percentile. Sentences are embedded alone (`semantic_window` 0): it
+retrieved better than Kamradt's one-sentence window, costs a third of the embedding, and puts the boundary on
+the sentence where the topic changes. A stretch over `chunk_size` is cut at its most divergent gap that keeps
+at least half the cap, and sentences over the cap are cut at clauses, then words (`refine_oversize`), so the
+cap always holds; chunks run from a sentence's first character to a sentence's last, so offsets are exact.
 
-Embedding is the caller's: `chunking` imports no store and no model, so the function that embeds (the
-configured embedder's, `ChunkingService.chunk(..., embed=...)`) arrives with the call, as the embedder's
-input limit arrives as data (`ChunkStrategy.embedding`). The same text and the same embedder give the same
-chunks, so IDs stay deterministic; another embedder gives other boundaries, which is why the pipeline
-names it in `ChunkStrategy.semantic_model` (hashed into the chunk fingerprint).
-
-Cost: every sentence window is embedded once at ingest, on top of embedding the chunks
-(benchmarks/README.md, "Chunking speed", measures it).
+The caller embeds (`ChunkingService.chunk(..., embed=...)`): `chunking` imports no model. Another embedder
+gives other boundaries, so the pipeline names it in `ChunkStrategy.semantic_model`, part of the fingerprint.
+Figures: benchmarks/README.md ("Retrieval quality", "Chunking speed"); design: docs/design.md.
 """
 
 from __future__ import annotations

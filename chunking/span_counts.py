@@ -1,18 +1,16 @@
 """Exact token counts of spans of one text, from a single tokenization of the whole text.
 
-The packing strategies (sentence, paragraph, markdown, html) count every unit (a sentence, a paragraph),
-then every packed chunk to check its size. Encoding each slice tokenizes the text about twice over, plus
-one tokenizer call per sentence: three quarters of `sentence`'s time. `IndexedCounter` tokenizes the text
-once and counts a span [a, b) as
+The packing strategies (sentence, paragraph, markdown, html) count every unit, then every packed chunk;
+encoding each slice would tokenize the text over and over. `IndexedCounter` tokenizes the text once and
+counts a span [a, b) as
 
     tokens(text[a:x1]) + (whole-text tokens starting in [x1, x2)) + tokens(text[x2:b])
 
 where x1 and x2 are the first and last safe cuts inside the span (`unichunk.chunking.pieces`: positions where
 cl100k's pre-tokenizer starts a piece whatever surrounds them). At a safe cut the tokens of a text are
-the tokens before it followed by the tokens after it, so this equals encoding `text[a:b]` alone, exactly,
-and the middle part's tokens are the whole text's. Head and tail are a word or two; their counts are
-cached by string. A span without a safe cut inside (a short sentence, text without spaces) is encoded.
-Encodings whose cut rules are not verified get `SliceCounter`, which encodes every span.
+the tokens before it followed by the tokens after it, so this equals encoding `text[a:b]` alone, exactly.
+Head and tail are a word or two, cached by string; a span without a safe cut inside is encoded. Encodings
+whose cut rules are not verified get `SliceCounter`, which encodes every span.
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """Pipeline metrics in the default Prometheus registry, and how they leave the process.
 
-Two ways out, one per way of running (`docs/operations.md`, "Metrics"):
+Two ways out, one per way of running (docs/operations.md, "Metrics"): served runs (subprocesses of
+`unichunk serve` or `unichunk worker`) write prometheus_client's multiprocess files, which the serving
+process's /metrics sums, so counters only go up and `increase()` is right; one-shot runs push to
+PUSHGATEWAY_URL at the end, grouped by {job, instance, flow}, so a pushed counter is one run's counts.
 
-- Served runs (`unichunk serve`: each flow run is a subprocess of the serving process) run in
-  prometheus_client's multiprocess mode: every process writes its samples to files in
-  PROMETHEUS_MULTIPROC_DIR and the serving process's /metrics sums them
-  (`unichunk.deployments.serving.multiprocess_metrics`). Counters therefore add up across runs and never restart while the
-  service lives, so `increase()` is right. These runs do not push.
-- One-shot runs (`unichunk ingest` and the other CLI commands, no service to scrape) push the registry to
-  PUSHGATEWAY_URL at the end, grouped by {job, instance, flow}: one instance's runs of one flow replace
-  each other's values, other instances and flows are left alone. A pushed counter holds one run's counts
-  (the next run of that flow starts again from zero), so `increase()` over pushed series means nothing;
-  the dashboard reads them as "the last run" and reads `unichunk_last_success_timestamp_seconds`.
-
-Gauges need a multiprocess mode (how the serving process merges the per-process files):
-`ALIGNMENT_MISMATCHES` is "mostrecent" (the value of the last alignment check, whichever run made it), and
-`LAST_SUCCESS` is "max" (the latest success of any run). Neither is a "live" mode, so a finished run's
-files stay meaningful and nothing needs `multiprocess.mark_process_dead`.
+Gauges need a multiprocess mode: `ALIGNMENT_MISMATCHES` is "mostrecent" (the last alignment check, whichever
+run made it) and `LAST_SUCCESS` is "max" (the latest success of any run). Neither is a "live" mode, so a
+finished run's files stay meaningful and nothing needs `multiprocess.mark_process_dead`.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """Context assembly: retrieved chunks -> the text a generator reads, within a token budget (small-to-big).
 
-Steps, each for a reason:
-- small-to-big admission: the best hit first, then its ±`radius` neighbour chunks (the following one
-  first: text is read forward), then the next hit and its neighbours, each piece admitted while the
-  rendered context fits the budget: retrieval ranks small chunks (precise), the reader gets the text
-  around them (an answer often straddles a chunk boundary). Neighbours are fetched by `chunk_index` from a
-  read-side store (`ChunkSearch.chunks_at`; the BM25 store keeps every chunk's text and offsets);
-- the piece that would overflow is cut at a sentence boundary on the side of its hit (a hit or a
-  following neighbour keeps its head, a preceding neighbour its tail), never mid-sentence, and admission
-  stops there: what is left over is ranked lower than what was cut;
-- merge by offsets, not IDs: overlapping windows of one document (and a hit that is another hit's
-  neighbour) become one span, so no text reaches the prompt twice (a piece already covered costs
-  nothing); within a span each chunk contributes only the text the previous ones did not cover, pieces
-  separated by `[CHUNK BOUNDARY]`;
-- spans ordered by document (most relevant document first) then position, so text reads in order;
-- each span headed by `[Source: "<title>", Section: "<heading chain>"]` for attribution (counted in the
-  budget).
-
-Titles come from what the store keeps beside each chunk (`StoredChunk.title`, found by `document_records`).
-Nothing here writes.
+Retrieval ranks small chunks (precise); the reader gets the text around them, since an answer often
+straddles a chunk boundary. So the best hit is admitted first, then its ±`radius` neighbours (fetched by
+`chunk_index` through `ChunkSearch.chunks_at`, the following one first), then the next hit, while the rendered
+context fits the budget; the piece that would overflow is cut at a sentence boundary on its hit's side and
+admission stops there. Windows merge by offsets, not IDs, so no text reaches the prompt twice; spans are
+ordered by document then position under a `[Source: ..., Section: ...]` header counted in the budget.
+docs/design.md ("The query side") has each step. Nothing here writes.
 """
 
 from __future__ import annotations

@@ -1,24 +1,16 @@
 """The SQL database behind the pipeline's records and the keyword store: SQLite files, or one PostgreSQL.
 
-Embedded (`UNICHUNK_DATABASE_URL` unset), each kind of record keeps the SQLite file it always had under the
-data dir (`sources.sqlite3`, `generations/<id>/status.sqlite3`, ...), so nothing changes for a data dir made
-before. Server mode (`UNICHUNK_DATABASE_URL=postgresql://...`) puts every one of them in one PostgreSQL
-database, so a worker keeps nothing on its own disk and any number of workers on any machines share them:
-what is a file on SQLite is a schema there (`unichunk` for the data dir's records, `unichunk__<generation>`
-for a generation's), so the same statements run on both and dropping a generation drops its schema.
+Embedded, each kind of record keeps its SQLite file under the data dir; with `UNICHUNK_DATABASE_URL` they all
+live in one PostgreSQL database, a file becoming a schema, so workers on any machines share them and keep
+nothing on their own disks. One implementation of each store serves both: SQLAlchemy Core `text()`
+statements with unqualified table names (each PostgreSQL transaction sets `search_path`), and the few
+differences asked of `Database` (DDL per dialect, `BEGIN IMMEDIATE`, lists as parameters, `pack`/`unpack`
+for text PostgreSQL cannot hold). No ORM.
 
-One implementation of each store serves both backends: statements are SQLAlchemy `text()` with named
-parameters and unqualified table names (on PostgreSQL every transaction starts with `SET LOCAL search_path`
-to the store's schema), and the few dialect differences are asked of `Database`: column types (each store
-writes its DDL per dialect), `BEGIN IMMEDIATE`, lists as parameters (`any_of`, `keys_in`), and text that
-PostgreSQL cannot hold as TEXT (`pack`/`unpack`: a NUL character, a lone surrogate). SQLAlchemy Core is used
-for its engines, pools and parameter styles only; no ORM.
-
-Connections are pooled per process (and dropped in a forked child). A SQLite file keeps one connection
-open: closing the last one checkpoints its WAL, which made every transaction cost milliseconds; a kept
-connection whose file was deleted (a dropped generation) is noticed at checkout and replaced. A server that does not answer, or refuses (authentication, permissions),
-raises `DatabaseUnavailable`: one line naming UNICHUNK_DATABASE_URL (its password hidden), never a driver
-traceback; the CLI exits 3 on it like on any unreachable store.
+Connections are pooled per process (dropped in a forked child). A SQLite file keeps one connection open,
+because closing the last one checkpoints its WAL on every transaction; one whose file was deleted (a dropped
+generation) is replaced at checkout. A server that does not answer or refuses raises `DatabaseUnavailable`:
+one line naming UNICHUNK_DATABASE_URL (its password hidden), which the CLI exits 3 on.
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """The process-wide pool of open sinks, shared by every flow, task thread and reader in one process.
 
 Sinks hold clients, models and file locks (an embedded vector store allows one handle per directory), so
-each is opened once per process and shared. Settings arrive already pinned to an index generation: sinks
-of two generations are two entries here.
-
-Each open sink records who holds it, and closes when nobody does:
-
-- flows, counted: `flow_sinks` holds the sinks for a block (a flow's run, `unichunk verify`); a flow's
-  tasks then get them with `held_sinks`, which refuses a sink no flow holds, so a task can never open a
-  store the flow has not opened under its store lock (`unichunk.engine.store_access`), and never keeps one open
-  after the flow;
-- a keeper, once: `get_sinks` hands a reader (`unichunk.retrieval.open_readers`, `unichunk.Pipeline`) sinks it may
-  keep for later searches, until `release_sinks`.
-
-So a flow ending never closes a sink a reader was handed, even one the flow opened (a search that resolved
-the live generation the moment a rebuild switched to it holds the rebuild's sinks: they stay open for it),
-and a reader letting go never closes one a flow is using. Only `discard_sinks` (a generation being dropped)
-closes a sink whoever holds it.
+each is opened once per process and shared; sinks of two generations are two entries. Each records who holds
+it and closes when nobody does: flows, counted (`flow_sinks`; their tasks get them with `held_sinks`, which
+refuses a sink no flow holds, so a task never opens a store outside the flow's store lock), and keepers,
+once (`get_sinks` hands a reader sinks it keeps until `release_sinks`). So a flow ending never closes a sink
+a reader was handed (a search that resolved the live generation as a rebuild switched to it holds the
+rebuild's sinks), and a reader letting go never closes one a flow uses. Only `discard_sinks` (a generation
+being dropped) closes a sink whoever holds it.
 """
 
 from __future__ import annotations

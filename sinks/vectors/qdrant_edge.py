@@ -1,20 +1,15 @@
 """The vector sink on qdrant-edge: Qdrant's own engine embedded in this process, one shard per collection.
 
-Same points, payloads and IDs as `QdrantSink` (both are engines of `VectorSink`, which does the sink's
-work through their `_store_*` methods), but the store keeps keyword payload indexes and memory-mapped segments, so a filter by
-`document_id` or a replacement's stale-point lookup reads the index instead of unpickling every point, and
-opening a store maps files instead of loading the collection into Python objects
-(`benchmarks.vector_store` measures both engines).
+Same points, payloads and IDs as `QdrantSink` (both are engines of `VectorSink`), but the store keeps
+keyword payload indexes and memory-mapped segments, so a filter by `document_id` or a replacement's
+stale-point lookup reads the index instead of unpickling every point, and opening maps files instead of
+loading the collection into Python objects (`benchmarks.vector_store` measures both engines).
 
-Layout: `<generation dir or data_dir>/qdrant_edge/<collection>/` is a shard; `aliases.json` beside the shards
-names the collection an alias points at. A shard is opened by one handle at a time (its WAL is locked),
-so sinks of one process share it (`SHARED_HANDLES`) and another process is refused with a clear error.
-
-qdrant-edge never optimises on its own: new points stay in plain segments searched by brute force, and
-deleted points keep their space, until `EdgeShard.optimize()` runs (it builds the HNSW graph of segments
-past the indexing threshold, merges small segments, vacuums deleted points; synchronous, seconds per
-ten thousand points). `optimize()` runs it after a run's last write, when this process changed the
-shard since it last ran (the pipeline calls it once per run: `unichunk.engine.batches.sinks_context`).
+`<generation dir or data_dir>/qdrant_edge/<collection>/` is a shard, with `aliases.json` beside the shards. A
+shard is opened by one handle at a time (its WAL is locked), so sinks of one process share it
+(`SHARED_HANDLES`) and another process is refused with a clear error. qdrant-edge never optimises on its own
+(new points are searched by brute force, deleted ones keep their space), so `optimize()` builds the HNSW
+graph, merges small segments and vacuums after a run's last write, when this process changed the shard.
 """
 
 from __future__ import annotations
