@@ -3,8 +3,9 @@ with exact offsets and deterministic IDs. Plain Python: no Prefect, no stores.
 
 Kept light on import (no bs4, pypdf or LlamaIndex): parsers load when a file of their kind is loaded.
 
-Every name below loads on first use (`lazy_loader`): `import unichunk.chunking.errors` or `unichunk.chunking.config` must not
-pay for numpy, pathspec, tiktoken and the loaders (about 0.8 s), which the CLI's service path does not need.
+Every name below loads on first use (`lazy_loader`): `import unichunk.chunking.errors` or
+`unichunk.chunking.config` must not pay for numpy, pathspec, tiktoken and the loaders, which the CLI's service
+path does not need.
 """
 
 import lazy_loader

@@ -116,8 +116,7 @@ def _align(page: list[str], main: list[str]) -> list[bool]:
     tail, then is cut at anchors: word trigrams that occur once in each side of the stretch, kept in increasing
     order on both sides (a longest increasing subsequence) and extended while the tokens agree; the stretches
     between anchors are handled alike. Stretches short enough are aligned by difflib; a long one without any
-    anchor is left unaligned.
-    """
+    anchor is left unaligned."""
     aligned = [False] * len(page)
     stack = [(0, len(page), 0, len(main))]
     while stack:

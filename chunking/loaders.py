@@ -1,9 +1,9 @@
 """Turn files (or bytes from a webhook) into `Document`s, or fail with a typed, explanatory error.
 
 Text is kept exactly as decoded (no newline normalisation; only a leading BOM is dropped), because chunk
-offsets refer to `Document.text`. Parsers for PDF and HTML are imported only when such a file is loaded,
-keeping `import chunking` light (measured: bs4 + lxml 0.4 s, trafilatura 0.13 s more, pypdf 0.15 s, for a
-0.5 s `import chunking`).
+offsets refer to `Document.text`. Parsers for PDF and HTML are imported only when such a file is loaded:
+they cost more to import than the rest of `unichunk.chunking` (benchmarks/README.md, "Why some imports are
+lazy").
 
 Failure isolation: whatever goes wrong while reading one document (a parser bug, an input a library never
 expected, an e-mail naming a charset Python does not know) leaves here as a `DocumentLoadError` naming the

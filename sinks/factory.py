@@ -3,10 +3,10 @@
 The settings name the generation whose stores to open; this module never decides which generation that
 is (`unichunk.index.generations` does, for everyone).
 
-Each store's module is imported when that store is first opened, not when this module is: measured on
-the reference machine, importing `unichunk.sinks.vectors` costs 1.9 s (qdrant-client), `unichunk.sinks.keywords` 0.7 s
-(bm25s, scipy) and `unichunk.sinks.graph` 0.55 s, and commands such as `unichunk status` open no store at all. The
-vector sink's opener imports only the engine the settings pick (`unichunk.sinks.vectors.sink.open_vector_sink`).
+Each store's module is imported when that store is first opened, not when this module is: each store's
+clients are slow to import (qdrant-client most), and commands such as `unichunk status` open no store at
+all. The vector sink's opener imports only the engine the settings pick
+(`unichunk.sinks.vectors.sink.open_vector_sink`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The knowledge graph: its sink, its Cypher, the two servers it runs on, and the entity extractors.
 
 The names load on first use (`lazy_loader`): `unichunk.sinks.graph.falkordb_server` (starting the embedded server)
-must not import both graph clients (about 0.3 s).
+must not import both graph clients.
 """
 
 import lazy_loader

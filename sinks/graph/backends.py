@@ -4,9 +4,8 @@ Everything that differs between the two lives here, so `unichunk.sinks.graph.cyp
 statement is executed and retried, how results become dicts, and how indexes and uniqueness constraints
 are declared (FalkorDB has no `IF NOT EXISTS` and declares constraints with a Redis command).
 
-The Neo4j driver is imported when a Neo4j backend is made, not with this module: it costs 0.15-0.55 s
-(`python -X importtime -c "import neo4j"`, measured at several loads), which the default FalkorDB runs
-never need.
+The Neo4j driver is imported when a Neo4j backend is made, not with this module: it is slow to import, and
+the default FalkorDB runs never need it.
 """
 
 from __future__ import annotations

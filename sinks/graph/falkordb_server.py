@@ -5,9 +5,9 @@ one), so it is recorded in `<data_dir>/falkordb/server.json` and reused while it
 with an fsync-per-write append-only file: without `--appendonly yes` a restart loses the graph, and
 with `everysec` a crash loses up to a second of writes.
 
-redis-py loads inside the functions that talk to the server: its import (0.1-0.2 s measured, more than
-the rest of the CLI's own modules together) would otherwise be paid by every CLI command through
-`unichunk.local_stack`, also by those that only ask a running service.
+redis-py loads inside the functions that talk to the server: its import costs more than the rest of the
+CLI's own modules together, and every CLI command would pay it through `unichunk.local_stack`, also those
+that only ask a running service.
 """
 
 from __future__ import annotations

@@ -280,7 +280,7 @@ class TermStore:
     ) -> bool:
         """False when the documents of `keep` hold no row besides the kept chunks, known from one count,
         so the two stale-row statements (each matching every stored row of the batch's documents against
-        the list of kept IDs: 0.3 s of a 100k-chunk build) are skipped. The count decides only when every
+        the list of kept IDs, a large share of a build) are skipped. The count decides only when every
         kept chunk was just upserted under one of those documents (then they all are among its rows);
         otherwise this says True and those statements decide."""
         written = {row[0]: row[1] for row in rows}  # the last row of an ID wins, as in the upsert
@@ -322,9 +322,9 @@ class TermStore:
         """`read` on a connection for the per-query reads (the revision check, the hits' rows): one
         statement each, so no transaction is needed. On PostgreSQL these use a small pool of this store's
         own, in autocommit with the search_path set once per connection and no ping: a transaction from
-        the shared pool costs a ping, BEGIN, SET LOCAL and COMMIT around each statement, and those round
-        trips were 97 % of a search's 10 ms at 100k chunks (the scoring 0.3 ms). A connection the server
-        dropped is replaced once. SQLite (in process) uses the shared pool."""
+        the shared pool costs a ping, BEGIN, SET LOCAL and COMMIT around each statement, round trips that
+        would take most of a search's time. A connection the server dropped is replaced once. SQLite (in
+        process) uses the shared pool."""
         if self.db.dialect != "postgresql":
             with self.db.read() as conn:
                 return read(conn)

@@ -2,7 +2,7 @@
 feed it.
 
 The names load on first use (`lazy_loader`): `unichunk.sinks.vectors.embedders` (what a run's fingerprint needs)
-must not import qdrant_client (about 1 s), and neither must the qdrant-edge engine.
+must not import qdrant_client, and neither must the qdrant-edge engine.
 """
 
 import lazy_loader

@@ -2,7 +2,7 @@
 generation under `data_dir`, UNICHUNK_VECTOR_ENGINE=local) or a Qdrant server (UNICHUNK_QDRANT_URL).
 
 `unichunk.sinks.vectors.sink.VectorSink` does the sink's work; this module is its engine, and the only one that
-imports qdrant-client (about 1.1 s), which qdrant-edge runs never load.
+imports qdrant-client (slow to import), which qdrant-edge runs never load.
 """
 
 from __future__ import annotations
