@@ -299,7 +299,7 @@ def _part_text(part: EmailMessage, name: str) -> tuple[str, dict[str, str]]:
     The declared charset is tried first (it is usually right). When Python does not know it (say
     `x-made-up-charset`) or it does not decode the bytes, UTF-8 is tried strictly (the commonest mislabel;
     a valid UTF-8 byte string is almost never meant as anything else), then charset_normalizer's best
-    guess. A known charset that is merely wrong keeps the old last resort (decoded with U+FFFD for bad
+    guess. A known charset that is merely wrong keeps the last resort (decoded with U+FFFD for bad
     bytes, as `get_content` did); an unknown one with nothing detected fails the document.
     """
     payload = part.get_payload(decode=True)

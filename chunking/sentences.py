@@ -12,7 +12,7 @@ import re
 
 # A terminator run plus closing quotes, then whitespace; or CJK terminators; or a blank line. Written as
 # one character class followed by the three cases (told apart by a lookbehind at that character), so the
-# regex engine skips ahead to the next candidate character in C: 6x faster than three alternatives.
+# regex engine skips ahead to the next candidate character in C, far faster than three alternatives.
 _BOUNDARY = re.compile(
     r"""[.!?…。！？\n](?:"""
     r"""(?<=[.!?…])(?P<latin>[.!?…]*[\"'”’»)\]]*)(?P<ws>\s+)(?=[^\s])"""

@@ -2,7 +2,7 @@
 
 Each successful listing of a directory or path source records how to list it again (its kind, root,
 patterns or paths). The nightly `reindex` with no source then keeps every source in step, and nothing
-else: a service started without `UNICHUNK_SOURCE_ROOT` no longer scans a folder nobody asked for. One
+else: a service started without `UNICHUNK_SOURCE_ROOT` scans no folder nobody asked for. One
 SQLite file under the data dir, beside the generation registry (sources do not depend on the generation),
 or the table `sources` of the `unichunk` schema in server mode (`unichunk.sinks.database`). Recording is one
 atomic upsert; the name and root are BYTEA on PostgreSQL, patterns and paths JSON with every non-ASCII

@@ -417,7 +417,7 @@ def _create_sqlite(path: Path, readonly: bool) -> Engine:
         return sqlite3.connect(path, timeout=30, check_same_thread=False)
 
     # Pooled: closing the last connection to a WAL file checkpoints it and restarts the log, an fsync or
-    # two (measured 6-9 ms a transaction on the reference machine, against 0.02 ms on a kept connection).
+    # two per transaction (benchmarks/README.md has the figure).
     # One connection is kept; more are opened while threads need them.
     engine = create_engine("sqlite://", creator=connect, poolclass=QueuePool, pool_size=1, max_overflow=-1)
     event.listen(engine, "connect", functools.partial(_sqlite_connected, path))

@@ -1,11 +1,10 @@
 """One HTTP client, with one retry policy, for every OpenAI-compatible server we call (embeddings, chat).
 
-The embedder and the LLM extractor each used to carry their own retry loop, and the two had drifted (the
-extractor's had no jitter, ignored Retry-After and gave up at once on a dropped connection). Both now POST
-through `OpenAICompatibleClient`, whose retries are tenacity's: what is transient (408, 409, 429, 5xx, a
-transport error: refused, reset, timed out) is retried with full-jitter exponential backoff, or after the
-server's Retry-After when it sends one; anything else (a bad key, an unknown model) fails at once with the
-server's message, since no retry would fix it.
+The embedder and the LLM extractor both POST through `OpenAICompatibleClient`, so they cannot drift apart.
+Its retries are tenacity's: what is transient (408, 409, 429, 5xx, a transport error: refused, reset, timed
+out) is retried with full-jitter exponential backoff, or after the server's Retry-After when it sends one;
+anything else (a bad key, an unknown model) fails at once with the server's message, since no retry would
+fix it.
 
 Why not the `openai` SDK: it reads OPENAI_API_KEY, OPENAI_BASE_URL and more from the environment on its
 own (variables our configuration table could not list) and brings a second HTTP stack, for what is one

@@ -100,8 +100,8 @@ class EntityExtractor(ABC):
 # en_core_web_sm's shared tok2vec feeds only the tagger (and the parser, excluded); its NER and senter
 # embed for themselves. These run only on documents where two entities share a sentence.
 KEYWORD_PIPES = ("tok2vec", "tagger", "attribute_ruler", "lemmatizer")
-# Texts per `nlp.pipe` batch (measured on 388 and 768 Rust book chunks, 2 cores: 16 was 3 % faster than
-# 64 and 5-20 % faster than 256; smaller batches pad less in the NER's own tok2vec).
+# Texts per `nlp.pipe` batch: smaller batches pad less in the NER's own tok2vec (benchmarks/README.md,
+# "Measurements behind smaller choices").
 DEFAULT_PIPE_BATCH = 16
 
 _NLP_CACHE: dict[str, Language] = {}
@@ -118,7 +118,7 @@ def load_spacy(model: str = DEFAULT_SPACY_MODEL) -> Language:
     with _NLP_LOCK:
         nlp = _NLP_CACHE.get(model)
         if nlp is None:
-            import spacy  # 4 s to import (measured): only processes that extract pay for it
+            import spacy  # slow to import: only processes that extract pay for it
 
             try:
                 nlp = spacy.load(model, exclude=["parser"])

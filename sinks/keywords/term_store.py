@@ -169,7 +169,7 @@ class TermStore:
         changed = " OR ".join(d.differs.format(a=f"chunks.{c}", b=f"excluded.{c}") for c in COLUMNS[1:-1])
         # Re-writing an unchanged chunk leaves its row (and its `rev`) alone, so an idempotent re-ingest
         # does not force an index refresh. Run through the driver's executemany: SQLAlchemy's handling
-        # of each row's parameters cost more than SQLite's insert itself (1.2 s per 100k rows).
+        # of each row's parameters cost more than SQLite's insert itself.
         marks = ", ".join([d.placeholder] * (len(COLUMNS) + 1))
         self._upsert = (
             f"INSERT INTO chunks ({', '.join(COLUMNS)}, rev) VALUES ({marks}) "

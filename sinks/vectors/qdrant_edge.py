@@ -161,7 +161,7 @@ class EdgeQdrantSink(VectorSink):
     def optimize(self) -> bool:
         """Index, merge and vacuum the shard (`EdgeShard.optimize`) if this sink changed it since the last
         time: without it queries compare against every vector and deleted points are never reclaimed.
-        Nothing to do costs microseconds; a shard never optimised before, about a millisecond a point."""
+        Its cost follows what changed (benchmarks/README.md, "Embedded vector store")."""
         with self._operation("optimize"), self._lock:
             if not self._changed or "shard" not in self._handle:
                 return False
