@@ -1,19 +1,14 @@
 """`auto`'s final pass: no chunk's embedded text is longer than the embedder reads.
 
-An embedder reads a bounded input (all-MiniLM-L6-v2: 256 word pieces, [CLS] and [SEP] included) and drops
-the rest without a word, so a chunk over the limit is stored whole but found by its start only. `auto` sizes
-its chunks under the limit (`EmbeddingBudget.auto_sizes`); this pass makes the limit a guarantee. It counts
-what is embedded for each chunk (`Chunk.embed_text`: heading chain, ": ", content) in the embedder's own
-tokens and cuts a chunk that is still over into near-equal pieces: at a sentence end, else after a clause,
-else between words, else between characters (not inside a combining sequence where it can help it). Pieces
-are slices of their chunk's span, so offsets stay exact and IDs deterministic. A heading chain taking more
-than a quarter of the limit by itself is shortened (outer headings dropped, then the innermost title cut
-and marked "…"), so the content always has room.
-
-Counting stays cheap. The word-piece tokenizer never joins text across whitespace, so `WordPieceCounter`
-sums cached per-word counts and asks the real tokenizer (the `tokenizers` library on the bundled model's
-`tokenizer.json`, the same files the embedder loads) only about words it has not seen. tiktoken budgets
-(OpenAI-compatible embedders) count only texts long enough to possibly exceed the limit.
+An embedder drops what is over its input limit without a word, so a chunk over the limit is stored whole
+but found by its start only. `auto` sizes its chunks under the limit (`EmbeddingBudget.auto_sizes`); this
+pass makes the limit a guarantee. It counts each chunk's `Chunk.embed_text` in the embedder's own tokens and
+cuts a chunk still over into near-equal pieces at sentence ends, else clauses, words, characters (not inside
+a combining sequence); pieces are slices of the chunk's span, so offsets stay exact and IDs deterministic.
+A heading chain taking over a quarter of the limit alone is shortened, so the content always has room.
+Counting stays cheap: the word-piece tokenizer never joins across whitespace, so `WordPieceCounter` sums
+cached per-word counts, and tiktoken budgets count only texts long enough to exceed the limit.
+docs/design.md ("`auto`'s chunks fit the embedder") has the rest.
 """
 
 from __future__ import annotations

@@ -112,11 +112,11 @@ def _decide_headings(parts: Sequence[Part], keep: list[bool], chrome: Sequence[b
 def _align(page: list[str], main: list[str]) -> list[bool]:
     """For each token of `page`, whether it is aligned with a token of `main` (an in-order alignment).
 
-    difflib alone is quadratic on long pages, so, as in patience diff, each stretch loses its common head and
-    tail, then is cut at anchors: word trigrams that occur once in each side of the stretch, kept in increasing
-    order on both sides (a longest increasing subsequence) and extended while the tokens agree; the stretches
-    between anchors are handled alike. Stretches short enough are aligned by difflib; a long one without any
-    anchor is left unaligned."""
+    difflib alone is quadratic on long pages, so, as in patience diff, each stretch loses its common head
+    and tail, then is cut at anchors: word trigrams that occur once in each side of the stretch, kept in
+    increasing order on both sides (a longest increasing subsequence) and extended while the tokens agree;
+    the stretches between anchors are handled alike. Stretches short enough are aligned by difflib; a long
+    one without any anchor is left unaligned."""
     aligned = [False] * len(page)
     stack = [(0, len(page), 0, len(main))]
     while stack:

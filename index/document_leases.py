@@ -8,7 +8,8 @@ the runs keeping the live generation current.
 
 `acquire` never waits (so no two runs wait for each other); expiry is per holder and renewed from a heartbeat
 (the ttl is a safety net); a holder whose process is gone on this machine is taken over at once.
-docs/design.md ("Document leases") gives each rule's reason, docs/operations.md (server mode) the PostgreSQL side.
+docs/design.md ("Document leases") gives each rule's reason, docs/operations.md (server mode) the
+PostgreSQL side.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """Move a data dir's records into server mode: `python -m unichunk.index.move_records [--data-dir DIR]`.
 
-For an index whose stores stay where they are (a Qdrant server and a graph server that several machines
-already shared, with the data dir on one of them): the records that describe those stores, the generation
-registry, each generation's status table, the chunk cache and the sources, are copied from the SQLite
-files under the data dir into the database UNICHUNK_DATABASE_URL names, so the index goes on without being
-built again. Leases and the webhook replay cache are not copied: stop every run and receiver first, which
-the move needs anyway (a run writing the files meanwhile would be lost).
-
-The registry is copied last and a database that holds one already is refused: a move that stopped half-way
-runs again (rows already copied are kept), and two indexes are never merged into one. The files are left
-as they are; delete the data dir's records once the move is checked (`unichunk status`, `unichunk verify`).
-Stores that were embedded are not moved: their files stay in the data dir, or, for a store that moves to a
-server with server mode (the BM25 terms), are written again by the next `ingest` or `reindex`, which
-repairs every store from the chunk cache.
+For an index whose stores stay where they are (servers several machines already shared): the records that
+describe them (generation registry, status tables, chunk cache, sources) are copied from the data dir's
+SQLite files into the database UNICHUNK_DATABASE_URL names, so the index goes on without being built again.
+Leases and the webhook replay cache are not copied: stop every run and receiver first, which the move needs
+anyway. The registry is copied last and a database that holds one already is refused, so a move that stopped
+half-way runs again and two indexes are never merged into one. The files are left as they are; embedded
+stores are not moved (docs/operations.md, "Moving an existing data dir").
 """
 
 from __future__ import annotations

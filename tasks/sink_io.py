@@ -4,15 +4,12 @@ One generic task per phase, with the sink name in the task run name, so the flow
 all sinks with `.submit` and the UI shows `prepare[vectors]`, `write[graph]`, ... The rules are in
 `unichunk.index.sink_writes`.
 
-Retries. `prepare` touches no store, so retrying it is always safe; a document a sink cannot prepare
-fails alone inside the task, so what escapes (and is retried once) is the sink failing to open. `write`
-upserts by chunk ID (idempotent), so a retry after a half-done write converges; the flow settles a
-batch only on the task's final state, after every retry (`unichunk.engine.batches._settle`), so the undo of the
-other sinks on a failed write still runs exactly once, when no write of that batch is in flight. No
-`timeout_seconds` on either: both run in worker threads (`.submit`), where Prefect 3.8 cannot interrupt
-a blocking call (the timeout fires only once the call returns) and warns on every run; the stores'
-clients bound their own calls instead (FalkorDB socket timeout, HTTP timeouts of the model endpoints,
-SQLite's busy timeout).
+Retries are safe: `prepare` touches no store (what escapes it, and is retried once, is a sink failing to
+open), and `write` upserts by chunk ID. The flow settles a batch only on the task's final state
+(`unichunk.engine.batches._settle`), so the undo after a failed write runs once, with no write in flight.
+No `timeout_seconds`: both run in worker threads, where Prefect 3.8 cannot interrupt a blocking call (the
+timeout fires only once the call returns) and warns on every run; the stores' clients bound their own calls
+(FalkorDB socket timeout, the model endpoints' HTTP timeouts, SQLite's busy timeout).
 """
 
 from __future__ import annotations

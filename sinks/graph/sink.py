@@ -119,8 +119,8 @@ class KnowledgeGraphSink(Sink):
     def write(self, prepared: Prepared) -> int:
         """Store the whole batch with each kind of statement sent once (cut at `batch_size` rows).
 
-        Round trips cost client and server CPU (taken from the embedding model on a small machine) and, against a
-        remote Neo4j, latency, so statements are sent per batch, never per document.
+        Round trips cost client and server CPU (taken from the embedding model on a small machine) and,
+        against a remote Neo4j, latency, so statements are sent per batch, never per document.
         """
         documents = _last_occurrences(prepared.documents)
         try:

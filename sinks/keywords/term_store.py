@@ -3,7 +3,8 @@
 The source of truth of the BM25 sink (`bm25.py`); the scoring index each query-serving process keeps in
 memory is a cache that catches up by reading what changed since its revision. One implementation serves both
 backends of `unichunk.sinks.database`, the differences (column types, a few spellings, how content is stored)
-kept in `_Dialect`; on PostgreSQL the store has its own schema, so its `chunks` table never meets the records'.
+kept in `_Dialect`; on PostgreSQL the store has its own schema, so its `chunks` table never meets the
+records'.
 
 The rule it keeps: revisions become visible in commit order, so a reader never skips one. A writer takes the
 counter's row lock before anything else and publishes its revision with its rows in one transaction; readers
