@@ -123,8 +123,8 @@ def test_the_live_generation_is_resolved_in_one_module() -> None:
     assert users <= {"unichunk.index", "unichunk.index.registry", GENERATIONS_MODULE}, users
 
 
-# Modules allowed to import inside functions, each for an import cost measured and stated in its docstring
-# or beside the import: parsers (unichunk.chunking.loaders), spaCy (the graph's extractor), Prefect (the CLI, and
+# Modules allowed to import inside functions, each for an import cost that its docstring or a comment at the import names
+# (figures: benchmarks/README.md, "Why some imports are lazy"): parsers (unichunk.chunking.loaders), spaCy (the graph's extractor), Prefect (the CLI, and
 # `unichunk.Pipeline`, which `import unichunk` for the chunking types alone should not pay for), redis-py
 # (the FalkorDB server's health checks, which `unichunk.local_stack` and so every CLI command would pay for),
 # torch (set for one query's embedding in `unichunk.sinks.vectors.minilm`; it loads with the model, on first use),
