@@ -1,6 +1,7 @@
 # One image for the workers (`unichunk worker`), the one-shot `prefect deploy` of prefect.yaml (hence
 # prefect.yaml in /app: the deployments run their flows from /app), and the webhook receiver
-# (`uvicorn --factory unichunk.deployments.service.webhook:create_app`); `unichunk serve` for a single machine. Every package pyproject.toml installs is copied:
+# (`uvicorn --factory unichunk.deployments.service.webhook:create_app`); `unichunk serve` for a single
+# machine. Every folder pyproject.toml installs (inside `unichunk`) is copied:
 # a missing one (index, retrieval, unichunk once were) installs fine and fails at the first import.
 FROM python:3.11-slim
 
@@ -21,6 +22,7 @@ COPY sinks ./sinks
 COPY index ./index
 COPY retrieval ./retrieval
 COPY tasks ./tasks
+COPY engine ./engine
 COPY flows ./flows
 COPY unichunk ./unichunk
 COPY deployments ./deployments
