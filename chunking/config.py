@@ -1,7 +1,8 @@
 """`ChunkStrategy`: which strategy to run and with what settings, validated once.
 
 It is a pydantic-settings model, so the same object is read from `UNICHUNK_CHUNK_*` environment variables
-(`ChunkStrategy()`), passed as a Prefect flow parameter (the UI renders it as a form), or built in code.
+(`ChunkStrategy()`, by an entry point only), passed as a Prefect flow parameter, or built in code; code below
+the entry points that needs a strategy nobody gave takes the built-in one (`default_strategy`).
 Sizes left unset take the defaults of the chosen strategy (`sizes_for()`), so one model serves all
 strategies without each having its own config class. `auto`, the shipped default, picks the strategy by
 document type and, for unset sizes, the sizes the retrieval benchmark backs (`AUTO_DEFAULTS`), lowered to fit
@@ -238,3 +239,10 @@ class ChunkStrategy(BaseSettings):
         if self.name == "auto" or self.chunk_size is None or self.chunk_overlap is None:
             payload = {"settings": payload, "effective": self.effective()}
         return sha256_hex(json.dumps(payload, sort_keys=True))[:16]
+
+
+def default_strategy(name: StrategyName = "auto") -> ChunkStrategy:
+    """The built-in settings of strategy `name`, whatever the environment holds: `ChunkStrategy()` reads
+    UNICHUNK_CHUNK_* variables, which only an entry point may read (a library call must not change its
+    chunks with the process's environment)."""
+    return ChunkStrategy.model_construct(name=name)

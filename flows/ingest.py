@@ -11,9 +11,9 @@ from unichunk.engine.params import IngestParams, IngestSummary
 from unichunk.engine.run_names import ingest_run_name
 from unichunk.engine.shards import cancel_shard_runs
 from unichunk.engine.sources import list_sources, sync_in_shards, sync_listed
+from unichunk.flows.run_settings import flow_settings
 from unichunk.index.generations import target_for_ingest
 from unichunk.index.run import RunConfig
-from unichunk.sinks.config import SinkSettings
 
 
 def sync_source(flow_name: str, params: IngestParams) -> tuple[IngestSummary, RunConfig, list[str]]:
@@ -21,7 +21,7 @@ def sync_source(flow_name: str, params: IngestParams) -> tuple[IngestSummary, Ru
     returns the summary, the run and the problems that fail it (a shard lost on every attempt)."""
     summary = IngestSummary(flow=flow_name, dry_run=params.dry_run)
     run = target_for_ingest(
-        RunConfig(params.strategy, SinkSettings(), tuple(params.sinks)), dry_run=params.dry_run
+        RunConfig(params.strategy, flow_settings(), tuple(params.sinks)), dry_run=params.dry_run
     )
     problems: list[str] = []
     with timed_summary(summary, flow_name):

@@ -32,6 +32,7 @@ from unichunk.engine.params import (
 from unichunk.engine.reports import failed_state, publish_rebuild
 from unichunk.engine.run_names import rebuild_run_name
 from unichunk.engine.sources import Listed, list_sources, sync_listed
+from unichunk.flows.run_settings import flow_settings
 from unichunk.index.chunk_batch import LOAD_FAILED
 from unichunk.index.generations import generation_counts, live_generation, registry_of
 from unichunk.index.run import RunConfig
@@ -120,7 +121,7 @@ def readiness_problems(summary: RebuildSummary, max_document_loss: float) -> lis
 def rebuild(params: RebuildParams) -> RebuildSummary | State:
     """Build the generation of `params.strategy` + the current sink settings, verify it, switch to it."""
     logger = get_run_logger()
-    base = RunConfig(params.strategy, SinkSettings())
+    base = RunConfig(params.strategy, flow_settings())
     run = base.pinned()
     registry = registry_of(base.settings)
     live = live_generation(base.settings)

@@ -958,9 +958,9 @@ def generations_list(as_json: JsonOption = False) -> None:
     from unichunk.index.generations import reading_settings
 
     if as_json:
-        _print_json(generations_json(reading_settings()))
+        _print_json(generations_json(reading_settings(SinkSettings())))
         return
-    _print_generations(generations_json(reading_settings()))
+    _print_generations(generations_json(reading_settings(SinkSettings())))
 
 
 @generations_app.command("switch")
