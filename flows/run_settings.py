@@ -1,8 +1,8 @@
 """The settings a flow run works with: its caller's, handed over in a context variable, not a parameter.
 
-An in-process caller (`unichunk.Pipeline`) wraps its flow calls in `caller_settings(settings, strategy)`;
-the flow reads them once at its top (`flow_settings()`, `flow_strategy()`) and passes them down inside its
-`RunConfig`. A run that starts in its own process (a served or deployed run, a CLI command) has no caller
+An in-process caller (`unichunk.Pipeline`) wraps its flow calls in `caller_settings(settings, ...)`;
+the flow reads them at its top (`flow_settings()`, `flow_strategy()`, `flow_metrics()`) and passes them
+down, inside its `RunConfig` or as arguments. A run that starts in its own process (a served or deployed run, a CLI command) has no caller
 in the process, so its flow builds them from the environment there, once: that is its entry point.
 
 Why not a flow parameter: Prefect writes every parameter of a run into its database and shows it in the UI
@@ -22,6 +22,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from unichunk.chunking.config import ChunkStrategy, default_strategy
+from unichunk.index.metrics import MetricsSettings
 from unichunk.sinks.config import SinkSettings
 
 
@@ -29,16 +30,21 @@ from unichunk.sinks.config import SinkSettings
 class _Caller:
     settings: SinkSettings
     strategy: ChunkStrategy | None
+    metrics: MetricsSettings | None
 
 
 _CALLER: ContextVar[_Caller | None] = ContextVar("unichunk_caller_settings", default=None)
 
 
 @contextmanager
-def caller_settings(settings: SinkSettings, strategy: ChunkStrategy | None = None) -> Iterator[None]:
-    """Flows called (in this thread) inside the block run with `settings`, and with `strategy` where their
-    parameters name none."""
-    token = _CALLER.set(_Caller(settings, strategy))
+def caller_settings(
+    settings: SinkSettings,
+    strategy: ChunkStrategy | None = None,
+    metrics: MetricsSettings | None = None,
+) -> Iterator[None]:
+    """Flows called (in this thread) inside the block run with `settings`, with `strategy` where their
+    parameters name none, and push their metrics where `metrics` says (None: nowhere)."""
+    token = _CALLER.set(_Caller(settings, strategy, metrics))
     try:
         yield
     finally:
@@ -60,3 +66,12 @@ def flow_strategy(given: ChunkStrategy | None = None) -> ChunkStrategy:
     if caller is not None:
         return caller.strategy if caller.strategy is not None else default_strategy()
     return ChunkStrategy()
+
+
+def flow_metrics() -> MetricsSettings:
+    """Where the run pushes its metrics: the caller's choice (none unless it gave one), or, for a run
+    started in its own process, the environment's (as `flow_settings`)."""
+    caller = _CALLER.get()
+    if caller is not None:
+        return caller.metrics if caller.metrics is not None else MetricsSettings.model_construct()
+    return MetricsSettings()

@@ -43,6 +43,7 @@ from unichunk.flows.run_settings import caller_settings
 from unichunk.index.alignment import AlignmentReport, verify_live
 from unichunk.index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_RETENTION_HOURS
 from unichunk.index.generations import reading_settings
+from unichunk.index.metrics import MetricsSettings
 from unichunk.index.status import StatusStore
 from unichunk.index_status import IndexStatus, index_status
 from unichunk.inline_documents import INLINE_FOLDER, inline_root, named_texts, write_documents
@@ -83,6 +84,7 @@ class Pipeline:
         self.settings = base.model_copy(update={"data_dir": folder.expanduser().resolve()})
         self.strategy = strategy or ChunkStrategy()
         self.sinks: tuple[SinkName, ...] = tuple(sinks)
+        self._metrics = MetricsSettings()  # where its runs push metrics (PUSHGATEWAY_URL), read once here
         self._opened: list[tuple[SinkSettings, tuple[SinkName, ...]]] = []
 
     # --- writes -----------------------------------------------------------------------------------------
@@ -250,7 +252,7 @@ class Pipeline:
     def _run(self, call: Any) -> Any:
         """Run a flow with this Pipeline's settings; its summary (also when it ended Failed because
         documents failed); what ended a run that returned none is raised."""
-        with caller_settings(self.settings, self.strategy):
+        with caller_settings(self.settings, self.strategy, self._metrics):
             outcome = call()
         if isinstance(outcome, State):
             outcome = outcome.result(raise_on_failure=False)

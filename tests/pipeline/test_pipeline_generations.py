@@ -256,7 +256,7 @@ def test_changed_settings_without_a_rebuild_are_refused_not_skipped_or_mixed(pip
 
     state, result = _ingest(corpus, B)
     assert state.is_failed()
-    assert "rebuild" in str(result) and "unichunk.chunking.name: 'token_window' -> 'sentence'" in str(result)
+    assert "rebuild" in str(result) and "chunking.name: 'token_window' -> 'sentence'" in str(result)
     assert {
         r.document_id: r.as_dict() for r in live_status(SinkSettings(data_dir=pipeline_env)).rows()
     } == rows_before
