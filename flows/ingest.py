@@ -21,7 +21,8 @@ def sync_source(flow_name: str, params: IngestParams) -> tuple[IngestSummary, Ru
     returns the summary, the run and the problems that fail it (a shard lost on every attempt)."""
     summary = IngestSummary(flow=flow_name, dry_run=params.dry_run)
     run = target_for_ingest(
-        RunConfig(params.chunk_strategy(flow_strategy()), flow_settings(), tuple(params.sinks)), dry_run=params.dry_run
+        RunConfig(params.chunk_strategy(flow_strategy()), flow_settings(), tuple(params.sinks)),
+        dry_run=params.dry_run,
     )
     problems: list[str] = []
     with timed_summary(summary, flow_name, flow_metrics()):
