@@ -198,7 +198,7 @@ def previous_version(row: DocumentStatus, run: RunConfig) -> tuple[Document, lis
     return document, chunks
 
 
-def verify_live(settings: SinkSettings | None = None) -> AlignmentReport:
+def verify_live(settings: SinkSettings) -> AlignmentReport:
     """The live generation's stores against its status table (`unichunk verify`, `Pipeline.verify`);
     publishes the gauges. The stores are opened for the check and closed after, unless already open."""
     pinned = reading_settings(settings)

@@ -820,7 +820,7 @@ def _verify(*, as_json: bool = False) -> bool:
         verify_live,  # the chunker and every store's client: only when verifying
     )
 
-    report = verify_live()
+    report = verify_live(SinkSettings())
     if as_json:
         _print_json(report.as_dict())
         return report.ok
