@@ -4,8 +4,11 @@ the full parameters allowed is still possible."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
+
+from prefect.utilities.callables import parameter_schema
 
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.deployments.serving.serve import build_deployments
@@ -41,7 +44,9 @@ def _names(schema: dict[str, Any]) -> set[str]:
 def test_the_run_form_asks_for_a_source_and_a_strategy_with_its_size(tmp_path: Path) -> None:
     deployments = {d.name: d for d in build_deployments(ServiceSettings(source_root=tmp_path))}
     for name, (model, fields) in FORMS.items():
-        schema = deployments[name]._parameter_openapi_schema.model_dump()
+        # what the deployment registers as its parameter_openapi_schema: its flow's parameter schema
+        module, _, attr = deployments[name].entrypoint.rpartition(".")
+        schema = parameter_schema(getattr(importlib.import_module(module), attr)).model_dump()
         assert list(schema["properties"]) == ["params"], name
         params = _resolve(schema, schema["properties"]["params"])
         assert params["title"] == model and list(params["properties"]) == fields, name
