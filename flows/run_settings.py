@@ -2,8 +2,9 @@
 
 An in-process caller (`unichunk.Pipeline`) wraps its flow calls in `caller_settings(settings, ...)`;
 the flow reads them at its top (`flow_settings()`, `flow_strategy()`, `flow_metrics()`) and passes them
-down, inside its `RunConfig` or as arguments. A run that starts in its own process (a served or deployed run, a CLI command) has no caller
-in the process, so its flow builds them from the environment there, once: that is its entry point.
+down, inside its `RunConfig` or as arguments. A run that starts in its own process (a served or deployed
+run, a CLI command) has no caller in the process, so its flow builds them from the environment there:
+that is its entry point.
 
 Why not a flow parameter: Prefect writes every parameter of a run into its database and shows it in the UI
 (pydantic masks `SecretStr` fields, but not a password inside a plain URL such as `redis://:pw@host`), and a
