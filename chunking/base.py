@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.config import ChunkStrategy, default_strategy
 from unichunk.chunking.ids import chunk_id_for_hash, sha256_hex
 from unichunk.chunking.models import Chunk, Document
 from unichunk.chunking.span_counts import span_counter
@@ -41,7 +41,7 @@ class BaseChunker(ABC):
     name: ClassVar[str]
 
     def __init__(self, strategy: ChunkStrategy | None = None) -> None:
-        self.strategy = strategy or ChunkStrategy(name=self.name)
+        self.strategy = strategy or default_strategy(self.name)  # type: ignore[arg-type]
         self.counter = TokenCounter(self.strategy.tokenizer)
 
     @abstractmethod

@@ -1,7 +1,8 @@
 """`ChunkStrategy`: which strategy to run and with what settings, validated once.
 
 It is a pydantic-settings model, so the same object is read from `UNICHUNK_CHUNK_*` environment variables
-(`ChunkStrategy()`), passed as a Prefect flow parameter (the UI renders it as a form), or built in code.
+(`ChunkStrategy()`, by an entry point only), passed as a Prefect flow parameter, or built in code; code below
+the entry points that needs a strategy nobody gave takes the built-in one (`default_strategy`).
 Sizes left unset take the defaults of the chosen strategy (`sizes_for()`), so one model serves all
 strategies without each having its own config class. `auto`, the shipped default, picks the strategy by
 document type and, for unset sizes, the sizes the retrieval benchmark backs (`AUTO_DEFAULTS`), lowered to fit
@@ -11,10 +12,12 @@ the embedder the chunks are for (`EmbeddingBudget`; the pipeline fills it in fro
 from __future__ import annotations
 
 import json
-from typing import Literal
+from collections.abc import Mapping
+from contextvars import ContextVar
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from unichunk.chunking.ids import sha256_hex
 
@@ -100,18 +103,44 @@ def overlap_at(size: int, default_size: int, default_overlap: int) -> int:
     return default_overlap if size == default_size else round(size * default_overlap / default_size)
 
 
-class LoaderSettings(BaseSettings):
-    """How documents are read. Kept apart from `ChunkStrategy` on purpose: these settings decide which
-    files are accepted, not how their text is cut, so they are not part of any chunk fingerprint."""
+# The largest document a loader reads unless its caller says otherwise (`SinkSettings.max_document_bytes`
+# is the configured limit a run passes down).
+DEFAULT_MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
 
-    model_config = SettingsConfigDict(env_prefix="UNICHUNK_", extra="ignore")
-
-    max_document_bytes: int = Field(
-        64 * 1024 * 1024, ge=1, description="Largest document read; a larger one fails alone, clearly."
-    )
+_VALUES_ONLY: ContextVar[bool] = ContextVar("unichunk_settings_values_only", default=False)
 
 
-class ChunkStrategy(BaseSettings):
+class ValueSettings(BaseSettings):
+    """A settings model an entry point reads from the environment (`Model()`), and any other code builds
+    from values alone (`Model.from_values(...)`): pydantic-settings reads the environment on every
+    validation, `model_validate` included, filling whatever the values leave out."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        if _VALUES_ONLY.get():
+            return (init_settings,)
+        return (init_settings, env_settings, dotenv_settings, file_secret_settings)
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any] | str | bytes) -> Self:
+        """Validated from `values` (a mapping or JSON) and the defaults, never from the environment."""
+        token = _VALUES_ONLY.set(True)
+        try:
+            if isinstance(values, str | bytes):
+                return cls.model_validate_json(values)
+            return cls.model_validate(values)
+        finally:
+            _VALUES_ONLY.reset(token)
+
+
+class ChunkStrategy(ValueSettings):
     """Chunking settings. Unset sizes mean "the strategy's default" (see STRATEGY_DEFAULTS)."""
 
     model_config = SettingsConfigDict(env_prefix="UNICHUNK_CHUNK_", extra="ignore", frozen=True)
@@ -238,3 +267,10 @@ class ChunkStrategy(BaseSettings):
         if self.name == "auto" or self.chunk_size is None or self.chunk_overlap is None:
             payload = {"settings": payload, "effective": self.effective()}
         return sha256_hex(json.dumps(payload, sort_keys=True))[:16]
+
+
+def default_strategy(name: StrategyName = "auto") -> ChunkStrategy:
+    """The built-in settings of strategy `name`, whatever the environment holds: `ChunkStrategy()` reads
+    UNICHUNK_CHUNK_* variables, which only an entry point may read (a library call must not change its
+    chunks with the process's environment)."""
+    return ChunkStrategy.from_values({"name": name})

@@ -27,7 +27,7 @@ from typing import Any
 
 from charset_normalizer import from_bytes
 
-from unichunk.chunking.config import LoaderSettings
+from unichunk.chunking.config import DEFAULT_MAX_DOCUMENT_BYTES
 from unichunk.chunking.errors import (
     DocumentLoadError,
     DocumentTooLarge,
@@ -65,19 +65,13 @@ _EMAIL_HEADERS = ("From", "To", "Cc", "Date", "Subject")
 _SURROGATES = re.compile("[\ud800-\udfff]")  # lone surrogates: a str no store can encode as UTF-8
 
 
-def max_document_bytes() -> int:
-    """Largest accepted document, from UNICHUNK_MAX_DOCUMENT_BYTES (read at each load, so a long-lived
-    process follows a changed environment in tests; `LoaderSettings` holds the default)."""
-    return LoaderSettings().max_document_bytes
-
-
 def load_document(
     path: str | os.PathLike[str],
     *,
     source_system: str = "fs",
     source_id: str | None = None,
     root: str | os.PathLike[str] | None = None,
-    max_bytes: int | None = None,
+    max_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
 ) -> Document:
     """Read and decode one file. source_id defaults to the path relative to `root` (POSIX), else absolute.
 
@@ -95,10 +89,10 @@ def _load_document(
     source_system: str,
     source_id: str | None,
     root: str | os.PathLike[str] | None,
-    max_bytes: int | None,
+    max_bytes: int,
 ) -> Document:
     file = Path(path)
-    limit = max_document_bytes() if max_bytes is None else max_bytes
+    limit = max_bytes
     try:
         size = file.stat().st_size
     except OSError as exc:
@@ -129,12 +123,12 @@ def load_bytes(
     source_system: str = "fs",
     source_id: str | None = None,
     path: str | None = None,
-    max_bytes: int | None = None,
+    max_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
 ) -> Document:
     """Build a `Document` from raw bytes; `name` (a file name) selects the format by its extension.
 
     Raises `DocumentLoadError` (or a subclass) for anything that goes wrong, expected or not."""
-    limit = max_document_bytes() if max_bytes is None else max_bytes
+    limit = max_bytes
     if len(data) > limit:
         raise DocumentTooLarge(
             name, f"document is {len(data)} bytes, over the {limit}-byte limit", size=len(data), limit=limit

@@ -17,7 +17,7 @@ from pathlib import PurePosixPath
 
 from unichunk.chunking import metrics
 from unichunk.chunking.base import BaseChunker, EmbedFunction, chunks_from_spans
-from unichunk.chunking.config import ChunkStrategy, DocumentKind
+from unichunk.chunking.config import ChunkStrategy, DocumentKind, default_strategy
 from unichunk.chunking.embedding_fit import fit_spans
 from unichunk.chunking.models import Chunk, Document
 
@@ -60,7 +60,7 @@ def document_kind(document: Document) -> DocumentKind:
 def resolve_strategy(document: Document, strategy: ChunkStrategy | None = None) -> ChunkStrategy:
     """The concrete settings `document` is chunked with: the configured ones, or for "auto" the strategy
     and (where unset) sizes of `AUTO_DEFAULTS` for the document's kind."""
-    strategy = strategy or ChunkStrategy()
+    strategy = strategy or default_strategy()
     return strategy if strategy.name != "auto" else strategy.for_kind(document_kind(document))
 
 
@@ -90,13 +90,13 @@ class ChunkingService:
     def chunk(
         self, document: Document, strategy: ChunkStrategy | None = None, embed: EmbedFunction | None = None
     ) -> list[Chunk]:
-        """Chunks of `document`; `strategy` None reads `ChunkStrategy()` from UNICHUNK_CHUNK_* variables.
+        """Chunks of `document`; `strategy` None: the built-in one (`default_strategy`).
 
         Under `auto` and `semantic` no chunk's embedded text exceeds `strategy.embedding` (`fit_spans`); a
         strategy named explicitly is cut as configured (the vector sink warns about a chunk its embedder
         truncates). `embed` (texts -> vectors) is what `semantic` measures sentences with; the other
         strategies ignore it. It is passed per call, not kept, so a chunker never holds an embedder."""
-        strategy = strategy or ChunkStrategy()
+        strategy = strategy or default_strategy()
         chunker = self.chunker_for(document, strategy)
         started = time.perf_counter()
         if embed is None:

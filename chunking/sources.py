@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 
 import pathspec
 
+from unichunk.chunking.config import DEFAULT_MAX_DOCUMENT_BYTES
 from unichunk.chunking.ids import default_source_name, derive_document_id
 from unichunk.chunking.loaders import load_document
 from unichunk.chunking.models import Document
@@ -57,9 +58,12 @@ class SourceItem:
         return self.mtime_ns / 1e9
 
 
-def load_item(item: SourceItem) -> Document:
-    """Read and decode one item; raises `unichunk.chunking.errors.DocumentLoadError` on unreadable content."""
-    return load_document(Path(item.path), source_system=item.source_system, source_id=item.source_id)
+def load_item(item: SourceItem, max_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES) -> Document:
+    """Read and decode one item (at most `max_bytes`); raises `unichunk.chunking.errors.DocumentLoadError`
+    on unreadable content."""
+    return load_document(
+        Path(item.path), source_system=item.source_system, source_id=item.source_id, max_bytes=max_bytes
+    )
 
 
 class Source(ABC):

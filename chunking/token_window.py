@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from unichunk.chunking.base import BaseChunker, Span
-from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.config import ChunkStrategy, default_strategy
 from unichunk.chunking.models import Document
 from unichunk.chunking.pieces import DEFAULT_SEGMENT_CHARS, char_offsets, segment_bounds, token_table
 from unichunk.chunking.tokenizer import token_array
@@ -39,7 +39,7 @@ def count_tokens(text: str, encoding_name: str = "cl100k_base") -> int:
 
 def should_chunk(text: str, strategy: ChunkStrategy | None = None) -> tuple[bool, int]:
     """(needs splitting, token count): a text of at most `single_piece_max` tokens stays one chunk."""
-    strategy = strategy or ChunkStrategy()
+    strategy = strategy or default_strategy()
     tokens = count_tokens(text, strategy.tokenizer)
     return tokens > strategy.single_piece_max, tokens
 

@@ -12,7 +12,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings
 
-from unichunk.chunking.config import ChunkStrategy, LoaderSettings
+from unichunk.chunking.config import ChunkStrategy
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.index.metrics import MetricsSettings
 from unichunk.sinks.config import SinkSettings
@@ -24,7 +24,6 @@ SETTINGS_MODELS: tuple[tuple[type[BaseSettings], str], ...] = (
         ChunkStrategy,
         "Chunking (`unichunk.chunking.config.ChunkStrategy`; also a flow parameter, a form in the Prefect UI)",
     ),
-    (LoaderSettings, "Reading documents (`unichunk.chunking.config.LoaderSettings`)"),
     (ServiceSettings, "The service (`unichunk.deployments.settings.ServiceSettings`)"),
     (MetricsSettings, "Metrics (`unichunk.index.metrics.MetricsSettings`)"),
 )

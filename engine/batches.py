@@ -21,7 +21,6 @@ from prefect.futures import PrefectFuture
 from prefect.states import State
 from prefect.utilities.annotations import quote
 
-from unichunk.chunking.loaders import max_document_bytes
 from unichunk.chunking.sources import Source, SourceItem
 from unichunk.engine import progress
 from unichunk.engine.leases import RunLeases, when_leased
@@ -63,12 +62,13 @@ def unchanged_by_stat(item: SourceItem, row: DocumentStatus | None, run: RunConf
 OPTIMIZE_LOG_SECONDS = 1.0  # a store's post-run optimisation is logged when it took this long
 
 
-def known_unreadable(item: SourceItem, row: DocumentStatus | None) -> bool:
+def known_unreadable(item: SourceItem, row: DocumentStatus | None, limit: int) -> bool:
     """Failed to load in an earlier run, and the file is unchanged since (same path, size and mtime).
 
     Reading it again would fail the same way, and counting it again would fail every later run (the
     nightly reindex) for one bad file: it is reported instead (`IngestSummary.unreadable`). A changed
-    file is tried again, and so is one refused for its size when the limit has been raised above it.
+    file is tried again, and so is one refused for its size when the limit (`limit`, the run's) has been
+    raised above it.
     The run fingerprint is not compared: loading does not depend on the chunking or sink settings.
     """
     return (
@@ -78,7 +78,7 @@ def known_unreadable(item: SourceItem, row: DocumentStatus | None) -> bool:
         and row.path == item.path
         and row.size == item.size
         and row.mtime_ns == item.mtime_ns
-        and not (row.failure == "too_large" and item.size <= max_document_bytes())
+        and not (row.failure == "too_large" and item.size <= limit)
     )
 
 
@@ -255,7 +255,8 @@ def triage(
 ) -> list[SourceItem]:
     """The items to load: all but those unchanged by size and mtime and the known unreadable ones (both
     counted into `summary` here)."""
-    unreadable = [item for item in items if known_unreadable(item, rows.get(item.document_id))]
+    limit = run.settings.max_document_bytes
+    unreadable = [item for item in items if known_unreadable(item, rows.get(item.document_id), limit)]
     _record_unreadable(summary, unreadable, rows)
     todo = to_load(items, rows, run)
     summary.skipped += len(items) - len(todo) - len(unreadable)
@@ -268,7 +269,7 @@ def to_load(items: Sequence[SourceItem], rows: dict[str, DocumentStatus], run: R
     return [
         item
         for item in items
-        if not known_unreadable(item, row := rows.get(item.document_id))
+        if not known_unreadable(item, row := rows.get(item.document_id), run.settings.max_document_bytes)
         and not unchanged_by_stat(item, row, run)
     ]
 
@@ -593,19 +594,23 @@ def delete_leased(
 
 
 @contextmanager
-def timed_summary(summary: IngestSummary, flow_name: str) -> Iterator[None]:
-    """Add the block's duration to the summary's and push metrics when it ends, however it ends
-    (`reindex` times its scan and its alignment check in two blocks: the duration is both)."""
+def timed_summary(summary: IngestSummary, flow_name: str, pushed: metrics.MetricsSettings) -> Iterator[None]:
+    """Add the block's duration to the summary's and push metrics (where `pushed` says) when it ends,
+    however it ends (`reindex` times its scan and its alignment check in two blocks: the duration is both)."""
     started = time.perf_counter()
     try:
         yield
     finally:
         summary.duration_seconds = round(summary.duration_seconds + time.perf_counter() - started, 3)
-        metrics.push_metrics(flow_name)
+        metrics.push_metrics(flow_name, pushed)
 
 
 def finish(
-    summary: IngestSummary, problems: list[str] | None = None, *, artifacts: bool = True
+    summary: IngestSummary,
+    problems: list[str] | None = None,
+    *,
+    pushed: metrics.MetricsSettings,
+    artifacts: bool = True,
 ) -> IngestSummary | State:
     """Log the summary, publish the run's artifacts (`unichunk.engine.reports`; not for `artifacts=False`); end the
     run Failed if any document failed in this run, its message naming them (`unichunk.engine.reports.failed_state`
@@ -639,7 +644,7 @@ def finish(
         return failed_state(message, summary)
     if not summary.dry_run:  # for the "no successful reindex" alert; pushed again for one-shot runs
         metrics.record_success(summary.flow)
-        metrics.push_metrics(summary.flow)
+        metrics.push_metrics(summary.flow, pushed)
     return summary
 
 

@@ -1,12 +1,20 @@
-"""Flow parameters and results as pydantic models, so the Prefect UI renders forms and runs are typed."""
+"""Flow parameters and results as pydantic models, so the Prefect UI renders forms and runs are typed.
+
+The run form of `ingest`, `reindex` and `rebuild` asks for what a person decides: the source, the chunking
+strategy with its size and overlap, a dry run (or, for a rebuild, whether to switch); the rest (sinks,
+batching, shards, and the chunkers' own settings such as the paragraph separator) sits in `advanced`,
+folded away with its defaults. A caller in Python may still pass an exact `ChunkStrategy` as `strategy`
+(not shown in the form) and the run options at the top level, as before.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, create_model, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
-from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.config import ChunkStrategy, StrategyName
 from unichunk.chunking.sources import (
     DEFAULT_PATTERNS,
     SOURCE_NAME_PATTERN,
@@ -86,16 +94,96 @@ class SourceParams(BaseModel):
         )
 
 
-class IngestParams(BaseModel):
-    """Parameters of the ingest and reindex flows."""
+# The strategy fields the form asks for at its top; every other field of `ChunkStrategy` but those the
+# pipeline sets itself from the sink settings is an advanced chunking setting.
+FORM_STRATEGY_FIELDS = {"chunker": "name", "chunk_size": "chunk_size", "chunk_overlap": "chunk_overlap"}
+_DERIVED_STRATEGY_FIELDS = {"embedding", "semantic_model"}  # `RunConfig` sets them from the sink settings
+ADVANCED_CHUNKING_FIELDS = tuple(
+    name
+    for name in ChunkStrategy.model_fields
+    if name not in FORM_STRATEGY_FIELDS.values() and name not in _DERIVED_STRATEGY_FIELDS
+)
+_UNSET_NOTE = " Unset: as configured (UNICHUNK_CHUNK_*), else the built-in default."
 
-    source: SourceParams | None = Field(
-        None, description="What to ingest; unset: every source this data dir has ingested before."
-    )
-    strategy: ChunkStrategy = Field(default_factory=ChunkStrategy)
+# The chunkers' own settings, each optional, made from `ChunkStrategy`'s fields so they cannot drift from it
+# (validated when the run builds its strategy).
+ChunkingAdvanced: type[BaseModel] = create_model(
+    "ChunkingAdvanced",
+    __doc__="The chunkers' own settings; unset ones are as configured (UNICHUNK_CHUNK_*), else the default.",
+    **{
+        name: (
+            ChunkStrategy.model_fields[name].annotation | None,
+            Field(None, description=(ChunkStrategy.model_fields[name].description or "") + _UNSET_NOTE),
+        )
+        for name in ADVANCED_CHUNKING_FIELDS
+    },
+)
+
+
+# The form's chunking fields, declared once for the run parameters that carry them (after their source).
+Chunker = Annotated[
+    StrategyName | None,
+    Field(title="Strategy", description="How documents are cut; auto picks by document type." + _UNSET_NOTE),
+]
+ChunkSize = Annotated[
+    int | None,
+    Field(ge=128, le=2048, description="Max chunk size (tokens; characters for fixed_chars)." + _UNSET_NOTE),
+]
+ChunkOverlap = Annotated[
+    int | None, Field(ge=0, le=512, description="Overlap between consecutive chunks." + _UNSET_NOTE)
+]
+# An exact strategy, for Python callers: not in the form (nor in a deployment's parameter schema).
+ExactStrategy = SkipJsonSchema[ChunkStrategy | None]
+
+
+class StrategyChoice(BaseModel):
+    """What run parameters with a chunking choice share: the form asks for the strategy and its sizes
+    (`chunker`, `chunk_size`, `chunk_overlap`), the rest under `advanced.chunking`; `strategy` (Python
+    callers only, not in the form) is an exact `ChunkStrategy`, used as given. Subclasses declare these
+    fields after their source, so the form asks for the source first."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _run_options_into_advanced(cls, data: Any) -> Any:
+        """Run options given at the top level (as Python callers and older runs do) go to `advanced`."""
+        if not isinstance(data, dict):
+            return data
+        advanced_fields = _advanced_type(cls).model_fields
+        lifted = {key: data[key] for key in advanced_fields if key in data and key != "chunking"}
+        if not lifted:
+            return data
+        advanced = data.get("advanced") or {}
+        advanced = (
+            advanced.model_dump(exclude_unset=True) if isinstance(advanced, BaseModel) else dict(advanced)
+        )
+        rest = {key: value for key, value in data.items() if key not in lifted}
+        return {**rest, "advanced": {**advanced, **lifted}}
+
+    def chunk_strategy(self, configured: ChunkStrategy) -> ChunkStrategy:
+        """The run's strategy: `strategy` if given, else `configured` (the caller's, or the environment's in
+        a served run) with what the form set over it."""
+        exact: ChunkStrategy | None = getattr(self, "strategy", None)
+        if exact is not None:
+            return exact
+        chosen = {field: getattr(self, key) for key, field in FORM_STRATEGY_FIELDS.items()}
+        chosen |= getattr(self, "advanced").chunking.model_dump()  # noqa: B009 (a subclass's field)
+        chosen = {field: value for field, value in chosen.items() if value is not None}
+        if not chosen:
+            return configured
+        return ChunkStrategy.from_values({**configured.model_dump(), **chosen})
+
+
+def _advanced_type(cls: type[BaseModel]) -> type[BaseModel]:
+    annotation = cls.model_fields["advanced"].annotation
+    assert isinstance(annotation, type) and issubclass(annotation, BaseModel)
+    return annotation
+
+
+class IngestAdvanced(BaseModel):
+    """Run options of `ingest` and `reindex` that keep their defaults in most runs."""
+
     sinks: list[SinkName] = Field(default_factory=lambda: list(SINK_NAMES), min_length=1)
     delete_missing: bool = Field(True, description="Delete documents that disappeared from the source.")
-    dry_run: bool = Field(False, description="Report what would happen; write nothing.")
     batch_size: int = Field(
         DEFAULT_BATCH_SIZE, ge=1, le=1000, description="Documents per chunk/prepare/write round."
     )
@@ -112,6 +200,42 @@ class IngestParams(BaseModel):
         le=10,
         description="Times a shard run that crashed, failed or was lost is started again, alone.",
     )
+    chunking: ChunkingAdvanced = Field(default_factory=ChunkingAdvanced)  # type: ignore[valid-type]
+
+
+class IngestParams(StrategyChoice):
+    """Parameters of the ingest and reindex flows: a source and a chunking up front, the rest in `advanced`."""
+
+    source: SourceParams | None = Field(
+        None, description="What to ingest; unset: every source this data dir has ingested before."
+    )
+    chunker: Chunker = None
+    chunk_size: ChunkSize = None
+    chunk_overlap: ChunkOverlap = None
+    strategy: ExactStrategy = None
+    dry_run: bool = Field(False, description="Report what would happen; write nothing.")
+    advanced: IngestAdvanced = Field(default_factory=IngestAdvanced)
+
+    # The run options where the engine reads them.
+    @property
+    def sinks(self) -> list[SinkName]:
+        return self.advanced.sinks
+
+    @property
+    def delete_missing(self) -> bool:
+        return self.advanced.delete_missing
+
+    @property
+    def batch_size(self) -> int:
+        return self.advanced.batch_size
+
+    @property
+    def shards(self) -> int:
+        return self.advanced.shards
+
+    @property
+    def shard_retries(self) -> int:
+        return self.advanced.shard_retries
 
 
 class ShardParams(BaseModel):
@@ -125,7 +249,7 @@ class ShardParams(BaseModel):
     attempt: int = Field(1, ge=1, description="1 for the first run of this shard, 2 for its first retry, ...")
     fingerprint: str = Field(description="The parent's run fingerprint: every worker needs its settings.")
     generation: str | None = Field(None, description="The index generation the parent writes.")
-    strategy: ChunkStrategy = Field(default_factory=ChunkStrategy)
+    strategy: ChunkStrategy = Field(description="The parent's strategy: every shard cuts as it does.")
     sinks: list[SinkName] = Field(default_factory=lambda: list(SINK_NAMES), min_length=1)
     dry_run: bool = False
     batch_size: int = Field(DEFAULT_BATCH_SIZE, ge=1, le=1000)
@@ -228,17 +352,12 @@ class IngestSummary(BaseModel):
         return f", {len(self.unreadable)} known unreadable (unchanged since they failed to load)"
 
 
-class RebuildParams(BaseModel):
-    """Parameters of the `rebuild` flow: the new settings are `strategy` plus the UNICHUNK_* sink settings."""
+class RebuildAdvanced(BaseModel):
+    """Options of `rebuild` that keep their defaults in most runs."""
 
-    source: SourceParams | None = Field(
-        None, description="The whole source; unset: every source this data dir has ingested before."
-    )
-    strategy: ChunkStrategy = Field(default_factory=ChunkStrategy)
     batch_size: int = Field(
         DEFAULT_BATCH_SIZE, ge=1, le=1000, description="Documents per chunk/prepare/write round."
     )
-    switch: bool = Field(True, description="Switch readers to the new generation once it is verified.")
     retention_hours: float = Field(
         DEFAULT_RETENTION_HOURS,
         ge=0,
@@ -250,6 +369,33 @@ class RebuildParams(BaseModel):
         le=1.0,
         description="Refuse to switch if the new generation has this share fewer documents than the live one.",
     )
+    chunking: ChunkingAdvanced = Field(default_factory=ChunkingAdvanced)  # type: ignore[valid-type]
+
+
+class RebuildParams(StrategyChoice):
+    """Parameters of the `rebuild` flow: the new generation is its chunking plus the sink settings."""
+
+    source: SourceParams | None = Field(
+        None, description="The whole source; unset: every source this data dir has ingested before."
+    )
+    chunker: Chunker = None
+    chunk_size: ChunkSize = None
+    chunk_overlap: ChunkOverlap = None
+    strategy: ExactStrategy = None
+    switch: bool = Field(True, description="Switch readers to the new generation once it is verified.")
+    advanced: RebuildAdvanced = Field(default_factory=RebuildAdvanced)
+
+    @property
+    def batch_size(self) -> int:
+        return self.advanced.batch_size
+
+    @property
+    def retention_hours(self) -> float:
+        return self.advanced.retention_hours
+
+    @property
+    def max_document_loss(self) -> float:
+        return self.advanced.max_document_loss
 
 
 class RebuildSummary(BaseModel):

@@ -98,9 +98,10 @@ def _delete_document(parameters: dict[str, Any]) -> str:
 
 
 def _rebuild(parameters: dict[str, Any]) -> str:
-    strategy = _field(parameters.get("params"), "strategy")
-    name = _field(strategy, "name") or "auto"
-    size = _field(strategy, "chunk_size")
+    params = parameters.get("params")
+    strategy = _field(params, "strategy")  # an exact strategy (a Python caller's), else the form's choice
+    name = _field(strategy, "name") or _field(params, "chunker") or "auto"
+    size = _field(strategy, "chunk_size") or _field(params, "chunk_size")
     return f"{name} {size}" if size else str(name)
 
 

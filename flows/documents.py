@@ -20,10 +20,10 @@ from unichunk.engine.batches import (
 )
 from unichunk.engine.params import IngestSummary
 from unichunk.engine.run_names import delete_document_run_name, ingest_document_run_name
+from unichunk.flows.run_settings import flow_metrics, flow_settings, flow_strategy
 from unichunk.index.generations import target_for_ingest, writable_runs
 from unichunk.index.run import RunConfig
 from unichunk.sinks.base import SINK_NAMES, SinkName
-from unichunk.sinks.config import SinkSettings
 
 
 @flow(name="ingest-document", flow_run_name=ingest_document_run_name)
@@ -39,10 +39,8 @@ def ingest_document(
     `source_system` to the name of `root` (`unichunk.chunking.sources.default_source_name`), so the document gets the
     ID a scan of that root gives it."""
     summary = IngestSummary(flow="ingest-document")
-    run = target_for_ingest(
-        RunConfig(strategy or ChunkStrategy(), SinkSettings(), tuple(sinks or SINK_NAMES))
-    )
-    with timed_summary(summary, "ingest-document"):
+    run = target_for_ingest(RunConfig(flow_strategy(strategy), flow_settings(), tuple(sinks or SINK_NAMES)))
+    with timed_summary(summary, "ingest-document", flow_metrics()):
         if root and not Path(path).is_absolute():  # a path relative to the source root
             path = str(Path(root) / path)
         source = PathsSource([path], root=root, source_system=source_system)
@@ -55,7 +53,7 @@ def ingest_document(
         with run_stores(run, dry_run=False) as stores:  # opened only if the file changed
             process_items(items, run, summary, stores, batch_size=1, dry_run=False)
     # No artifacts: webhooks start these runs by the thousand, and the state's message names the failure.
-    return finish(summary, artifacts=False)
+    return finish(summary, pushed=flow_metrics(), artifacts=False)
 
 
 @flow(name="delete-document", flow_run_name=delete_document_run_name)
@@ -66,10 +64,10 @@ def delete_document(document_id: str, sinks: list[SinkName] | None = None) -> di
     A run writing the document at that moment finishes first (the document's lease, `unichunk.engine.leases`): the
     deletion never interleaves with its write.
     """
-    base = RunConfig(ChunkStrategy(), SinkSettings(), tuple(sinks or SINK_NAMES))
+    base = RunConfig(flow_strategy(), flow_settings(), tuple(sinks or SINK_NAMES))
     summary = IngestSummary(flow="delete-document")
     removed: dict[str, int] = {}
-    with timed_summary(summary, "delete-document"):
+    with timed_summary(summary, "delete-document", flow_metrics()):
         for run in writable_runs(base):
             with sinks_context(run, dry_run=False):
                 for name, count in delete_leased(run, [document_id]).items():

@@ -11,9 +11,9 @@ from unichunk.engine.params import IngestParams, IngestSummary
 from unichunk.engine.run_names import ingest_run_name
 from unichunk.engine.shards import cancel_shard_runs
 from unichunk.engine.sources import list_sources, sync_in_shards, sync_listed
+from unichunk.flows.run_settings import flow_metrics, flow_settings, flow_strategy
 from unichunk.index.generations import target_for_ingest
 from unichunk.index.run import RunConfig
-from unichunk.sinks.config import SinkSettings
 
 
 def sync_source(flow_name: str, params: IngestParams) -> tuple[IngestSummary, RunConfig, list[str]]:
@@ -21,10 +21,11 @@ def sync_source(flow_name: str, params: IngestParams) -> tuple[IngestSummary, Ru
     returns the summary, the run and the problems that fail it (a shard lost on every attempt)."""
     summary = IngestSummary(flow=flow_name, dry_run=params.dry_run)
     run = target_for_ingest(
-        RunConfig(params.strategy, SinkSettings(), tuple(params.sinks)), dry_run=params.dry_run
+        RunConfig(params.chunk_strategy(flow_strategy()), flow_settings(), tuple(params.sinks)),
+        dry_run=params.dry_run,
     )
     problems: list[str] = []
-    with timed_summary(summary, flow_name):
+    with timed_summary(summary, flow_name, flow_metrics()):
         listed = list_sources(params.source, run.settings, record=not params.dry_run)
         summary.listed = sum(len(entry.items) for entry in listed)
         if params.shards > 1:
@@ -47,4 +48,4 @@ def sync_source(flow_name: str, params: IngestParams) -> tuple[IngestSummary, Ru
 def ingest(params: IngestParams) -> IngestSummary | State:
     """Ingest a directory or a list of files into every sink; Failed if any document failed."""
     summary, _, problems = sync_source("ingest", params)
-    return finish(summary, problems)
+    return finish(summary, problems, pushed=flow_metrics())

@@ -23,10 +23,10 @@ from unichunk.engine import progress
 from unichunk.engine.batches import finish, process_items, run_stores, timed_summary
 from unichunk.engine.params import IngestSummary, ShardParams
 from unichunk.engine.run_names import shard_run_name
+from unichunk.flows.run_settings import flow_metrics, flow_settings
 from unichunk.index.generations import target_for_ingest
 from unichunk.index.run import RunConfig
 from unichunk.index.shard_records import ShardRecords
-from unichunk.sinks.config import SinkSettings
 
 BEAT_SECONDS = 5.0  # how often a shard run says it is alive (the parent's `SILENT_SECONDS` is 24 of these)
 
@@ -73,7 +73,7 @@ class _Heartbeat:
 def shard_run(params: ShardParams) -> RunConfig:
     """The run this worker's settings make, checked against the parent's."""
     run = target_for_ingest(
-        RunConfig(params.strategy, SinkSettings(), tuple(params.sinks)), dry_run=params.dry_run
+        RunConfig(params.strategy, flow_settings(), tuple(params.sinks)), dry_run=params.dry_run
     )
     if run.fingerprint != params.fingerprint or run.settings.generation != params.generation:
         raise ShardSettingsMismatch(
@@ -102,7 +102,7 @@ def ingest_shard(params: ShardParams) -> IngestSummary | State:
         len(items),
     )
     with (
-        timed_summary(summary, "ingest-shard"),
+        timed_summary(summary, "ingest-shard", flow_metrics()),
         _Heartbeat(records, params) as heartbeat,
         progress.listening(heartbeat.progress),
         run_stores(run, params.dry_run) as stores,
@@ -111,4 +111,4 @@ def ingest_shard(params: ShardParams) -> IngestSummary | State:
     if not records.finish(params.parent, params.shard, params.attempt, summary.model_dump_json()):
         logger.warning("a later attempt of this shard has begun: its summary, not this one's, counts")
     # No artifacts: the parent publishes the run's, with every shard's counts in them.
-    return finish(summary, artifacts=False)
+    return finish(summary, pushed=flow_metrics(), artifacts=False)

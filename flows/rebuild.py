@@ -32,6 +32,7 @@ from unichunk.engine.params import (
 from unichunk.engine.reports import failed_state, publish_rebuild
 from unichunk.engine.run_names import rebuild_run_name
 from unichunk.engine.sources import Listed, list_sources, sync_listed
+from unichunk.flows.run_settings import flow_metrics, flow_settings, flow_strategy
 from unichunk.index.generations import generation_counts, live_generation, registry_of
 from unichunk.index.run import RunConfig
 from unichunk.index.status import DocumentStatus, StatusStore
@@ -51,7 +52,7 @@ def _sync(
     """One incremental pass of the sources into the new generation (deleting what a source dropped);
     `listed` is what they listed for this pass, empty to list them again."""
     summary = IngestSummary(flow=flow_name)
-    with timed_summary(summary, flow_name):
+    with timed_summary(summary, flow_name, flow_metrics()):
         listed = listed or list_sources(named, run.settings, record=False)
         summary.listed = sum(len(entry.items) for entry in listed)
         sync_listed(listed, run, summary, stores, batch_size=batch_size, dry_run=False, delete=True)
@@ -121,9 +122,9 @@ def readiness_problems(summary: RebuildSummary, max_document_loss: float) -> lis
 
 @flow(name="rebuild", flow_run_name=rebuild_run_name)
 def rebuild(params: RebuildParams) -> RebuildSummary | State:
-    """Build the generation of `params.strategy` + the current sink settings, verify it, switch to it."""
+    """Build the generation of the params' chunking + the sink settings, verify it, switch to it."""
     logger = get_run_logger()
-    base = RunConfig(params.strategy, SinkSettings())
+    base = RunConfig(params.chunk_strategy(flow_strategy()), flow_settings())
     run = base.pinned()
     registry = registry_of(base.settings)
     live = live_generation(base.settings)

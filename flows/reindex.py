@@ -12,6 +12,7 @@ from unichunk.engine.params import IngestParams, IngestSummary
 from unichunk.engine.run_names import reindex_run_name
 from unichunk.engine.shards import cancel_shard_runs
 from unichunk.flows.ingest import sync_source
+from unichunk.flows.run_settings import flow_metrics
 from unichunk.tasks.alignment import repair_alignment, verify_alignment_task
 
 
@@ -22,7 +23,7 @@ def reindex(params: IngestParams) -> IngestSummary | State:
     `shards=N` the scan is split across workers; the check and the repair run once, here, after it."""
     summary, run, problems = sync_source("reindex", params)
     if not params.dry_run:
-        with timed_summary(summary, "reindex"), sinks_context(run, dry_run=False):
+        with timed_summary(summary, "reindex", flow_metrics()), sinks_context(run, dry_run=False):
             report = verify_alignment_task(run)
             if not report.ok:
                 repair = repair_alignment(run, report)
@@ -36,4 +37,4 @@ def reindex(params: IngestParams) -> IngestSummary | State:
         dropped = drop_expired(run.settings)  # retired generations past their retention
         if dropped:
             get_run_logger().info("dropped retired generation(s) %s", dropped)
-    return finish(summary, problems)
+    return finish(summary, problems, pushed=flow_metrics())

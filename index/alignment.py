@@ -187,8 +187,10 @@ def previous_version(row: DocumentStatus, run: RunConfig) -> tuple[Document, lis
         pass
     if not row.path or not row.source_system or not row.source_id:
         raise ValueError(f"{row.document_id}: not in the chunk cache and its source is unknown")
-    document = load_item(SourceItem(row.source_system, row.source_id, row.path, 0, 0))
-    strategy = ChunkStrategy.model_validate_json(row.strategy) if row.strategy else run.strategy
+    document = load_item(
+        SourceItem(row.source_system, row.source_id, row.path, 0, 0), run.settings.max_document_bytes
+    )
+    strategy = ChunkStrategy.from_values(row.strategy) if row.strategy else run.strategy
     chunks = shared_service().chunk(document, strategy, run.chunk_embedding(strategy))
     if [c.chunk_id for c in chunks] != row.chunk_ids:
         raise ValueError(f"{Path(row.path).name} changed since it was processed; the next ingest updates it")
@@ -196,7 +198,7 @@ def previous_version(row: DocumentStatus, run: RunConfig) -> tuple[Document, lis
     return document, chunks
 
 
-def verify_live(settings: SinkSettings | None = None) -> AlignmentReport:
+def verify_live(settings: SinkSettings) -> AlignmentReport:
     """The live generation's stores against its status table (`unichunk verify`, `Pipeline.verify`);
     publishes the gauges. The stores are opened for the check and closed after, unless already open."""
     pinned = reading_settings(settings)

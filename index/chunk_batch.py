@@ -72,7 +72,7 @@ def chunk_items(items: list[SourceItem], run: RunConfig, *, dry_run: bool = Fals
         for item in items:
             document_id = item.document_id
             try:
-                document = load_item(item)
+                document = load_item(item, run.settings.max_document_bytes)
             except Exception as exc:  # any failure to read one document fails it alone, never the batch
                 failure: Failure = "too_large" if isinstance(exc, DocumentTooLarge) else "unreadable"
                 _fail(result, writer, item, LOAD_FAILED + _load_error(exc), failure)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from unichunk.index.chunk_cache import ChunkCache
@@ -41,10 +40,9 @@ def live_generation(settings: SinkSettings) -> Generation | None:
     return registry_of(settings).live()
 
 
-def reading_settings(settings: SinkSettings | None = None) -> SinkSettings:
-    """`settings` (default: the environment's) pinned to the live generation, unless already pinned;
-    unchanged when nothing is live yet (then the base store names, which hold nothing)."""
-    settings = settings or SinkSettings()
+def reading_settings(settings: SinkSettings) -> SinkSettings:
+    """`settings` pinned to the live generation, unless already pinned; unchanged when nothing is live yet
+    (then the base store names, which hold nothing)."""
     if settings.generation is not None:
         return settings
     live = live_generation(settings)
@@ -58,8 +56,8 @@ class LiveStatus:
     progress display, a test watching another process's run); one-shot readers use `StatusStore.of`.
     """
 
-    def __init__(self, data_dir: str | Path | None = None) -> None:
-        self._base = SinkSettings() if data_dir is None else SinkSettings(data_dir=Path(data_dir))
+    def __init__(self, settings: SinkSettings) -> None:
+        self._base = settings
 
     def now(self) -> StatusStore:
         return StatusStore.of(reading_settings(self._base), readonly=True)
@@ -80,9 +78,9 @@ class LiveStatus:
         return self.now().expected_chunk_ids()
 
 
-def live_status(data_dir: str | Path | None = None) -> LiveStatus:
-    """The live generation's status table of `data_dir` (default: the configured data dir), read-only."""
-    return LiveStatus(data_dir)
+def live_status(settings: SinkSettings) -> LiveStatus:
+    """The live generation's status table of `settings`' index, read-only."""
+    return LiveStatus(settings)
 
 
 def target_for_ingest(run: RunConfig, *, dry_run: bool = False) -> RunConfig:

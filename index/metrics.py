@@ -109,10 +109,10 @@ def record_success(flow_name: str) -> None:
     LAST_SUCCESS.labels(flow=flow_name).set(time.time())
 
 
-def grouping_key(flow_name: str, settings: MetricsSettings | None = None) -> dict[str, str]:
+def grouping_key(flow_name: str, settings: MetricsSettings) -> dict[str, str]:
     """The Pushgateway group of a one-shot run: one per instance and flow, so workers never overwrite
     each other's pushes (the job is `PUSH_JOB`)."""
-    return {"instance": (settings or MetricsSettings()).instance(), "flow": flow_name}
+    return {"instance": settings.instance(), "flow": flow_name}
 
 
 class PushedRegistry:
@@ -135,15 +135,15 @@ class PushedRegistry:
             yield own
 
 
-def push_metrics(flow_name: str, url: str | None = None) -> bool:
-    """Push the registry to PUSHGATEWAY_URL (job "unichunk", grouped by instance and flow); never raises.
+def push_metrics(flow_name: str, settings: MetricsSettings) -> bool:
+    """Push the registry to `settings.pushgateway_url` (job "unichunk", grouped by instance and flow), if
+    set; never raises.
 
     Nothing is pushed in multiprocess mode: a served run's samples are on the serving process's /metrics,
     and pushing them too would count them twice."""
     if multiprocess_mode():
         return False
-    settings = MetricsSettings()
-    url = url or settings.pushgateway_url
+    url = settings.pushgateway_url
     if not url:
         return False
     try:

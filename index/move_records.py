@@ -37,7 +37,7 @@ def move_records(data_dir: Path, target: SinkSettings) -> dict[str, int]:
             "the database of UNICHUNK_DATABASE_URL holds an index already (its generation registry is not "
             "empty): move into an empty database"
         )
-    source = SinkSettings(data_dir=data_dir, database_url=None)
+    source = target.model_copy(update={"data_dir": data_dir, "database_url": None, "generation": None})
     moved: dict[str, int] = {}
     for generation in registry_of(source).all():
         path = source.for_generation(generation.generation_id).status_path

@@ -13,7 +13,13 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from unichunk.chunking.config import MINILM_MAX_TOKENS, MINILM_MODEL_NAME, MINILM_TOKENIZER, EmbeddingBudget
+from unichunk.chunking.config import (
+    DEFAULT_MAX_DOCUMENT_BYTES,
+    MINILM_MAX_TOKENS,
+    MINILM_MODEL_NAME,
+    MINILM_TOKENIZER,
+    EmbeddingBudget,
+)
 
 
 class SinkSettings(BaseSettings):
@@ -29,6 +35,11 @@ class SinkSettings(BaseSettings):
     generation: str | None = Field(
         None,
         description="Pin readers to one index generation (normally unset: `unichunk.index.generations` pins the live one).",
+    )
+    max_document_bytes: int = Field(
+        DEFAULT_MAX_DOCUMENT_BYTES,
+        ge=1,
+        description="Largest document read; a larger one fails alone, clearly.",
     )
     database_url: SecretStr | None = Field(
         None,

@@ -39,9 +39,11 @@ from unichunk.engine.params import (
 from unichunk.flows.documents import delete_document
 from unichunk.flows.ingest import ingest as ingest_flow
 from unichunk.flows.rebuild import rebuild as rebuild_flow
+from unichunk.flows.run_settings import caller_settings
 from unichunk.index.alignment import AlignmentReport, verify_live
 from unichunk.index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_RETENTION_HOURS
 from unichunk.index.generations import reading_settings
+from unichunk.index.metrics import MetricsSettings
 from unichunk.index.status import StatusStore
 from unichunk.index_status import IndexStatus, index_status
 from unichunk.inline_documents import INLINE_FOLDER, inline_root, named_texts, write_documents
@@ -50,7 +52,6 @@ from unichunk.retrieval.ranking import Mode
 from unichunk.retrieval.readers import Readers
 from unichunk.retrieval.results import SearchResult
 from unichunk.retrieval.search import SearchOptions, search
-from unichunk.settings_env import environment, settings_environment
 from unichunk.sinks.base import SINK_NAMES, InvalidRequest, SinkName, StoredChunk
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.pool import get_sinks, release_sinks
@@ -64,8 +65,9 @@ class Pipeline:
 
     `settings` are the stores and models (default: `UNICHUNK_*` variables, then the embedded defaults);
     `strategy` the chunking of `ingest` (default: `UNICHUNK_CHUNK_*`, `auto`); `sinks` the stores ingest
-    writes. Not for concurrent calls from several threads with different settings (see
-    `unichunk.settings_env`).
+    writes. The environment is read here, once, when they are not given: the flows a Pipeline runs get
+    its settings as values (`unichunk.flows.run_settings`), so Pipelines with different settings may run
+    at the same time from several threads.
     """
 
     def __init__(
@@ -82,7 +84,7 @@ class Pipeline:
         self.settings = base.model_copy(update={"data_dir": folder.expanduser().resolve()})
         self.strategy = strategy or ChunkStrategy()
         self.sinks: tuple[SinkName, ...] = tuple(sinks)
-        self._env = settings_environment(self.settings)
+        self._metrics = MetricsSettings()  # where its runs push metrics (PUSHGATEWAY_URL), read once here
         self._opened: list[tuple[SinkSettings, tuple[SinkName, ...]]] = []
 
     # --- writes -----------------------------------------------------------------------------------------
@@ -248,9 +250,9 @@ class Pipeline:
     # --- helpers ----------------------------------------------------------------------------------------
 
     def _run(self, call: Any) -> Any:
-        """Run a flow under this Pipeline's settings; its summary (also when it ended Failed because
+        """Run a flow with this Pipeline's settings; its summary (also when it ended Failed because
         documents failed); what ended a run that returned none is raised."""
-        with environment(self._env):
+        with caller_settings(self.settings, self.strategy, self._metrics):
             outcome = call()
         if isinstance(outcome, State):
             outcome = outcome.result(raise_on_failure=False)

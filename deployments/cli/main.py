@@ -820,7 +820,7 @@ def _verify(*, as_json: bool = False) -> bool:
         verify_live,  # the chunker and every store's client: only when verifying
     )
 
-    report = verify_live()
+    report = verify_live(SinkSettings())
     if as_json:
         _print_json(report.as_dict())
         return report.ok
@@ -958,9 +958,9 @@ def generations_list(as_json: JsonOption = False) -> None:
     from unichunk.index.generations import reading_settings
 
     if as_json:
-        _print_json(generations_json(reading_settings()))
+        _print_json(generations_json(reading_settings(SinkSettings())))
         return
-    _print_generations(generations_json(reading_settings()))
+    _print_generations(generations_json(reading_settings(SinkSettings())))
 
 
 @generations_app.command("switch")

@@ -66,7 +66,7 @@ class ProvidedStores:
 
 
 def _live_status() -> StatusStore:
-    return StatusStore.of(reading_settings(), readonly=True)
+    return StatusStore.of(reading_settings(SinkSettings()), readonly=True)
 
 
 def document_filter(documents: list[str], source: str | None) -> SearchFilter | None:

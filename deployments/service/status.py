@@ -35,7 +35,7 @@ def generations_json(settings: SinkSettings) -> dict[str, Any]:
 
 def status_json(settings: SinkSettings | None = None, *, failed: bool = False) -> dict[str, Any]:
     """`unichunk status --json`: the generations, the live generation's counts and its documents."""
-    settings = reading_settings(settings)
+    settings = reading_settings(settings or SinkSettings())
     store = StatusStore.of(settings, readonly=True)
     return {
         **generations_json(settings),

@@ -241,7 +241,7 @@ def create_app(
     records = SinkSettings() if data_dir is None else SinkSettings(data_dir=Path(data_dir))
     data_dir = records.data_dir
     replay = ReplayCache(open_database(records, data_dir / "webhook" / "replay.db"))
-    status = live_status(data_dir)  # which documents a `deleted` event may name
+    status = live_status(records)  # which documents a `deleted` event may name
 
     stores = open_stores(search_sinks, settings)
 

@@ -193,9 +193,8 @@ class Neo4jBackend(GraphBackend):
         self._driver.close()
 
 
-def open_backend(settings: SinkSettings | None = None) -> GraphBackend:
+def open_backend(settings: SinkSettings) -> GraphBackend:
     """Neo4j if `neo4j_uri` is set, else FalkorDB at `falkordb_url`, else the embedded FalkorDB server."""
-    settings = settings or SinkSettings()
     if settings.neo4j_uri:
         password = settings.neo4j_password.get_secret_value() if settings.neo4j_password else None
         return Neo4jBackend(

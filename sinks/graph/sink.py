@@ -86,10 +86,9 @@ class KnowledgeGraphSink(Sink):
 
     @classmethod
     def from_settings(
-        cls, settings: SinkSettings | None = None, *, extractor: EntityExtractor | None = None
+        cls, settings: SinkSettings, *, extractor: EntityExtractor | None = None
     ) -> KnowledgeGraphSink:
         """Backend and extractor as configured (Neo4j / FalkorDB URL / embedded FalkorDB; spaCy / LLM)."""
-        settings = settings or SinkSettings()
         if extractor is None and settings.extractor == "llm":
             extractor = LLMExtractor.from_settings(settings)
         return cls(open_backend(settings), extractor, generation=settings.generation)

@@ -72,7 +72,8 @@ def _stored(row: Sequence[Any], score: float | None = None) -> StoredChunk:
 
 class BM25Sink(Sink):
     """Keyword sink. `BM25Sink(settings)` stores at `settings.bm25_path / "bm25.sqlite"`, or in the
-    PostgreSQL database of `settings.database_url`; `path=` names a SQLite file instead."""
+    PostgreSQL database of `settings.database_url`; `path=` names a SQLite file instead (then without
+    settings the analyzer is the default one)."""
 
     name: ClassVar[str] = "keywords"
 
@@ -86,12 +87,17 @@ class BM25Sink(Sink):
         b: float = 0.75,
         method: str = "lucene",
     ) -> None:
-        settings = settings or SinkSettings()
+        if settings is None and path is None:
+            raise TypeError("BM25Sink needs its settings, or the path of its SQLite file")
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, not {method!r}")
-        self.analyzer = analyzer or Analyzer(
-            stemming=settings.bm25_stemming, stopwords=settings.bm25_stopwords
-        )
+        if analyzer is None:
+            analyzer = (
+                Analyzer()
+                if settings is None
+                else Analyzer(stemming=settings.bm25_stemming, stopwords=settings.bm25_stopwords)
+            )
+        self.analyzer = analyzer
         self.k1, self.b, self.method = k1, b, method
         self._index_lock = threading.Lock()  # one refresh at a time
         self._vocab: Vocabulary = vocabulary()
@@ -105,6 +111,7 @@ class BM25Sink(Sink):
                 self.path: Path | None = Path(path)
                 db = Database.sqlite(self.path)
             else:
+                assert settings is not None  # checked above
                 sqlite_path = settings.bm25_path / "bm25.sqlite"
                 db = open_store_database(settings, sqlite_path, STORE, generation=settings.generation)
                 self.path = sqlite_path if db.dialect == "sqlite" else None
@@ -117,9 +124,9 @@ class BM25Sink(Sink):
             raise SinkError(self.name, f"cannot open {self._where()}: {exc}") from exc
 
     @classmethod
-    def from_settings(cls, settings: SinkSettings | None = None) -> BM25Sink:
+    def from_settings(cls, settings: SinkSettings) -> BM25Sink:
         """The keyword store of the generation `settings` names, with its analyzer settings."""
-        return cls(settings or SinkSettings())
+        return cls(settings)
 
     def _where(self) -> str:
         store = getattr(self, "store", None)

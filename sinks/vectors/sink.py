@@ -165,9 +165,9 @@ class VectorSink(Sink):
             raise
 
     @classmethod
-    def from_settings(cls, settings: SinkSettings | None = None) -> VectorSink:
-        """A sink configured entirely from UNICHUNK_* settings (engine, embedder and client included)."""
-        return cls(settings or SinkSettings())
+    def from_settings(cls, settings: SinkSettings) -> VectorSink:
+        """A sink configured entirely from `settings` (engine, embedder and client included)."""
+        return cls(settings)
 
     # --- the Sink interface -------------------------------------------------------------------------
 

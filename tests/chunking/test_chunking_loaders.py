@@ -101,10 +101,11 @@ def test_size_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write(tmp_path, "big.txt", b"x" * 2000)
     with pytest.raises(DocumentLoadError, match="over the 1000-byte limit"):
         load_document(path, max_bytes=1000)
-    monkeypatch.setenv("UNICHUNK_MAX_DOCUMENT_BYTES", "1500")
     with pytest.raises(DocumentLoadError, match="1500-byte limit"):
-        load_bytes(b"x" * 2000, "big.txt")
+        load_bytes(b"x" * 2000, "big.txt", max_bytes=1500)
     assert load_document(path, max_bytes=2000).text == "x" * 2000
+    monkeypatch.setenv("UNICHUNK_MAX_DOCUMENT_BYTES", "1500")  # the caller's limit, not the environment's
+    assert load_bytes(b"x" * 2000, "big.txt").text == "x" * 2000
 
 
 def test_file_outside_root(tmp_path: Path) -> None:

@@ -11,7 +11,13 @@ import pytest
 from prometheus_client import REGISTRY
 
 from unichunk.chunking import config
-from unichunk.chunking.config import AUTO_DEFAULTS, STRATEGY_DEFAULTS, ChunkStrategy, EmbeddingBudget
+from unichunk.chunking.config import (
+    AUTO_DEFAULTS,
+    STRATEGY_DEFAULTS,
+    ChunkStrategy,
+    EmbeddingBudget,
+    default_strategy,
+)
 from unichunk.chunking.models import Block, Document
 from unichunk.chunking.service import ChunkingService, document_kind, resolve_strategy, resolve_strategy_name
 
@@ -119,13 +125,19 @@ def test_explicit_strategy_wins_over_type() -> None:
     assert resolve_strategy_name(document, ChunkStrategy(name="sentence")) == "sentence"
 
 
-def test_strategy_none_reads_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_strategy_none_is_the_built_in_one_whatever_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only an entry point reads UNICHUNK_CHUNK_* (`ChunkStrategy()`); a library call without a strategy
+    chunks as the built-in one does, so the process's environment cannot change its chunks."""
     monkeypatch.setenv("UNICHUNK_CHUNK_NAME", "fixed_chars")
     monkeypatch.setenv("UNICHUNK_CHUNK_CHUNK_SIZE", "200")
     monkeypatch.setenv("UNICHUNK_CHUNK_CHUNK_OVERLAP", "0")
-    chunks = ChunkingService().chunk(Document(text="x" * 500))
-    assert [(c.start_char, c.end_char) for c in chunks] == [(0, 200), (200, 400), (400, 500)]
-    assert {c.metadata["strategy"] for c in chunks} == {"fixed_chars"}
+    document = Document(text="x" * 500)
+    chunks = ChunkingService().chunk(document)
+    assert {c.metadata["strategy"] for c in chunks} == {"sentence"}  # auto's choice for plain text
+    assert chunks == ChunkingService().chunk(document, default_strategy())
+    from_environment = ChunkingService().chunk(document, ChunkStrategy())  # what an entry point reads
+    assert [(c.start_char, c.end_char) for c in from_environment] == [(0, 200), (200, 400), (400, 500)]
+    assert {c.metadata["strategy"] for c in from_environment} == {"fixed_chars"}
 
 
 def test_chunkers_are_cached_per_name_and_settings() -> None:

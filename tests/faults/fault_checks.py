@@ -8,6 +8,7 @@ from pathlib import Path
 
 from unichunk.index.generations import live_status, reading_settings
 from unichunk.sinks.base import SINK_NAMES
+from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.pool import get_sinks
 
 
@@ -28,12 +29,14 @@ def make_corpus(root: Path, count: int, start: int = 0) -> list[Path]:
 
 
 def held(names: Sequence[str] = SINK_NAMES) -> dict[str, set[str]]:
-    return {name: sink.chunk_ids() for name, sink in get_sinks(names, reading_settings()).items()}
+    return {
+        name: sink.chunk_ids() for name, sink in get_sinks(names, reading_settings(SinkSettings())).items()
+    }
 
 
 def duplicates(names: Sequence[str] = SINK_NAMES) -> dict[str, dict[str, int]]:
     """Anything stored more than once: Qdrant points, BM25 index entries, graph nodes by their key."""
-    sinks = get_sinks(names, reading_settings())
+    sinks = get_sinks(names, reading_settings(SinkSettings()))
     found: dict[str, dict[str, int]] = {}
     if "vectors" in sinks:
         vectors = sinks["vectors"]
@@ -73,7 +76,7 @@ def _payloads(vectors):  # type: ignore[no-untyped-def]
 
 def assert_converged(data_dir: Path, names: Sequence[str] = SINK_NAMES) -> set[str]:
     """verify's check: every sink (of `names`) holds exactly the expected IDs, and nothing twice."""
-    expected = live_status(data_dir).expected_chunk_ids()
+    expected = live_status(SinkSettings(data_dir=data_dir)).expected_chunk_ids()
     assert held(names) == dict.fromkeys(names, expected)
     assert duplicates(names) == {}
     return expected

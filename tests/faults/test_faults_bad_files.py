@@ -49,7 +49,11 @@ def bad_files() -> st.SearchStrategy[list[tuple[str, bytes]]]:
 
 
 def _rows_under(data_dir: Path, root: Path) -> dict[str, DocumentStatus]:
-    return {r.source_id: r for r in live_status(data_dir).rows() if r.path and Path(r.path).parent == root}
+    return {
+        r.source_id: r
+        for r in live_status(SinkSettings(data_dir=data_dir)).rows()
+        if r.path and Path(r.path).parent == root
+    }
 
 
 def _write(root: Path, files: dict[str, bytes]) -> None:
@@ -151,5 +155,7 @@ def test_reindex_ends_completed_when_the_only_failures_are_known_unreadable(faul
         assert state.is_completed(), state.message
         assert [u.source_id for u in summary.unreadable] == ["bad.txt"] and not summary.failed
         assert summary.alignment["ok"] and "1 known unreadable" in summary.line()
-    assert [r.source_id for r in live_status(fault_env).rows(state="failed")] == ["bad.txt"]
+    assert [r.source_id for r in live_status(SinkSettings(data_dir=fault_env)).rows(state="failed")] == [
+        "bad.txt"
+    ]
     assert_converged(fault_env)

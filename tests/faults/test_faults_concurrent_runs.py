@@ -20,6 +20,7 @@ from unichunk.engine.params import IngestParams, SourceParams
 from unichunk.flows.ingest import ingest
 from unichunk.index.generations import live_status
 from unichunk.sinks import pool
+from unichunk.sinks.config import SinkSettings
 
 
 def test_two_overlapping_runs_at_once_equal_one_run(fault_env, tmp_path):
@@ -55,7 +56,7 @@ def test_two_overlapping_runs_at_once_equal_one_run(fault_env, tmp_path):
     # them, and nobody would close those): once both flows are done, nothing is left open.
     assert not pool._open
 
-    status = live_status(fault_env)
+    status = live_status(SinkSettings(data_dir=fault_env))
     rows = status.rows()
     assert len(rows) == 60 and {r.state for r in rows} == {"processed"}
     # What one run would store: each document's chunk IDs as the chunking service derives them.

@@ -74,7 +74,7 @@ def _assert_stores_hold_the_files_as_they_are(data_dir: Path, corpus: Path, path
     the graph exactly the chunk IDs the chunking service derives from the file now, nothing twice."""
     items = PathsSource(paths, root=corpus).list()
     documents = {item.document_id: load_item(item) for item in items}
-    rows = {row.document_id: row for row in live_status(data_dir).rows()}
+    rows = {row.document_id: row for row in live_status(SinkSettings(data_dir=data_dir)).rows()}
     assert rows.keys() == documents.keys()
     assert {r.state for r in rows.values()} == {"processed"}
     stale = [r.source_id for d, r in rows.items() if r.content_hash != documents[d].content_hash]
@@ -82,7 +82,7 @@ def _assert_stores_hold_the_files_as_they_are(data_dir: Path, corpus: Path, path
     service = ChunkingService()
     current = {c.chunk_id for doc in documents.values() for c in service.chunk(doc, ChunkStrategy())}
     assert assert_converged(data_dir, SINKS) == current
-    report = verify_alignment(get_sinks(SINKS, reading_settings()), expected=current)
+    report = verify_alignment(get_sinks(SINKS, reading_settings(SinkSettings())), expected=current)
     assert report.ok, report.as_dict()  # each stored chunk's content is the one its ID names
 
 
@@ -130,7 +130,9 @@ def test_two_parallel_runs_with_edits_under_them_store_each_files_latest_version
 
     def editor() -> None:
         while not stop.is_set():
-            rows = live_status(fault_env).rows(state="processing")  # empty until the first run makes it
+            rows = live_status(SinkSettings(data_dir=fault_env)).rows(
+                state="processing"
+            )  # empty until the first run makes it
             for row in rows:
                 path = by_id.get(row.document_id)
                 if path is not None and row.document_id not in edited and len(edited) < 12:
@@ -193,9 +195,9 @@ def test_a_run_waits_for_a_document_another_run_holds_then_stores_its_latest_con
     assert first.is_completed(), first.message
     target = paths[1]
     item = PathsSource([target], root=corpus).list()[0]
-    before = live_status(fault_env).get(item.document_id)
+    before = live_status(SinkSettings(data_dir=fault_env)).get(item.document_id)
     assert before is not None and before.state == "processed"
-    generation = reading_settings().generation
+    generation = reading_settings(SinkSettings()).generation
     assert generation is not None
 
     # Another run (this test, as a foreign holder) is writing the document; meanwhile it is edited.
@@ -211,11 +213,11 @@ def test_a_run_waits_for_a_document_another_run_holds_then_stores_its_latest_con
         _wait_until_waiting(caplog, thread, f"{target.name} (held by the test)")
         time.sleep(2)
         assert thread.is_alive() and "state" not in out, out  # waiting, not failed, not done
-        now = live_status(fault_env).get(item.document_id)
+        now = live_status(SinkSettings(data_dir=fault_env)).get(item.document_id)
         assert now is not None and now.as_dict() == before.as_dict()  # nothing written meanwhile
-        assert get_sinks(SINKS, reading_settings())["keywords"].chunk_ids(item.document_id) == set(
-            before.chunk_ids
-        )
+        assert get_sinks(SINKS, reading_settings(SinkSettings()))["keywords"].chunk_ids(
+            item.document_id
+        ) == set(before.chunk_ids)
         # Edited again before the holder lets go: the waiting run must store this version.
         target.write_text(target.read_text() + "Second revision.\n")
     finally:
@@ -224,7 +226,7 @@ def test_a_run_waits_for_a_document_another_run_holds_then_stores_its_latest_con
     summary = _assert_completed(out)
     assert (summary.processed, summary.failed) == (1, [])
     assert (
-        live_status(fault_env).get(item.document_id).content_hash
+        live_status(SinkSettings(data_dir=fault_env)).get(item.document_id).content_hash
         == load_item(PathsSource([target], root=corpus).list()[0]).content_hash
     )
     _assert_stores_hold_the_files_as_they_are(fault_env, corpus, paths)
@@ -235,13 +237,16 @@ def test_a_run_waits_for_a_document_another_run_holds_then_stores_its_latest_con
     try:
         _wait_until_waiting(caplog, thread, f"{item.document_id} (held by the test)")
         time.sleep(1)
-        assert thread.is_alive() and live_status(fault_env).get(item.document_id) is not None
+        assert (
+            thread.is_alive()
+            and live_status(SinkSettings(data_dir=fault_env)).get(item.document_id) is not None
+        )
     finally:
         table.release("another-run", generation, [item.document_id])
     thread.join(timeout=120)
     assert _assert_completed(out)["keywords"] > 0
-    assert live_status(fault_env).get(item.document_id) is None
-    for name, sink in get_sinks(SINKS, reading_settings()).items():
+    assert live_status(SinkSettings(data_dir=fault_env)).get(item.document_id) is None
+    for name, sink in get_sinks(SINKS, reading_settings(SinkSettings())).items():
         assert sink.chunk_ids(item.document_id) == set(), name
 
 

@@ -22,6 +22,7 @@ from unichunk.flows.ingest import ingest
 from unichunk.flows.reindex import reindex
 from unichunk.index.generations import live_status, reading_settings
 from unichunk.sinks.base import SINK_NAMES, ChunkSearch
+from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.graph.sink import KnowledgeGraphSink, decode_content
 from unichunk.sinks.pool import get_sinks, release_sinks
 
@@ -47,8 +48,8 @@ def _text() -> str:
 
 def _stored_contents() -> dict[str, dict[str, str]]:
     """What each store gives back for each chunk: Qdrant and BM25 by get_chunks, the graph by Cypher."""
-    sinks = get_sinks(SINK_NAMES, reading_settings())
-    expected = live_status().expected_chunk_ids()
+    sinks = get_sinks(SINK_NAMES, reading_settings(SinkSettings()))
+    expected = live_status(SinkSettings()).expected_chunk_ids()
     contents: dict[str, dict[str, str]] = {}
     for name in ("vectors", "keywords"):
         reader = sinks[name]
@@ -67,8 +68,8 @@ def _stored_contents() -> dict[str, dict[str, str]]:
 def _assert_exact(document_text: str) -> str:
     """Every store holds exactly the expected chunks, each the document's own slice; returns the first chunk
     holding the NUL."""
-    sinks = get_sinks(SINK_NAMES, reading_settings())
-    expected = live_status().expected_chunk_ids()
+    sinks = get_sinks(SINK_NAMES, reading_settings(SinkSettings()))
+    expected = live_status(SinkSettings()).expected_chunk_ids()
     keywords = sinks["keywords"]
     assert isinstance(keywords, ChunkSearch)
     stored = keywords.get_chunks(expected)  # offsets: the slice of the document each chunk must be
@@ -100,10 +101,10 @@ def test_a_nul_after_the_first_8_kb_reaches_every_store_exactly_and_an_altered_c
 
     state = ingest(params, return_state=True)
     assert state.is_completed(), state.message
-    assert len(live_status(fault_env).expected_chunk_ids()) > 1
+    assert len(live_status(SinkSettings(data_dir=fault_env)).expected_chunk_ids()) > 1
     victim = _assert_exact(document.text)
 
-    settings = reading_settings()
+    settings = reading_settings(SinkSettings())
     release_sinks(SINK_NAMES, settings)  # the CLI opens its own (Qdrant local mode: one client per dir)
     result = runner.invoke(app, ["verify"])
     assert result.exit_code == 0, result.output
@@ -128,5 +129,5 @@ def test_a_nul_after_the_first_8_kb_reaches_every_store_exactly_and_an_altered_c
     assert summary.repaired["rewritten"] == {"graph": [document.document_id]}
     assert summary.alignment["ok"] and summary.alignment["sinks"]["graph"]["altered"] == 0
     assert _assert_exact(document.text) == victim
-    release_sinks(SINK_NAMES, reading_settings())
+    release_sinks(SINK_NAMES, reading_settings(SinkSettings()))
     assert runner.invoke(app, ["verify"]).exit_code == 0

@@ -19,6 +19,7 @@ from fault_checks import assert_converged, duplicates, held, make_corpus
 from unichunk.engine.params import IngestParams, SourceParams
 from unichunk.flows.ingest import ingest
 from unichunk.index.generations import live_status
+from unichunk.sinks.config import SinkSettings
 
 DOCS = 200
 
@@ -42,7 +43,7 @@ def test_graph_server_killed_mid_ingest_then_restarted_converges(
     corpus = tmp_path / "corpus"
     make_corpus(corpus, DOCS)
     params = IngestParams(source=SourceParams(root=str(corpus)), batch_size=20)
-    status = live_status(fault_env)
+    status = live_status(SinkSettings(data_dir=fault_env))
     outcome: dict = {}
 
     def first_run() -> None:

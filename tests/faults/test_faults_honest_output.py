@@ -30,6 +30,7 @@ from unichunk.deployments.cli.main import app
 from unichunk.engine import batches as pipeline
 from unichunk.index.generations import live_status, reading_settings
 from unichunk.sinks.base import SINK_NAMES
+from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.pool import close_all_sinks, get_sinks
 from unichunk.tasks.sink_io import write_sink
 
@@ -72,7 +73,7 @@ def test_a_hostile_file_name_and_its_error_print_verbatim(fault_env: Path, tmp_p
 
     ingested = _unichunk("ingest", str(corpus))
     assert ingested.returncode == 1, _shown(ingested)  # a document failed
-    row = live_status(fault_env).get(document)
+    row = live_status(SinkSettings(data_dir=fault_env)).get(document)
     assert row is not None and row.state == "failed" and row.error and HOSTILE in row.error
     lines = ingested.stdout.splitlines()
     assert lines[0].startswith("ingest: 3 listed, 2 processed") and "1 failed" in lines[0], _shown(ingested)
@@ -105,7 +106,7 @@ def test_a_store_error_keeps_its_sink_name(fault_env: Path, tmp_path: Path, monk
     (corpus / "doc_0000.txt").write_text("Report 0, edited: Alice Martin moved the cluster to Lisbon.\n")
     # The flow shares this process's open Qdrant client; a write transaction held on its storage makes
     # every point write fail: the document fails with a `write[vectors] failed ...` error.
-    sinks = get_sinks(SINK_NAMES, reading_settings())
+    sinks = get_sinks(SINK_NAMES, reading_settings(SinkSettings()))
     storage = next(sinks["vectors"].settings.qdrant_path.rglob("storage.sqlite"))
     monkeypatch.setattr(pipeline, "write_sink", write_sink.with_options(retries=1, retry_delay_seconds=0))
     blocker = sqlite3.connect(storage, timeout=0, isolation_level=None)
@@ -117,7 +118,7 @@ def test_a_store_error_keeps_its_sink_name(fault_env: Path, tmp_path: Path, monk
         blocker.close()
         close_all_sinks()
     assert result.exit_code == 1, result.output
-    (row,) = live_status(fault_env).rows(state="failed")
+    (row,) = live_status(SinkSettings(data_dir=fault_env)).rows(state="failed")
     assert row.error and "[vectors]" in row.error, row.error
     assert f"  failed  doc_0000.txt: {row.error}" in result.output.splitlines(), result.output
 
@@ -187,7 +188,7 @@ def test_exit_codes_tell_usage_from_infrastructure_each_in_one_line(
 def test_ctrl_c_exits_130_in_one_line_and_the_next_run_finishes(fault_env: Path, tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
     make_corpus(corpus, 60)
-    status = live_status(fault_env)
+    status = live_status(SinkSettings(data_dir=fault_env))
     log = tmp_path / "interrupted.log"
     proc = subprocess.Popen(
         [UNICHUNK, "ingest", str(corpus), "--batch-size", "5"],

@@ -105,12 +105,12 @@ def test_hostile_files_fail_alone_with_clear_errors_and_the_rest_ingests(fault_e
 
     assert state.is_failed() and f"{len(FAILS)} document(s) failed" in state.message
     assert summary.listed == len(FAILS) + len(HANDLED)  # the loop entered once, the .png not listed
-    rows = {r.source_id: r for r in live_status(fault_env).rows()}
+    rows = {r.source_id: r for r in live_status(SinkSettings(data_dir=fault_env)).rows()}
     assert set(rows) == set(FAILS) | set(HANDLED)
     for name, message in FAILS.items():
         assert rows[name].state == "failed" and message in rows[name].error, (name, rows[name].error)
         assert rows[name].error.startswith("load failed:") and rows[name].chunk_ids == []
-    store = live_status(fault_env)
+    store = live_status(SinkSettings(data_dir=fault_env))
     chunks = ChunkCache.of(SinkSettings(data_dir=fault_env))
     for name, phrase in HANDLED.items():
         row = rows[name]
@@ -122,14 +122,16 @@ def test_hostile_files_fail_alone_with_clear_errors_and_the_rest_ingests(fault_e
 
     # A second run does not read the unchanged bad files again: it reports them as known unreadable, not
     # as new failures, so it ends Completed; it touches nothing else, and their rows stay as they were.
-    rows_before = {r.source_id: r.as_dict() for r in live_status(fault_env).rows()}
+    rows_before = {r.source_id: r.as_dict() for r in live_status(SinkSettings(data_dir=fault_env)).rows()}
     state = ingest(params, return_state=True)
     again = state.result(raise_on_failure=False)
     assert state.is_completed(), state.message
     assert (again.processed, again.skipped, len(again.failed)) == (0, len(HANDLED), 0)
     assert {u.source_id: u.error for u in again.unreadable} == {n: rows[n].error for n in FAILS}
     assert f"{len(FAILS)} known unreadable" in again.line()
-    assert {r.source_id: r.as_dict() for r in live_status(fault_env).rows()} == rows_before
+    assert {
+        r.source_id: r.as_dict() for r in live_status(SinkSettings(data_dir=fault_env)).rows()
+    } == rows_before
     assert len(assert_converged(fault_env)) == len(store.expected_chunk_ids())
 
     # A changed file is tried again: fixed, it is processed; still bad, it is a new failure of that run.
@@ -140,7 +142,9 @@ def test_hostile_files_fail_alone_with_clear_errors_and_the_rest_ingests(fault_e
     assert state.is_failed() and "1 document(s) failed" in state.message
     assert third.processed == 1 and [f.source_id for f in third.failed] == ["empty.txt"]
     assert len(third.unreadable) == len(FAILS) - 2
-    assert live_status(fault_env).get(rows["latin1.txt"].document_id).state == "processed"
+    assert (
+        live_status(SinkSettings(data_dir=fault_env)).get(rows["latin1.txt"].document_id).state == "processed"
+    )
 
 
 _CHUNK_50MB = textwrap.dedent(
@@ -208,11 +212,11 @@ def test_size_limit_refuses_50_mb_while_a_5_mb_line_without_spaces_is_indexed(
     summary = state.result(raise_on_failure=False)
     assert state.is_failed() and [f.source_id for f in summary.failed] == ["huge.txt"]
     assert "over the 8388608-byte limit" in summary.failed[0].error
-    rows = {r.source_id: r for r in live_status(fault_env).rows()}
+    rows = {r.source_id: r for r in live_status(SinkSettings(data_dir=fault_env)).rows()}
     assert rows["line.txt"].state == rows["ok.txt"].state == "processed"
     assert rows["line.txt"].chunk_count > 1000  # token windows, exact offsets (checked by the chunker)
-    keywords = get_sinks(["keywords"], reading_settings())["keywords"]
-    expected = live_status(fault_env).expected_chunk_ids()
+    keywords = get_sinks(["keywords"], reading_settings(SinkSettings()))["keywords"]
+    expected = live_status(SinkSettings(data_dir=fault_env)).expected_chunk_ids()
     assert keywords.chunk_ids() == expected
     hits = keywords.search(line[1_000_000 : 1_000_000 + 0] or "ordinary document", k=3)
     assert hits and hits[0].chunk_id in set(rows["ok.txt"].chunk_ids)

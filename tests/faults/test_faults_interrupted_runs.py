@@ -69,7 +69,7 @@ def _assert_not_redone(status: StatusStore, done: dict[str, str | None]) -> None
 def test_killed_ingest_process_resumes_from_document_states(fault_env, tmp_path):
     corpus = tmp_path / "corpus"
     make_corpus(corpus, DOCS)
-    status = live_status(fault_env)
+    status = live_status(SinkSettings(data_dir=fault_env))
     log = tmp_path / "killed.log"
     proc = _cli("ingest", corpus, log)
     try:
@@ -105,7 +105,7 @@ def test_prefect_server_restarted_during_a_run_then_the_next_run_finishes(fault_
     port = int(server.url.rsplit(":", 1)[1].split("/")[0])
     corpus = tmp_path / "corpus"
     make_corpus(corpus, DOCS)
-    status = live_status(fault_env)
+    status = live_status(SinkSettings(data_dir=fault_env))
     try:
         log = tmp_path / "during-restart.log"
         proc = _cli("ingest", corpus, log, PREFECT_API_URL=server.url)

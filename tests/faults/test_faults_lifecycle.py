@@ -31,6 +31,7 @@ from unichunk.deployments.serving.serve import DEPLOYMENT_NAMES
 from unichunk.index.generations import live_status
 from unichunk.index.status import StatusStore
 from unichunk.local_stack import STATE_FILE, UP_PORT, down, stack_dir
+from unichunk.sinks.config import SinkSettings
 
 UNICHUNK = str(Path(sys.executable).parent / "unichunk")
 DOCS = 120
@@ -116,7 +117,7 @@ def test_a_killed_ingest_leaves_only_the_recorded_server_which_the_next_reuses_a
     env = _env(PREFECT_API_URL=None)  # no Prefect server named: the data dir's local one is used
     corpus = tmp_path / "corpus"
     make_corpus(corpus, DOCS)
-    status = live_status(fault_env)
+    status = live_status(SinkSettings(data_dir=fault_env))
     log = tmp_path / "killed.log"
     proc = subprocess.Popen(
         [UNICHUNK, "ingest", str(corpus), "--batch-size", "10"],
@@ -308,7 +309,7 @@ def test_serve_stopped_mid_run_exits_within_10_s_and_the_next_run_completes(
     corpus = tmp_path / "corpus"
     make_corpus(corpus, DOCS)
     parameters = {"params": {"source": {"kind": "directory", "root": str(corpus)}, "batch_size": 10}}
-    status = live_status(fault_env)
+    status = live_status(SinkSettings(data_dir=fault_env))
     served = Served(tmp_path, api)
     try:
         deployment = served.start()

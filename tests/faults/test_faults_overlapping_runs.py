@@ -130,7 +130,7 @@ def _runs(svc: Service, deployment: str) -> list[dict[str, Any]]:
 
 
 def _assert_aligned(svc: Service) -> set[str]:
-    expected = live_status(svc.data_dir).expected_chunk_ids()
+    expected = live_status(SinkSettings(data_dir=svc.data_dir)).expected_chunk_ids()
     settings = SinkSettings(
         data_dir=svc.data_dir,
         falkordb_url=svc.env["UNICHUNK_FALKORDB_URL"],
@@ -174,7 +174,7 @@ def test_a_burst_of_webhooks_queues_and_every_update_lands(service: Service) -> 
     runs = wait(f"{BURST} ingest-document runs to finish", all_final, 720, service.log)
     states = {r["name"]: (r["state"]["type"], r["state"].get("message")) for r in runs}
     assert {s for s, _ in states.values()} == {"COMPLETED"}, states
-    rows = {r.source_id: r for r in live_status(service.data_dir).rows()}
+    rows = {r.source_id: r for r in live_status(SinkSettings(data_dir=service.data_dir)).rows()}
     assert set(rows) == {p.name for p in paths} and {r.state for r in rows.values()} == {"processed"}
     assert "already open in another process" not in service.log.read_text(errors="replace")
     for path in paths:
@@ -192,7 +192,7 @@ def test_a_ui_run_started_during_a_reindex_waits_and_both_complete(service: Serv
     reindex_id, ingest_id = service.deployment_id("reindex"), service.deployment_id("ingest")
     assert reindex_id and ingest_id
     reindex = start_run(service.api, reindex_id, parameters)
-    status = live_status(service.data_dir)
+    status = live_status(SinkSettings(data_dir=service.data_dir))
     wait(
         "the reindex to be writing",
         lambda: run_state(service.api, reindex) == "RUNNING" and status.counts()["processed"] >= 4,
@@ -213,7 +213,7 @@ def test_a_ui_run_started_during_a_reindex_waits_and_both_complete(service: Serv
         service.log,
     )
     assert finals == ("COMPLETED", "COMPLETED"), service.log.read_text(errors="replace")[-4000:]
-    rows = {r.source_id: r for r in live_status(service.data_dir).rows()}
+    rows = {r.source_id: r for r in live_status(SinkSettings(data_dir=service.data_dir)).rows()}
     assert len(rows) == 60 and {r.state for r in rows.values()} == {"processed"}
     assert rows["doc_0000.txt"].content_hash == sha256_hex(rewritten)  # the later update is what is stored
     assert "already open in another process" not in service.log.read_text(errors="replace")

@@ -69,7 +69,7 @@ def test_prefect_server_restarted_during_a_served_run_then_the_next_run_finishes
     # Small batches so the run writes in many steps and is mid-flow when the server goes away.
     parameters = {"params": {"source": {"kind": "directory", "root": str(corpus)}, "batch_size": BATCH}}
     log = tmp_path / "serve.log"
-    status = live_status(data_dir)
+    status = live_status(SinkSettings(data_dir=data_dir))
     serve = serve_process(
         [sys.executable, "-m", "unichunk.deployments.serving.serve", "ingest"], env, log, tmp_path
     )

@@ -212,7 +212,7 @@ def _single_process_chunk_ids(corpus: Path, data_dir: Path, monkeypatch: pytest.
             state = ingest(IngestParams(source=_source(corpus), sinks=["keywords"]), return_state=True)
             summary = state.result(raise_on_failure=False)
             assert isinstance(summary, IngestSummary) and summary.processed == DOCS
-            return live_status(data_dir).expected_chunk_ids()
+            return live_status(SinkSettings(data_dir=data_dir)).expected_chunk_ids()
         finally:
             close_all_sinks()
 
@@ -257,14 +257,14 @@ def test_ingest_in_four_shards_on_three_workers_processes_each_document_once(
 
     # Exactly once: 200 processings and 1 failure in all across the workers' /metrics, and every document
     # ended processed (a document processed twice would push the sum past 200).
-    rows = live_status(fault_env).rows()
+    rows = live_status(SinkSettings(data_dir=fault_env)).rows()
     assert len(rows) == DOCS + 1
     assert sorted(row.state for row in rows) == ["failed"] + ["processed"] * DOCS
     after = [_outcomes(w) for w in workers]
     assert sum(o["processed"] for o in after) - before["processed"] == DOCS, after
     assert sum(o["failed"] for o in after) - before["failed"] == 1, after
     assert sum(1 for o in after if o["processed"]) >= 2, f"the shards all ran on one worker: {after}"
-    expected = live_status(fault_env).expected_chunk_ids()
+    expected = live_status(SinkSettings(data_dir=fault_env)).expected_chunk_ids()
     for sink in SINKS:
         written = sum(w.metrics().get(f'unichunk_chunks_written_total{{sink="{sink}"}}', 0) for w in workers)
         assert written == len(expected) == summary.chunks_written[sink], sink
@@ -282,7 +282,7 @@ def test_a_worker_killed_mid_shard_the_parent_retries_the_shard_elsewhere(
     corpus = tmp_path / "corpus"
     make_corpus(corpus, DOCS)
     parts = split(_listing(corpus), 2)
-    status = live_status(fault_env)
+    status = live_status(SinkSettings(data_dir=fault_env))
     killed: list[tuple[int, str]] = []
 
     def kill_a_worker_mid_shard() -> None:
@@ -319,10 +319,10 @@ def test_a_worker_killed_mid_shard_the_parent_retries_the_shard_elsewhere(
     assert "is gone: its worker stopped or died" in lost[0]["state"]["message"]
 
     # Every document stored once, and the alignment check the reindex ran after its shards passed.
-    rows = live_status(fault_env).rows()
+    rows = live_status(SinkSettings(data_dir=fault_env)).rows()
     assert len(rows) == DOCS and {row.state for row in rows} == {"processed"}
     assert summary.alignment is not None and summary.alignment["ok"], summary.alignment
-    expected = live_status(fault_env).expected_chunk_ids()
+    expected = live_status(SinkSettings(data_dir=fault_env)).expected_chunk_ids()
     assert held(SINKS) == dict.fromkeys(SINKS, expected) and duplicates(SINKS) == {}
 
 

@@ -41,7 +41,7 @@ def _run(flow_fn, params: IngestParams):  # type: ignore[no-untyped-def]
 
 
 def _hits(query: str) -> list[str]:
-    readers = Readers.of(get_sinks(("keywords", "vectors"), reading_settings()))
+    readers = Readers.of(get_sinks(("keywords", "vectors"), reading_settings(SinkSettings())))
     return [h.content for h in search(readers, query, 3, SearchOptions(context=False, graph=False)).hits]
 
 
@@ -56,7 +56,7 @@ def test_two_roots_with_the_same_relative_paths_are_both_stored_and_independent(
         state, summary = _run(ingest, IngestParams(source=SourceParams(root=str(root))))
         assert state.is_completed() and summary.processed == 2, summary
 
-    status = live_status(fault_env)
+    status = live_status(SinkSettings(data_dir=fault_env))
     rows = {(r.source_system, r.source_id): r for r in status.rows()}
     assert set(rows) == {
         (default_source_name(docs), "intro.md"),
@@ -98,7 +98,9 @@ def test_a_run_with_no_source_rescans_every_recorded_source_and_keeps_a_vanished
         "kb",
     }
     kb_intro = derive_document_id(source_system="kb", source_id="intro.md")
-    assert live_status(fault_env).get(kb_intro) is not None  # an explicit name is the ID's source
+    assert (
+        live_status(SinkSettings(data_dir=fault_env)).get(kb_intro) is not None
+    )  # an explicit name is the ID's source
 
     (docs / "new.txt").write_text("A file added to docs after its first ingest.\n")
     (named / "intro.md").write_text("# Intro\n\nNamed intro about ferries, edited.\n")
@@ -110,7 +112,9 @@ def test_a_run_with_no_source_rescans_every_recorded_source_and_keeps_a_vanished
     docs.rename(renamed)  # an unmounted disk, say: its documents must survive the next reindex
     state, summary = _run(reindex, IngestParams())
     assert state.is_completed() and summary.deleted == 0, summary
-    assert len(live_status(fault_env).rows(source_system=default_source_name(docs))) == 2
+    assert (
+        len(live_status(SinkSettings(data_dir=fault_env)).rows(source_system=default_source_name(docs))) == 2
+    )
     assert_converged(fault_env)
 
 
@@ -124,7 +128,7 @@ def test_an_index_whose_ids_were_made_the_old_way_is_refused_not_mixed(fault_env
     state, result = _run(ingest, IngestParams(source=SourceParams(root=str(docs))))
     assert state.is_failed()
     assert "document_ids: None -> 'source name + path'" in str(result) and "rebuild" in str(result)
-    assert live_status(fault_env).rows() == []  # nothing written into the old index
+    assert live_status(SinkSettings(data_dir=fault_env)).rows() == []  # nothing written into the old index
 
 
 def test_a_file_or_subfolder_of_an_ingested_folder_keeps_its_ids_and_the_folder_its_record(
@@ -141,7 +145,7 @@ def test_a_file_or_subfolder_of_an_ingested_folder_keeps_its_ids_and_the_folder_
     assert state.is_completed() and summary.processed == 3, summary
     name = default_source_name(docs)
     a_id = derive_document_id(source_system=name, source_id="guide/a.md")
-    before = {r.document_id for r in live_status(fault_env).rows()}
+    before = {r.document_id for r in live_status(SinkSettings(data_dir=fault_env)).rows()}
 
     (docs / "guide" / "a.md").write_text("# A\n\nThe lighthouse keeper polishes the lens.\n")
     one_file = SourceParams(kind="paths", root=str(docs / "guide"), paths=[str(docs / "guide" / "a.md")])
@@ -151,7 +155,7 @@ def test_a_file_or_subfolder_of_an_ingested_folder_keeps_its_ids_and_the_folder_
     state, summary = _run(ingest, IngestParams(source=SourceParams(root=str(docs / "guide"))))
     assert state.is_completed() and (summary.listed, summary.deleted) == (1, 1), summary
 
-    rows = {r.document_id: r for r in live_status(fault_env).rows()}
+    rows = {r.document_id: r for r in live_status(SinkSettings(data_dir=fault_env)).rows()}
     assert set(rows) == before - {derive_document_id(source_system=name, source_id="guide/b.md")}
     assert rows[a_id].state == "processed"
     assert "polishes the lens" in _hits("lighthouse keeper lens")[0]

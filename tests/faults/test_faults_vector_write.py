@@ -19,6 +19,7 @@ from unichunk.engine.params import IngestParams, SourceParams
 from unichunk.flows.ingest import ingest
 from unichunk.index.generations import live_status, reading_settings
 from unichunk.sinks.base import SINK_NAMES
+from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.pool import get_sinks
 from unichunk.tasks.sink_io import write_sink
 
@@ -30,7 +31,7 @@ def test_failed_vector_write_keeps_the_previous_version_everywhere_and_a_rerun_r
     corpus = tmp_path / "corpus"
     make_corpus(corpus, 3)
     params = IngestParams(source=SourceParams(root=str(corpus)))
-    status = live_status(fault_env)
+    status = live_status(SinkSettings(data_dir=fault_env))
     assert ingest(params, return_state=True).is_completed()
     before = status.expected_chunk_ids()
     assert len(before) == 3
@@ -41,7 +42,7 @@ def test_failed_vector_write_keeps_the_previous_version_everywhere_and_a_rerun_r
     rows = status.get_many([])
     # Keep the sinks open (as `unichunk serve` does) so the flow reuses them, then lock Qdrant's storage
     # the way another process holding a write transaction would: every point write now times out.
-    sinks = get_sinks(SINK_NAMES, reading_settings())
+    sinks = get_sinks(SINK_NAMES, reading_settings(SinkSettings()))
     storage = next(sinks["vectors"].settings.qdrant_path.rglob("storage.sqlite"))
     blocker = sqlite3.connect(storage, timeout=0, isolation_level=None)
     blocker.execute("BEGIN EXCLUSIVE")

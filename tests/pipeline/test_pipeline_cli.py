@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 from unichunk.deployments.cli.main import app
 from unichunk.index.generations import live_status, reading_settings
 from unichunk.sinks.base import SINK_NAMES
+from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.pool import get_sinks, release_sinks
 from unichunk.sinks.vectors.sink import point_id
 
@@ -45,9 +46,9 @@ def test_status_verify_and_search(ingested, pipeline_env, doc_id):
 
 
 def test_verify_exits_1_on_a_missing_point(ingested, pipeline_env):
-    settings = reading_settings()
+    settings = reading_settings(SinkSettings())
     vectors = get_sinks(["vectors"], settings)["vectors"]
-    victim = sorted(live_status(pipeline_env).expected_chunk_ids())[0]
+    victim = sorted(live_status(SinkSettings(data_dir=pipeline_env)).expected_chunk_ids())[0]
     vectors._store_delete([point_id(victim)])  # engine-neutral (qdrant-edge or qdrant-client)
     release_sinks(["vectors"], settings)  # the CLI opens its own (Qdrant local mode: one client per dir)
     result = _cli("verify")
@@ -72,8 +73,11 @@ def test_dry_run_and_delete(ingested, pipeline_env, doc_id):
     guide = doc_id("guide.md")
     result = _cli("delete", guide)
     assert result.exit_code == 0, result.output
-    assert live_status(pipeline_env).get(guide) is None
-    held = {name: sink.chunk_ids() for name, sink in get_sinks(SINK_NAMES, reading_settings()).items()}
+    assert live_status(SinkSettings(data_dir=pipeline_env)).get(guide) is None
+    held = {
+        name: sink.chunk_ids()
+        for name, sink in get_sinks(SINK_NAMES, reading_settings(SinkSettings())).items()
+    }
     assert not any(cid.startswith(guide) for ids in held.values() for cid in ids)
 
 

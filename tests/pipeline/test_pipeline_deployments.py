@@ -26,6 +26,7 @@ from unichunk.deployments.service.webhook_security import sign
 from unichunk.deployments.serving.serve import CONCURRENCY, DEPLOYMENT_NAMES, TAGS, build_deployments
 from unichunk.deployments.settings import SAMPLE_CORPUS, ServiceSettings
 from unichunk.index.generations import live_status
+from unichunk.sinks.config import SinkSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SECRET = "e2e-secret"
@@ -317,7 +318,7 @@ def test_signed_webhook_triggers_served_ingest_then_delete(
         assert any(line["level"] == 20 and "chunks written graph=" in line["message"] for line in logs)
         first_ingest = run["id"]
 
-        status = live_status(data_dir).get(document_id)
+        status = live_status(SinkSettings(data_dir=data_dir)).get(document_id)
         assert status is not None and status.state == "processed", status
         assert status.chunk_count >= 1 and len(status.chunk_ids) == status.chunk_count
 
@@ -326,7 +327,7 @@ def test_signed_webhook_triggers_served_ingest_then_delete(
         assert run["state"]["type"] == "COMPLETED", f"{run['state']}\n{log.read_text()[-3000:]}"
         assert run["parameters"] == {"document_id": document_id}
         assert run["name"] == f"delete-document · {document_id}"
-        assert live_status(data_dir).get(document_id) is None
+        assert live_status(SinkSettings(data_dir=data_dir)).get(document_id) is None
 
         # A file that cannot be read: the served run ends Failed, its message naming the file and why
         # (Prefect's engine resolves it into `RunFailed`, not a TypeError about the summary).

@@ -47,7 +47,7 @@ def _held() -> dict[str, set[str]]:
 
 
 def _assert_aligned(data_dir) -> set[str]:
-    expected = live_status(data_dir).expected_chunk_ids()
+    expected = live_status(SinkSettings(data_dir=data_dir)).expected_chunk_ids()
     assert _held() == dict.fromkeys(SINK_NAMES, expected)
     return expected
 
@@ -72,7 +72,7 @@ def test_ingest_writes_one_set_of_chunk_ids_to_every_sink_chunking_each_document
     # the stores are optimised once, after the run's last write, not per batch
     assert _optimize_calls() == {name: optimized[name] + 1 for name in SINK_NAMES}
     assert (summary.listed, summary.processed, summary.skipped, summary.failed) == (3, 3, 0, [])
-    rows = live_status(pipeline_env).rows()
+    rows = live_status(SinkSettings(data_dir=pipeline_env)).rows()
     assert sorted(r.source_id for r in rows) == ["guide.md", "notes/page.html", "notes/plain.txt"]
     assert {r.state for r in rows} == {"processed"}
     # Exactly once: one ChunkingService.chunk call per document in the run.
@@ -98,11 +98,11 @@ def test_rerun_touch_edit_and_delete_are_incremental(pipeline_env, corpus, chunk
     os.utime(plain, ns=(plain.stat().st_atime_ns, plain.stat().st_mtime_ns + 5_000_000_000))
     state, summary = _run(ingest, _params(corpus))
     assert (summary.processed, summary.skipped) == (0, 3) and not chunk_calls
-    row = live_status(pipeline_env).get(doc_id("notes/plain.txt"))
+    row = live_status(SinkSettings(data_dir=pipeline_env)).get(doc_id("notes/plain.txt"))
     assert row.mtime_ns == plain.stat().st_mtime_ns
 
     guide = doc_id("guide.md")
-    old_guide_ids = set(live_status(pipeline_env).get(guide).chunk_ids)
+    old_guide_ids = set(live_status(SinkSettings(data_dir=pipeline_env)).get(guide).chunk_ids)
     (corpus / "guide.md").write_text("# Guide\n\nQdrant stores vectors. Edited: now with hybrid search.\n")
     state, summary = _run(ingest, _params(corpus))
     assert state.is_completed() and (summary.processed, summary.skipped) == (1, 2)
@@ -115,14 +115,16 @@ def test_rerun_touch_edit_and_delete_are_incremental(pipeline_env, corpus, chunk
     state, summary = _run(ingest, _params(corpus))
     assert state.is_completed() and summary.deleted == 1
     page = doc_id("notes/page.html")
-    assert live_status(pipeline_env).get(page) is None
+    assert live_status(SinkSettings(data_dir=pipeline_env)).get(page) is None
     assert not any(cid.startswith(page) for ids in _held().values() for cid in ids)
     _assert_aligned(pipeline_env)
 
     # delete_missing=False keeps the status (and chunks) of vanished documents.
     (corpus / "notes/plain.txt").unlink()
     state, summary = _run(ingest, _params(corpus, delete_missing=False))
-    assert summary.deleted == 0 and live_status(pipeline_env).get(doc_id("notes/plain.txt"))
+    assert summary.deleted == 0 and live_status(SinkSettings(data_dir=pipeline_env)).get(
+        doc_id("notes/plain.txt")
+    )
 
 
 def test_bad_files_fail_alone_and_the_run_ends_failed_after_the_rest(pipeline_env, corpus, doc_id):
@@ -135,7 +137,7 @@ def test_bad_files_fail_alone_and_the_run_ends_failed_after_the_rest(pipeline_en
     failed = {f.source_id: f.error for f in summary.failed}
     assert set(failed) == {"latin1.txt", "binary.md"}
     assert all(error.startswith("load failed:") for error in failed.values())
-    status = live_status(pipeline_env)
+    status = live_status(SinkSettings(data_dir=pipeline_env))
     assert {r.source_id for r in status.rows(state="failed")} == {"latin1.txt", "binary.md"}
     assert status.get(doc_id("latin1.txt")).error == failed["latin1.txt"]
     expected = _assert_aligned(pipeline_env)
@@ -187,7 +189,9 @@ def test_dry_run_reports_and_writes_nothing(pipeline_env, corpus, chunk_calls):
     assert not pipeline_env.exists() and not chunk_calls
 
     _run(ingest, _params(corpus))
-    rows_before = {r.document_id: r.as_dict() for r in live_status(pipeline_env).rows()}
+    rows_before = {
+        r.document_id: r.as_dict() for r in live_status(SinkSettings(data_dir=pipeline_env)).rows()
+    }
     held_before = _held()
     (corpus / "guide.md").write_text("# Guide\n\nRewritten entirely.\n")
     (corpus / "notes/page.html").unlink()
@@ -195,14 +199,16 @@ def test_dry_run_reports_and_writes_nothing(pipeline_env, corpus, chunk_calls):
     state, summary = _run(ingest, _params(corpus, dry_run=True))
     assert (summary.would_process, summary.would_delete) == (["guide.md"], ["notes/page.html"])
     assert (summary.processed, summary.deleted) == (0, 0) and not chunk_calls
-    assert {r.document_id: r.as_dict() for r in live_status(pipeline_env).rows()} == rows_before
+    assert {
+        r.document_id: r.as_dict() for r in live_status(SinkSettings(data_dir=pipeline_env)).rows()
+    } == rows_before
     assert _held() == held_before
 
 
 def test_reindex_repairs_a_deleted_point_and_a_stray_document(pipeline_env, corpus, chunk_calls, doc_id):
     _run(ingest, _params(corpus))
     sinks = _sinks()
-    status = live_status(pipeline_env)
+    status = live_status(SinkSettings(data_dir=pipeline_env))
     victim = status.get(doc_id("guide.md")).chunk_ids[0]
     vectors = sinks["vectors"]
     vectors._store_delete([point_id(victim)])  # engine-neutral (qdrant-edge or qdrant-client)
@@ -234,16 +240,18 @@ def test_single_document_flows(pipeline_env, corpus, doc_id):
     state, summary = _run(
         ingest_document, str(corpus / "notes/plain.txt"), source_id="kb/plain", root=str(corpus)
     )
-    assert state.is_completed() and live_status(pipeline_env).get(doc_id("kb/plain"))
+    assert state.is_completed() and live_status(SinkSettings(data_dir=pipeline_env)).get(doc_id("kb/plain"))
 
     state, removed = _run(delete_document, guide)
     assert state.is_completed() and removed == dict.fromkeys(SINK_NAMES, len(expected))
-    assert live_status(pipeline_env).get(guide) is None
+    assert live_status(SinkSettings(data_dir=pipeline_env)).get(guide) is None
     _assert_aligned(pipeline_env)
 
     # A path relative to the root (as a webhook may send) is resolved against it.
     state, summary = _run(ingest_document, "notes/page.html", root=str(corpus))
-    assert state.is_completed() and live_status(pipeline_env).get(doc_id("notes/page.html"))
+    assert state.is_completed() and live_status(SinkSettings(data_dir=pipeline_env)).get(
+        doc_id("notes/page.html")
+    )
 
     state, _ = _run(ingest_document, str(corpus / "missing.md"))
     assert state.is_failed() and "no such file" in state.message

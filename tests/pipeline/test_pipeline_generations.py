@@ -83,7 +83,7 @@ def _generation_of(strategy: ChunkStrategy) -> str:
 
 def _answer(query: str) -> set[str]:
     """What a reader gets: the live generation's sinks, resolved the way the CLI and /search do."""
-    sinks = get_sinks(("keywords", "vectors"), reading_settings())
+    sinks = get_sinks(("keywords", "vectors"), reading_settings(SinkSettings()))
     return {hit.chunk_id for hit in retrieve(sinks, query, 5).hits}
 
 
@@ -169,7 +169,9 @@ def test_rebuild_serves_the_old_generation_until_a_verified_cutover_then_rolls_b
     )
     assert graph_rows == [{"g": gen_b}]
     assert vectors.alias_target(SinkSettings().qdrant_collection) == vectors.collection
-    assert live_status(pipeline_env).expected_chunk_ids() == ids_b  # readers follow the switch
+    assert (
+        live_status(SinkSettings(data_dir=pipeline_env)).expected_chunk_ids() == ids_b
+    )  # readers follow the switch
     shown = CliRunner().invoke(app, ["status"], env={"COLUMNS": "250"})
     assert shown.exit_code == 0, shown.output
     lines = {
@@ -248,12 +250,16 @@ def test_changed_settings_without_a_rebuild_are_refused_not_skipped_or_mixed(pip
     assert _ingest(corpus, A)[0].is_completed()
     gen_a = _generation_of(A)
     ids_a = _expected_ids(corpus, A)
-    rows_before = {r.document_id: r.as_dict() for r in live_status(pipeline_env).rows()}
+    rows_before = {
+        r.document_id: r.as_dict() for r in live_status(SinkSettings(data_dir=pipeline_env)).rows()
+    }
 
     state, result = _ingest(corpus, B)
     assert state.is_failed()
     assert "rebuild" in str(result) and "chunking.name: 'token_window' -> 'sentence'" in str(result)
-    assert {r.document_id: r.as_dict() for r in live_status(pipeline_env).rows()} == rows_before
+    assert {
+        r.document_id: r.as_dict() for r in live_status(SinkSettings(data_dir=pipeline_env)).rows()
+    } == rows_before
     assert _held(gen_a) == dict.fromkeys(SINK_NAMES, ids_a)
     assert [g.generation_id for g in _registry().all()] == [gen_a]
 

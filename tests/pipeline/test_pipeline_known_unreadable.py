@@ -16,6 +16,7 @@ from unichunk.engine.batches import known_unreadable
 from unichunk.index.status import DocumentStatus
 
 ITEM = SourceItem("fs", "bad.txt", "/corpus/bad.txt", 120, 1_700_000_000_000_000_000)
+LIMIT = 64 * 1024 * 1024  # the run's largest document: far above these files
 ROW = DocumentStatus(
     document_id=ITEM.document_id,
     state="failed",
@@ -28,7 +29,7 @@ ROW = DocumentStatus(
 
 
 def test_an_unchanged_file_that_failed_to_load_is_known_unreadable() -> None:
-    assert known_unreadable(ITEM, ROW)
+    assert known_unreadable(ITEM, ROW, LIMIT)
 
 
 @pytest.mark.parametrize(
@@ -47,18 +48,14 @@ def test_an_unchanged_file_that_failed_to_load_is_known_unreadable() -> None:
     ],
 )
 def test_anything_else_is_read_again(row: DocumentStatus | None) -> None:
-    assert not known_unreadable(ITEM, row)
+    assert not known_unreadable(ITEM, row, LIMIT)
 
 
-def test_a_file_refused_for_its_size_is_retried_once_the_limit_allows_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_file_refused_for_its_size_is_retried_once_the_limit_allows_it() -> None:
     row = replace(
         ROW,
         error="load failed: /corpus/bad.txt: file is 120 bytes, over the 100-byte limit",
         failure="too_large",
     )
-    monkeypatch.setenv("UNICHUNK_MAX_DOCUMENT_BYTES", "100")
-    assert known_unreadable(ITEM, row)  # still over the limit: reading it again would fail the same way
-    monkeypatch.setenv("UNICHUNK_MAX_DOCUMENT_BYTES", "1000")
-    assert not known_unreadable(ITEM, row)
+    assert known_unreadable(ITEM, row, 100)  # still over the limit: reading it again would fail the same way
+    assert not known_unreadable(ITEM, row, 1000)

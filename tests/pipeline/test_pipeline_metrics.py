@@ -16,6 +16,7 @@ import yaml
 
 import unichunk.index.metrics as pipeline_metrics
 from unichunk.deployments.serving.serve import start_metrics_server
+from unichunk.index.metrics import MetricsSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,13 +50,15 @@ def test_pushed_flow_metrics_reach_prometheus_grouped_by_instance_and_flow(
 ) -> None:
     flow = f"metrics-test-{uuid.uuid4().hex[:8]}"
     instance = f"host-{uuid.uuid4().hex[:8]}"
-    monkeypatch.setenv("UNICHUNK_METRICS_INSTANCE", instance)
     pipeline_metrics.DOCUMENTS.labels(outcome="processed").inc(3)
     pipeline_metrics.CHUNKS_WRITTEN.labels(sink="keywords").inc(7)
     pipeline_metrics.TASK_SECONDS.labels(task=flow, sink="").observe(31.0)  # a slow step
     pipeline_metrics.record_success(flow)
     pipeline_metrics.record_success(f"{flow}-other")  # a process that ran two flows still pushes (no 400)
-    assert pipeline_metrics.push_metrics(flow, pushgateway_url)
+    pushed_to = {"PUSHGATEWAY_URL": pushgateway_url}
+    assert pipeline_metrics.push_metrics(
+        flow, MetricsSettings(**pushed_to, UNICHUNK_METRICS_INSTANCE=instance)
+    )
 
     expr = f'unichunk_documents_total{{job="unichunk", instance="{instance}", flow="{flow}", outcome="processed"}}'
     deadline = time.monotonic() + 90
@@ -85,8 +88,9 @@ def test_pushed_flow_metrics_reach_prometheus_grouped_by_instance_and_flow(
     assert _query(prometheus_url, f'{{__name__=~".+_created", {pushed}}}') == []
 
     # Another instance's push of the same flow is its own group: neither overwrites the other.
-    monkeypatch.setenv("UNICHUNK_METRICS_INSTANCE", f"{instance}-b")
-    assert pipeline_metrics.push_metrics(flow, pushgateway_url)
+    assert pipeline_metrics.push_metrics(
+        flow, MetricsSettings(**pushed_to, UNICHUNK_METRICS_INSTANCE=f"{instance}-b")
+    )
     groups = httpx.get(f"{pushgateway_url}/api/v1/metrics", timeout=10).json()["data"]
     ours = {g["labels"]["instance"] for g in groups if g["labels"].get("flow") == flow}
     assert ours == {instance, f"{instance}-b"}

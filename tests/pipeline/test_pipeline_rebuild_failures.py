@@ -89,9 +89,9 @@ def test_a_file_unreadable_in_both_generations_is_reported_and_the_rebuild_switc
     assert summary.counts["new"]["processed"] == summary.counts["live"]["processed"] == len(GOOD)
     gen_b = _generation_of(B)
     assert _live() == gen_b
-    expected = live_status(pipeline_env).expected_chunk_ids()
+    expected = live_status(SinkSettings(data_dir=pipeline_env)).expected_chunk_ids()
     assert expected and _held(gen_b) == dict.fromkeys(SINK_NAMES, expected)
-    rows = {r.source_id: r.state for r in live_status(pipeline_env).rows()}
+    rows = {r.source_id: r.state for r in live_status(SinkSettings(data_dir=pipeline_env)).rows()}
     assert rows == {name: "processed" for name in GOOD} | {"broken.txt": "failed"}
 
 

@@ -14,6 +14,7 @@ from unichunk.flows.ingest import ingest
 from unichunk.index.alignment import verify_alignment
 from unichunk.index.generations import live_status, reading_settings
 from unichunk.sinks.base import SINK_NAMES
+from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.pool import get_sinks
 
 SAMPLE_CORPUS = Path(__file__).resolve().parents[2] / "deployments" / "sample_corpus"
@@ -38,8 +39,8 @@ def test_sample_corpus_reaches_all_three_sinks_through_the_prefect_server(pipeli
     # the run is the server's record, not an ephemeral one
     assert asyncio.run(_flow_run_state(state.state_details.flow_run_id)) == "COMPLETED"
 
-    expected = live_status(pipeline_env).expected_chunk_ids()
-    sinks = get_sinks(SINK_NAMES, reading_settings())
+    expected = live_status(SinkSettings(data_dir=pipeline_env)).expected_chunk_ids()
+    sinks = get_sinks(SINK_NAMES, reading_settings(SinkSettings()))
     report = verify_alignment(sinks, expected)
     assert report.ok, report.as_dict()
     assert len(expected) >= len(files)

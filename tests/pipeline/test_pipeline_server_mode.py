@@ -79,11 +79,11 @@ def test_ingest_reingest_delete_and_verify_keep_nothing_in_the_data_dir(
     state = delete_document(doc_id("notes/plain.txt"), sinks=SERVER_SINKS, return_state=True)
     assert state.is_completed(), state.message
 
-    rows = live_status().rows()
+    rows = live_status(SinkSettings()).rows()
     assert [r.source_id for r in rows] == ["guide.md"] and rows[0].state == "processed"
-    sinks = get_sinks(SERVER_SINKS, reading_settings())
+    sinks = get_sinks(SERVER_SINKS, reading_settings(SinkSettings()))
     assert sinks["graph"].chunk_ids() == sinks["keywords"].chunk_ids() == set(rows[0].chunk_ids)
-    assert verify_alignment(sinks, expected=live_status().expected_chunk_ids()).ok
+    assert verify_alignment(sinks, expected=live_status(SinkSettings()).expected_chunk_ids()).ok
     live = GenerationRegistry.of(SinkSettings()).live()
     assert live is not None
     assert _schemas(server_records) == {
@@ -106,7 +106,7 @@ def test_rebuild_switch_and_drop_keep_records_in_the_database(pipeline_env, serv
     assert (summary.outcome, summary.previous, summary.generation) == ("switched", gen_a, gen_b)
     registry = GenerationRegistry.of(SinkSettings())
     assert registry.live().generation_id == gen_b and registry.get(gen_a).state == "retired"
-    assert live_status().counts()["processed"] == 3
+    assert live_status(SinkSettings()).counts()["processed"] == 3
 
     assert switch_generation(return_state=True).result() == {
         "live": gen_a,
@@ -118,7 +118,7 @@ def test_rebuild_switch_and_drop_keep_records_in_the_database(pipeline_env, serv
     gone = {f"unichunk__{gen_b}", f"unichunk_keywords__{gen_b}"}
     assert not gone & _schemas(server_records)  # its schemas went, every table in them
     assert registry.get(gen_b) is None and registry.live().generation_id == gen_a
-    assert live_status().counts()["processed"] == 3
+    assert live_status(SinkSettings()).counts()["processed"] == 3
     # The embedded vector store is files (it stays embedded); no record and no keyword term is.
     left = _files(pipeline_env)
     assert left and not [
