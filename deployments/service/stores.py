@@ -31,6 +31,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
+from unichunk.chunking.errors import UnichunkError
 from unichunk.engine.store_access import handover_markers, store_lock_path
 from unichunk.index.generations import live_generation, reading_settings
 from unichunk.retrieval.readers import Readers
@@ -46,7 +47,7 @@ log = logging.getLogger(__name__)
 WATCH_INTERVAL = 0.1  # seconds between looks for a waiting run's marker: a run waits at most about this
 
 
-class StoreBusy(Exception):
+class StoreBusy(UnichunkError):
     """A flow run holds the embedded vector store longer than a search may wait."""
 
 
