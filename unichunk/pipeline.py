@@ -75,7 +75,7 @@ from unichunk.sinks.base import SINK_NAMES, SearchFilter, SinkName, StoredChunk
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.pool import release_sinks
 
-__all__ = ["DEFAULT_BUDGET", "Pipeline", "Readers", "ReadersProvider", "source_params"]
+__all__ = ["DEFAULT_BUDGET", "Pipeline", "Readers", "ReadersProvider", "run_result", "source_params"]
 
 PathLike = str | Path
 ReadersProvider = Callable[[], AbstractContextManager[Readers]]
@@ -397,8 +397,6 @@ class Pipeline:
         """Run a flow under this Pipeline's settings; its summary (also when it ended Failed because
         documents failed); what ended a run that returned none is raised. Every flow call goes through
         here."""
-        from prefect.states import State
-
         from unichunk.engine.progress import listening
 
         with (
@@ -406,12 +404,7 @@ class Pipeline:
             environment(self._env),
             listening(self._progress) if self._progress else nullcontext(),
         ):
-            outcome = call()
-        if isinstance(outcome, State):
-            outcome = outcome.result(raise_on_failure=False)
-            if isinstance(outcome, BaseException):
-                raise outcome
-        return outcome
+            return run_result(call())
 
     @contextmanager
     def _reading(self, names: tuple[SinkName, ...]) -> Iterator[Readers]:
@@ -461,6 +454,19 @@ class Pipeline:
         root.mkdir(parents=True, exist_ok=True)
         failed = [FailedDocument(document_id="", source_id=r.name, error=r.error) for r in rejected]
         return params.model_copy(update={"root": str(root)}), failed
+
+
+def run_result(outcome: Any) -> Any:
+    """What a finished flow run returned: its summary (also when it ended Failed because documents
+    failed); what ended a run that returned none (it crashed, or failed before it had a summary) is
+    raised. A served run's state too, where Prefect kept its result."""
+    from prefect.states import State
+
+    if isinstance(outcome, State):
+        outcome = outcome.result(raise_on_failure=False)
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return outcome
 
 
 def _is_documents(source: object) -> bool:

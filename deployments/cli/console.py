@@ -49,9 +49,9 @@ def print_json(data: Any) -> None:
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     """A table: drawn on a terminal; tab-separated lines, header first, when piped (whole values)."""
-    if not console.is_terminal:
-        for line in (headers, *rows):
-            console.print("\t".join(line), overflow="ignore", crop=False)
+    if not console.is_terminal:  # written as is: Rich would expand the tabs
+        console.file.write("".join("\t".join(line) + "\n" for line in (headers, *rows)))
+        console.file.flush()
         return
     table = Table(*headers)
     for row in rows:

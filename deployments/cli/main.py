@@ -152,9 +152,10 @@ def _pipeline(
     )
 
 
-def _ask(call: Callable[[IndexService], T]) -> T:
+def _ask(call: Callable[[IndexService], T], *, models: bool = True) -> T:
     """`call` on the service running for this data dir; when none is running or reachable, on a Pipeline
-    in this process. The service's own error answers are raised, not retried in-process."""
+    in this process (whose settings must suit the models too, unless the call reads records only). The
+    service's own error answers are raised, not retried in-process."""
     client = running_service()
     if client is not None:
         try:
@@ -163,7 +164,7 @@ def _ask(call: Callable[[IndexService], T]) -> T:
             pass
         finally:
             client.close()
-    with _pipeline() as pipeline:
+    with _pipeline(None if models else SinkSettings()) as pipeline:
         return call(pipeline)
 
 
@@ -338,7 +339,7 @@ def status(
 ) -> None:
     """The index generations (live, being built, retained) and the live one's document states; then each
     failed document with its whole error, one line each."""
-    found = _ask(lambda index: index.status(failed_only=failed))
+    found = _ask(lambda index: index.status(failed_only=failed), models=False)
     if as_json:
         print_json(found.model_dump(mode="json"))
         return
@@ -512,7 +513,7 @@ app.add_typer(generations_app, name="generations")
 @friendly_errors
 def generations_list(as_json: JsonOption = False) -> None:
     """Every index generation: live, being built, ready, retained for rollback."""
-    found = _ask(lambda index: index.generations())
+    found = _ask(lambda index: index.generations(), models=False)
     if as_json:
         print_json(found.model_dump(mode="json"))
         return

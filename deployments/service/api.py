@@ -34,7 +34,7 @@ from unichunk.deployments.service.stores import StoreBusy, WarmStores
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.errors import NotFound, SinkError
 from unichunk.interface import Mode
-from unichunk.pipeline import DEFAULT_BUDGET, Pipeline, Readers, ReadersProvider
+from unichunk.pipeline import DEFAULT_BUDGET, Pipeline, Readers, ReadersProvider, run_result
 from unichunk.results import DocumentChunks, IndexStatus, SearchResult
 
 SinksProvider = Callable[[], Mapping[str, object]]
@@ -164,7 +164,7 @@ def _prefect_api() -> AbstractContextManager[object]:
 def _result_or_none(state: Any) -> dict[str, int] | None:
     """The run's return value when Prefect kept it (results persist only when configured to)."""
     try:
-        value = state.result(raise_on_failure=False)
+        value = run_result(state)
     except Exception:
         return None
     return value if isinstance(value, dict) else None
