@@ -113,7 +113,8 @@ class Pipeline:
         self.strategy = strategy or ChunkStrategy()
         unknown = [name for name in sinks if name not in SINK_NAMES]
         if unknown or not sinks:
-            raise UsageError(f"sinks must be some of {', '.join(SINK_NAMES)} (got {', '.join(unknown)})")
+            got = f"unknown: {', '.join(map(repr, unknown))}" if unknown else "none given"
+            raise UsageError(f"sinks are some of {', '.join(SINK_NAMES)} ({got})")
         self.sinks: tuple[SinkName, ...] = tuple(sinks)
         self._provided = readers
         self._flow_context = flow_context

@@ -1,4 +1,6 @@
 """The serving process's warm stores: models loaded once, readers kept open, the single-writer rule kept.
+They are a serving concern only: the API hands their readers to a `unichunk.Pipeline` (`readers=`), whose
+code answers every request, as it answers the CLI and Python.
 
 Why a hand-over and not a reopen per request: opening the stores loads the embedder (seconds), which made
 every `GET /search` cost seconds in Qdrant local mode. With a Qdrant server (`UNICHUNK_QDRANT_URL`) the

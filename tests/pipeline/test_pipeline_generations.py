@@ -252,7 +252,7 @@ def test_changed_settings_without_a_rebuild_are_refused_not_skipped_or_mixed(pip
 
     state, result = _ingest(corpus, B)
     assert state.is_failed()
-    assert "rebuild" in str(result) and "unichunk.chunking.name: 'token_window' -> 'sentence'" in str(result)
+    assert "rebuild" in str(result) and "chunking.name: 'token_window' -> 'sentence'" in str(result)
     assert {r.document_id: r.as_dict() for r in live_status(pipeline_env).rows()} == rows_before
     assert _held(gen_a) == dict.fromkeys(SINK_NAMES, ids_a)
     assert [g.generation_id for g in _registry().all()] == [gen_a]
