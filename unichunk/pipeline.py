@@ -22,6 +22,7 @@ CLI command or a served run needs the same data dir (a Qdrant server has no such
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -79,6 +80,14 @@ __all__ = ["DEFAULT_BUDGET", "Pipeline", "Readers", "ReadersProvider", "run_resu
 
 PathLike = str | Path
 ReadersProvider = Callable[[], AbstractContextManager[Readers]]
+# The flows a Pipeline runs, by their Prefect names: `module:function`, imported when first run (`_run`).
+FLOWS = {
+    "ingest": "unichunk.flows.ingest:ingest",
+    "rebuild": "unichunk.flows.rebuild:rebuild",
+    "delete-document": "unichunk.flows.documents:delete_document",
+    "switch-generation": "unichunk.flows.switch:switch_generation",
+    "drop-generation": "unichunk.flows.switch:drop_generation_now",
+}
 # A search without the graph context needs only these: the graph store (a FalkorDB server) stays closed.
 RANKING_SINKS: tuple[SinkName, ...] = ("keywords", "vectors")
 
@@ -164,9 +173,7 @@ class Pipeline:
             batch_size=batch_size,
             shards=shards,
         )
-        from unichunk.flows.ingest import ingest as ingest_flow  # Prefect: see the module docstring
-
-        summary = self._run(lambda: ingest_flow(params, return_state=True))
+        summary = self._run("ingest", params)
         summary.failed.extend(rejected)
         summary.listed += len(rejected)
         return summary
@@ -177,10 +184,8 @@ class Pipeline:
         document no generation a deletion reaches records (before any flow runs)."""
         if not self.knows(document_id):
             raise NotFound(f"no such document: {document_id}")
-        from unichunk.flows.documents import delete_document
-
         row = self._status().get(document_id)
-        removed = self._run(lambda: delete_document(document_id))
+        removed = self._run("delete-document", document_id)
         if row is not None and row.path and _inside(Path(row.path), self.settings.data_dir / INLINE_FOLDER):
             Path(row.path).unlink(missing_ok=True)
         return removed
@@ -207,10 +212,8 @@ class Pipeline:
             max_document_loss=max_document_loss,
             batch_size=batch_size,
         )
-        from unichunk.flows.rebuild import rebuild as rebuild_flow
-
         self.close()  # the flow writes and switches generations: let it open what it needs
-        summary = self._run(lambda: rebuild_flow(params, return_state=True))
+        summary = self._run("rebuild", params)
         if summary.outcome == "switched":
             self.strategy = params.strategy
         return summary
@@ -220,11 +223,9 @@ class Pipeline:
     ) -> GenerationSwitch:
         """Verify a retained or ready generation (default: the last retired one: a rollback), then make it
         live. A generation that does not exist or may not go live is refused before any flow runs."""
-        from unichunk.flows.switch import switch_generation
-
         switchable(self.settings, generation_id or rollback_target(self.settings))
         self.close()
-        done = self._run(lambda: switch_generation(generation_id, retention_hours, return_state=True))
+        done = self._run("switch-generation", generation_id, retention_hours)
         return GenerationSwitch.model_validate(done)
 
     def drop_generation(self, generation_id: str) -> DroppedGeneration:
@@ -234,9 +235,7 @@ class Pipeline:
             raise NotFound(f"no such generation: {generation_id}")
         if found.state == "live":
             raise UsageError(f"generation {generation_id} is live; switch to another one before dropping it")
-        from unichunk.flows.switch import drop_generation_now
-
-        self._run(lambda: drop_generation_now(generation_id, return_state=True))
+        self._run("drop-generation", generation_id)
         return DroppedGeneration(dropped=generation_id, state=found.state)
 
     # --- reads ------------------------------------------------------------------------------------------
@@ -394,18 +393,21 @@ class Pipeline:
 
     # --- helpers ----------------------------------------------------------------------------------------
 
-    def _run(self, call: Any) -> Any:
-        """Run a flow under this Pipeline's settings; its summary (also when it ended Failed because
-        documents failed); what ended a run that returned none is raised. Every flow call goes through
-        here."""
+    def _run(self, flow: str, *args: Any) -> Any:
+        """Run the flow named `flow` (`FLOWS`) with `args` under this Pipeline's settings, inside its
+        flow context; its summary (also when it ended Failed because documents failed); what ended a run
+        that returned none is raised. Every flow call goes through here. The flow's module (and so
+        Prefect) is imported inside the context, which may point Prefect at a server before it loads."""
         from unichunk.engine.progress import listening
 
+        module, name = FLOWS[flow].split(":")
         with (
             self._flow_context(),
             environment(self._env),
             listening(self._progress) if self._progress else nullcontext(),
         ):
-            return run_result(call())
+            run = getattr(importlib.import_module(module), name)
+            return run_result(run(*args, return_state=True))
 
     @contextmanager
     def _reading(self, names: tuple[SinkName, ...]) -> Iterator[Readers]:
