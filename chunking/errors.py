@@ -4,7 +4,7 @@
 catches a refused input, a failed store or a refused index operation, and never a bug. It lives here
 because `chunking` is the package every other one builds on. Each concern subclasses it once:
 `ChunkingError` (here), `unichunk.sinks.base.SinkError`, `unichunk.index.errors.GenerationError`,
-`unichunk.deployments.service.webhook_security.WebhookRejected` and the CLI's `UserError`.
+`unichunk.errors.UsageError` and the others docs/design.md lists ("Errors and settings").
 """
 
 from __future__ import annotations

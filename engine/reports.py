@@ -30,6 +30,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.context import FlowRunContext
 from prefect.states import Failed, State
 
+from unichunk.chunking.errors import UnichunkError
 from unichunk.engine.params import FailedDocument, IngestSummary, RebuildSummary
 from unichunk.index.chunk_batch import LOAD_FAILED
 
@@ -43,7 +44,7 @@ TABLE_ROWS = 1000  # rows in a failures table
 _MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
 
 
-class RunFailed(Exception):
+class RunFailed(UnichunkError):
     """A run ended Failed: the message of its state, with what the run did (`summary`) attached."""
 
     def __init__(self, message: str, summary: Any = None) -> None:

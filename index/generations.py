@@ -117,12 +117,16 @@ def _differences(before: Any, after: Any, prefix: str = "") -> list[tuple[str, A
     return [] if before == after else [(prefix.rstrip("."), before, after)]
 
 
+def deletion_targets(settings: SinkSettings) -> list[Generation]:
+    """Every generation a deletion must reach: the live one and any being built (none before the first
+    ingest: there is nothing to delete, and opening stores would create them)."""
+    registry = registry_of(settings)
+    return [g for g in (registry.live(), *registry.in_progress()) if g is not None]
+
+
 def writable_runs(run: RunConfig) -> list[RunConfig]:
-    """`run` pinned to every generation a deletion must reach: the live one and any being built (none
-    before the first ingest: there is nothing to delete, and opening stores would create them)."""
-    registry = registry_of(run.settings)
-    targets = [g for g in (registry.live(), *registry.in_progress()) if g is not None]
-    return [run.pinned(g.generation_id) for g in targets]
+    """`run` pinned to every generation a deletion must reach (`deletion_targets`)."""
+    return [run.pinned(g.generation_id) for g in deletion_targets(run.settings)]
 
 
 def generation_counts(settings: SinkSettings, generation_id: str) -> dict[str, int]:

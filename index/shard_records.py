@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
 
+from unichunk.chunking.errors import UnichunkError
 from unichunk.chunking.sources import SourceItem
 from unichunk.index.process_identity import ProcessIdentity
 from unichunk.sinks.config import SinkSettings
@@ -53,7 +54,7 @@ class ShardRecord:
     summary: str | None
 
 
-class SupersededAttempt(RuntimeError):
+class SupersededAttempt(UnichunkError, RuntimeError):
     """A shard run whose attempt is no longer the current one (the parent retried it elsewhere)."""
 
 

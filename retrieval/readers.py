@@ -7,7 +7,7 @@ retrieval never depends on what a particular store adds. `open_readers` resolves
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from unichunk.index.generations import reading_settings
@@ -44,6 +44,7 @@ class Readers:
         return self.keywords or self.vectors
 
 
-def open_readers(settings: SinkSettings | None = None) -> Readers:
-    """The live generation's stores from the process-wide pool, kept open for the next search."""
-    return Readers.of(get_sinks(SEARCH_SINKS, reading_settings(settings)))
+def open_readers(settings: SinkSettings | None = None, names: Sequence[SinkName] = SEARCH_SINKS) -> Readers:
+    """The live generation's stores `names` from the process-wide pool, kept open for the next search
+    (until `unichunk.sinks.pool.release_sinks`)."""
+    return Readers.of(get_sinks(names, reading_settings(settings)))

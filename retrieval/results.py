@@ -18,9 +18,11 @@ class SearchHit(BaseModel):
     chunk_id: str
     document_id: str
     title: str | None = Field(None, description="The document's title as the stores know it.")
+    source_system: str | None = Field(None, description="The name of the document's source.")
     source_id: str | None = Field(
         None, description="The document's ID in its source (its path there), as the stores know it."
     )
+    path: str | None = Field(None, description="The document's file, when it was read from one.")
     start_char: int
     end_char: int
     score: float = Field(description="Fused RRF score (hybrid) or the single retriever's own score.")

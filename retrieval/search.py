@@ -79,13 +79,18 @@ def search(readers: Readers, query: str, k: int = 5, options: SearchOptions | No
 
 
 def _hit(rank: int, hit: Hit, record: StoredChunk | None) -> SearchHit:
-    source_id = None if record is None else record.extra.get("source_id")
+    def field(name: str) -> str | None:
+        value = None if record is None else record.extra.get(name)
+        return None if value is None else str(value)
+
     return SearchHit(
         rank=rank,
         chunk_id=hit.chunk_id,
         document_id=hit.document_id,
         title=None if record is None else record.title,
-        source_id=None if source_id is None else str(source_id),
+        source_system=field("source_system"),
+        source_id=field("source_id"),
+        path=field("path"),
         start_char=hit.start_char,
         end_char=hit.end_char,
         score=hit.score,

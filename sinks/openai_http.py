@@ -29,12 +29,14 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from unichunk.chunking.errors import UnichunkError
+
 logger = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 
 
-class OpenAIHTTPError(Exception):
+class OpenAIHTTPError(UnichunkError):
     """One failed call. `transient` says whether retrying could help; `retry_after` is the server's hint."""
 
     def __init__(

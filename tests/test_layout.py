@@ -131,8 +131,12 @@ def test_the_live_generation_is_resolved_in_one_module() -> None:
 # SQLAlchemy (~0.16 s: `unichunk.deployments.service.discovery` needs it only in server mode, and every CLI command that a
 # running service answers looks the service up), the embedders (torch or an HTTP client, which `unichunk.index.run`
 # needs only for the `semantic` strategy, while every run computes its fingerprint there), the Neo4j driver
-# (0.15-0.55 s: `unichunk.sinks.graph.backends` imports it for a Neo4j backend only, never in FalkorDB runs).
+# (0.15-0.55 s: `unichunk.sinks.graph.backends` imports it for a Neo4j backend only, never in FalkorDB runs),
+# Prefect and the flows (`unichunk.pipeline` loads them when a write runs one, so reads and the CLI's
+# start-up do not pay for them; `unichunk.deployments.cli.flow_runs` configures Prefect's logging first).
 LAZY_IMPORTERS = {
+    "unichunk.pipeline",
+    "unichunk.deployments.cli.flow_runs",
     "unichunk.index.run",
     "unichunk.sinks.graph.backends",
     "unichunk.deployments.service.discovery",
@@ -237,3 +241,62 @@ def test_readme_layout_names_no_package_that_is_gone() -> None:
     layout = (REPO / "README.md").read_text(encoding="utf-8").split("## Layout", 1)[1].split("\n## ", 1)[0]
     for named in re.findall(r"^- `([\w.]+)/`", layout, re.M):
         assert (REPO / named).is_dir(), named
+
+
+# The interfaces (the CLI, the HTTP API, the MCP server) reach the index only through the application
+# layer (`unichunk` and its own modules: `Pipeline`, `unichunk.interface`, `.results`, `.errors`,
+# `.settings`), never through the stores, the records, retrieval or the flows below it.
+INTERFACES = ("unichunk.deployments.cli", "unichunk.deployments.service", "unichunk.deployments.mcp")
+INTERNALS = ("sinks", "index", "retrieval", "engine", "flows", "tasks")
+# Serving concerns of the service that sit on the layers below, each for a reason of its own:
+INTERFACE_EXCEPTIONS = {
+    # the warm stores: the embedder loaded once, readers kept open and handed over to flow runs under
+    # the embedded store's single-writer lock; they hand their readers to a `Pipeline` (`readers=`)
+    "unichunk.deployments.service.stores",
+    # the service's own records, not the index's: the running-service registry (with the process's
+    # identity) and the webhook replay cache, in the data dir's database (SQLite or the server's schema)
+    "unichunk.deployments.service.discovery",
+    "unichunk.deployments.service.webhook",
+    "unichunk.deployments.service.webhook_security",
+}
+
+
+def test_interfaces_reach_the_index_only_through_the_application_layer() -> None:
+    reaching = []
+    for module, path in MODULES.items():
+        if not module.startswith(INTERFACES) or module in INTERFACE_EXCEPTIONS:
+            continue
+        for imported, line in _imports(path):
+            parts = imported.split(".")
+            if parts[0] == "unichunk" and len(parts) > 1 and parts[1] in INTERNALS:
+                reaching.append(f"{path.relative_to(REPO)}:{line} imports {imported}")
+    assert reaching == []
+    assert "unichunk.deployments.service.api" not in INTERFACE_EXCEPTIONS
+
+
+def test_every_error_class_derives_from_the_one_root() -> None:
+    """docs/design.md's promise: an error class of the package (a private one, used for control flow
+    inside its module, aside) derives from `UnichunkError`, so catching it catches every error we raise."""
+    from unichunk.chunking.errors import UnichunkError
+
+    outside = []
+    for module, path in MODULES.items():
+        names = [
+            node.name
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.ClassDef)
+            and not node.name.startswith("_")
+            and any(
+                ast.unparse(base).endswith(("Error", "Exception", "Failed", "Unavailable"))
+                for base in node.bases
+            )
+        ]
+        if not names:
+            continue
+        loaded = importlib.import_module(module)
+        for name in names:
+            cls = getattr(loaded, name)
+            # an Exception: a signal's BaseException (`StopBeforeServing`, as KeyboardInterrupt) is no error
+            if issubclass(cls, Exception) and not issubclass(cls, UnichunkError):
+                outside.append(f"{module}.{name}")
+    assert outside == []

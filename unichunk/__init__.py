@@ -34,7 +34,10 @@ if TYPE_CHECKING:
         load_bytes,
         load_document,
     )
+    from unichunk.errors import NotFound, UsageError
+    from unichunk.interface import IndexService
     from unichunk.pipeline import Pipeline
+    from unichunk.results import IndexStatus
     from unichunk.retrieval.results import SearchHit, SearchResult
     from unichunk.sinks.config import SinkSettings
 
@@ -60,6 +63,10 @@ _NAMES = {
         ),
         "unichunk.chunking",
     ),
+    "IndexService": "unichunk.interface",
+    "IndexStatus": "unichunk.results",
+    "NotFound": "unichunk.errors",
+    "UsageError": "unichunk.errors",
     "SearchHit": "unichunk.retrieval.results",
     "SearchResult": "unichunk.retrieval.results",
     "SinkSettings": "unichunk.sinks.config",
@@ -85,11 +92,15 @@ __all__ = [
     "ChunkingService",
     "Document",
     "DocumentLoadError",
+    "IndexService",
+    "IndexStatus",
+    "NotFound",
     "Pipeline",
     "SearchHit",
     "SearchResult",
     "SinkSettings",
     "UnichunkError",
+    "UsageError",
     "__version__",
     "load_bytes",
     "load_document",

@@ -16,12 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from unichunk.chunking.errors import UnichunkError
 from unichunk.chunking.models import Document
 
 INLINE_FOLDER = "inline"
 
 
-class InvalidDocumentName(ValueError):
+class InvalidDocumentName(UnichunkError, ValueError):
     """A document name that cannot be a path inside its source."""
 
 

@@ -5,10 +5,15 @@
     p.ingest("docs/")
     p.search("how are deletions propagated", k=5)
 
-Writes run the Prefect flows (`unichunk.flows.ingest`, `unichunk.flows.rebuild`, `unichunk.flows.documents`) in this process: against
-PREFECT_API_URL when it is set (the runs show in the service's UI), else against a temporary local
-server Prefect starts for the process. Reads call `unichunk.retrieval.search` and the stores' read side directly.
-So there is one implementation of each operation, whoever calls it.
+Writes run the Prefect flows (`unichunk.flows.ingest`, `.rebuild`, `.documents`, `.switch`) in this
+process: against PREFECT_API_URL when it is set (the runs show in the service's UI), else against a
+temporary local server Prefect starts for the process. Reads call `unichunk.retrieval.search` and the
+stores' read side directly. Prefect and the flows load only when a write runs one: reads do not pay for
+them, and a caller (the CLI) can point Prefect at its server before Prefect loads.
+
+This is the application layer's one implementation of each operation: the CLI, the HTTP API (whose warm
+stores hand their readers to a Pipeline, `readers=`), the MCP server and the adapters call these methods
+and render what they return (`unichunk.results`).
 
 The stores a Pipeline opens stay open between calls (warm searches) until `close()` or the end of a
 `with` block. With Qdrant in local mode only one process may hold its folder: close the Pipeline before a
@@ -17,13 +22,13 @@ CLI command or a served run needs the same data dir (a Qdrant server has no such
 
 from __future__ import annotations
 
+import importlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-
-from prefect.states import State
 
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.chunking.models import Document
@@ -36,28 +41,56 @@ from unichunk.engine.params import (
     RebuildSummary,
     SourceParams,
 )
-from unichunk.flows.documents import delete_document
-from unichunk.flows.ingest import ingest as ingest_flow
-from unichunk.flows.rebuild import rebuild as rebuild_flow
+from unichunk.errors import NotFound, UsageError
 from unichunk.flows.run_settings import caller_settings
 from unichunk.index.alignment import AlignmentReport, verify_live
 from unichunk.index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_RETENTION_HOURS
-from unichunk.index.generations import reading_settings
+from unichunk.index.generations import (
+    deletion_targets,
+    generation_counts,
+    live_generation,
+    reading_settings,
+    registry_of,
+    rollback_target,
+    switchable,
+)
 from unichunk.index.metrics import MetricsSettings
-from unichunk.index.status import StatusStore
-from unichunk.index_status import IndexStatus, index_status
+from unichunk.index.status import DocumentStatus, StatusStore
 from unichunk.inline_documents import INLINE_FOLDER, inline_root, named_texts, write_documents
-from unichunk.retrieval.context import DEFAULT_BUDGET
+from unichunk.results import (
+    ChunkContext,
+    ChunkRecord,
+    DocumentChunks,
+    DocumentInfo,
+    DroppedGeneration,
+    GenerationInfo,
+    Generations,
+    GenerationSwitch,
+    IndexStatus,
+)
+from unichunk.retrieval.context import DEFAULT_BUDGET, Piece, merge_pieces
 from unichunk.retrieval.ranking import Mode
-from unichunk.retrieval.readers import Readers
+from unichunk.retrieval.readers import SEARCH_SINKS, Readers, open_readers
 from unichunk.retrieval.results import SearchResult
 from unichunk.retrieval.search import SearchOptions, search
-from unichunk.sinks.base import SINK_NAMES, InvalidRequest, SinkName, StoredChunk
+from unichunk.sinks.base import SINK_NAMES, SearchFilter, SinkName, StoredChunk
 from unichunk.sinks.config import SinkSettings
-from unichunk.sinks.pool import get_sinks, release_sinks
+from unichunk.sinks.pool import release_sinks
+
+__all__ = ["DEFAULT_BUDGET", "Pipeline", "Readers", "ReadersProvider", "run_result", "source_params"]
 
 PathLike = str | Path
-SEARCH_SINKS: tuple[SinkName, ...] = ("keywords", "vectors", "graph")
+ReadersProvider = Callable[[], AbstractContextManager[Readers]]
+# The flows a Pipeline runs, by their Prefect names: `module:function`, imported when first run (`_run`).
+FLOWS = {
+    "ingest": "unichunk.flows.ingest:ingest",
+    "rebuild": "unichunk.flows.rebuild:rebuild",
+    "delete-document": "unichunk.flows.documents:delete_document",
+    "switch-generation": "unichunk.flows.switch:switch_generation",
+    "drop-generation": "unichunk.flows.switch:drop_generation_now",
+}
+# A search without the graph context needs only these: the graph store (a FalkorDB server) stays closed.
+RANKING_SINKS: tuple[SinkName, ...] = ("keywords", "vectors")
 
 
 class Pipeline:
@@ -65,9 +98,12 @@ class Pipeline:
 
     `settings` are the stores and models (default: `UNICHUNK_*` variables, then the embedded defaults);
     `strategy` the chunking of `ingest` (default: `UNICHUNK_CHUNK_*`, `auto`); `sinks` the stores ingest
-    writes. The environment is read here, once, when they are not given: the flows a Pipeline runs get
-    its settings as values (`unichunk.flows.run_settings`), so Pipelines with different settings may run
-    at the same time from several threads.
+    writes; `readers` a provider of open readers kept by the caller (a serving process's warm stores),
+    instead of the stores this Pipeline opens itself; `flow_context` what each flow run is entered in (the
+    CLI's: its Prefect server, progress bar and terminal logging); `progress` is told each run's stage and
+    documents done of total. The environment is read here, once, when settings are not given: the flows a
+    Pipeline runs get its settings as values (`unichunk.flows.run_settings`), so Pipelines with different
+    settings may run at the same time from several threads.
     """
 
     def __init__(
@@ -77,14 +113,24 @@ class Pipeline:
         data_dir: PathLike | None = None,
         strategy: ChunkStrategy | None = None,
         sinks: Sequence[SinkName] = SINK_NAMES,
+        readers: ReadersProvider | None = None,
+        flow_context: Callable[[], AbstractContextManager[object]] = nullcontext,
+        progress: Callable[[str, int, int], None] | None = None,
     ) -> None:
         base = settings or SinkSettings()
         folder = Path(data_dir) if data_dir is not None else base.data_dir
         # absolute, so a later chdir (notebooks do) cannot point the Pipeline at another index
         self.settings = base.model_copy(update={"data_dir": folder.expanduser().resolve()})
         self.strategy = strategy or ChunkStrategy()
+        unknown = [name for name in sinks if name not in SINK_NAMES]
+        if unknown or not sinks:
+            got = f"unknown: {', '.join(map(repr, unknown))}" if unknown else "none given"
+            raise UsageError(f"sinks are some of {', '.join(SINK_NAMES)} ({got})")
         self.sinks: tuple[SinkName, ...] = tuple(sinks)
         self._metrics = MetricsSettings()  # where its runs push metrics (PUSHGATEWAY_URL), read once here
+        self._provided = readers
+        self._flow_context = flow_context
+        self._progress = progress
         self._opened: list[tuple[SinkSettings, tuple[SinkName, ...]]] = []
 
     # --- writes -----------------------------------------------------------------------------------------
@@ -119,7 +165,7 @@ class Pipeline:
             params_source, rejected = self._inline_source(source, source_name)  # type: ignore[arg-type]
             delete_missing = False
         else:
-            params_source = _source_params(source, source_name, patterns)
+            params_source = source_params(source, source_name, patterns)
         params = IngestParams(
             source=params_source,
             strategy=self.strategy,
@@ -129,19 +175,19 @@ class Pipeline:
             batch_size=batch_size,
             shards=shards,
         )
-        summary = self._run(lambda: ingest_flow(params, return_state=True))
+        summary = self._run("ingest", params)
         summary.failed.extend(rejected)
         summary.listed += len(rejected)
         return summary
 
     def delete(self, document_id: str) -> dict[str, int]:
         """Remove one document from every store and the pipeline's records; chunks removed per store. An
-        in-memory document's file goes too, so a re-index cannot bring it back. Raises `InvalidRequest`
-        for an unknown document."""
+        in-memory document's file goes too, so a re-index cannot bring it back. Raises `NotFound` for a
+        document no generation a deletion reaches records (before any flow runs)."""
+        if not self.knows(document_id):
+            raise NotFound(f"no such document: {document_id}")
         row = self._status().get(document_id)
-        removed = self._run(lambda: delete_document(document_id))
-        if row is None and not any(removed.values()):
-            raise InvalidRequest("documents", f"no such document: {document_id}")
+        removed = self._run("delete-document", document_id)
         if row is not None and row.path and _inside(Path(row.path), self.settings.data_dir / INLINE_FOLDER):
             Path(row.path).unlink(missing_ok=True)
         return removed
@@ -152,6 +198,7 @@ class Pipeline:
         *,
         strategy: ChunkStrategy | None = None,
         source_name: str | None = None,
+        patterns: Sequence[str] | None = None,
         switch: bool = True,
         retention_hours: float = DEFAULT_RETENTION_HOURS,
         max_document_loss: float = 0.0,
@@ -160,7 +207,7 @@ class Pipeline:
         """Build a new index generation with `strategy` (and these settings) beside the live one, verify
         it, switch readers to it. `summary.outcome` says what happened (`refused` leaves the live one)."""
         params = RebuildParams(
-            source=_source_params(source, source_name, None) if source is not None else None,
+            source=source_params(source, source_name, patterns),
             strategy=strategy or self.strategy,
             switch=switch,
             retention_hours=retention_hours,
@@ -168,10 +215,30 @@ class Pipeline:
             batch_size=batch_size,
         )
         self.close()  # the flow writes and switches generations: let it open what it needs
-        summary = self._run(lambda: rebuild_flow(params, return_state=True))
+        summary = self._run("rebuild", params)
         if summary.outcome == "switched":
             self.strategy = params.strategy
         return summary
+
+    def switch_generation(
+        self, generation_id: str | None = None, *, retention_hours: float = DEFAULT_RETENTION_HOURS
+    ) -> GenerationSwitch:
+        """Verify a retained or ready generation (default: the last retired one: a rollback), then make it
+        live. A generation that does not exist or may not go live is refused before any flow runs."""
+        switchable(self.settings, generation_id or rollback_target(self.settings))
+        self.close()
+        done = self._run("switch-generation", generation_id, retention_hours)
+        return GenerationSwitch.model_validate(done)
+
+    def drop_generation(self, generation_id: str) -> DroppedGeneration:
+        """Delete a generation that is not live now, without waiting for its retention."""
+        found = registry_of(self.settings).get(generation_id)
+        if found is None:
+            raise NotFound(f"no such generation: {generation_id}")
+        if found.state == "live":
+            raise UsageError(f"generation {generation_id} is live; switch to another one before dropping it")
+        self._run("drop-generation", generation_id)
+        return DroppedGeneration(dropped=generation_id, state=found.state)
 
     # --- reads ------------------------------------------------------------------------------------------
 
@@ -182,54 +249,133 @@ class Pipeline:
         *,
         mode: Mode = "hybrid",
         document_ids: Sequence[str] | None = None,
+        source: str | None = None,
         budget: int = DEFAULT_BUDGET,
         expand: bool = True,
         graph: bool = True,
+        route_threshold: float | None = None,
     ) -> SearchResult:
         """The `k` best chunks for `query` (offsets exact into their documents, scores per retriever), the
         context assembled around them within `budget` tokens (neighbours added when `expand`), and what
-        the graph knows of them. `document_ids` restricts the search to those documents."""
+        the graph knows of them. `document_ids` and `source` (a source's name) restrict the search to those
+        documents (both: to those of the source among them). Nothing ingested yet: no hits, nothing opened."""
+        empty = SearchResult(query=query, k=k, route=mode)
+        if self._provided is None and not self.indexed():
+            return empty
+        filter = self._document_filter(document_ids, source)
+        if filter is not None and not filter["document_id"]:
+            return empty  # the filter admits no document
         options = SearchOptions(
-            mode=mode,
-            budget=budget,
-            expand=expand,
-            graph=graph,
-            filter={"document_id": list(document_ids)} if document_ids else None,
+            mode, route_threshold, expand=expand, budget=budget, graph=graph, filter=filter
         )
-        return search(self.readers(), query, k, options)
+        with self._reading(SEARCH_SINKS if graph else RANKING_SINKS) as readers:
+            found = search(readers, query, k, options)
+        return self._with_sources(found)
 
     def get_chunks(self, chunk_ids: Sequence[str]) -> list[StoredChunk]:
         """Stored chunks by ID, in the order asked (unknown IDs left out)."""
-        store = self.readers().neighbour_store()
-        found = store.get_chunks(chunk_ids) if store is not None else {}
+        with self._reading(RANKING_SINKS) as readers:
+            store = readers.neighbour_store()
+            found = store.get_chunks(chunk_ids) if store is not None else {}
         return [found[c] for c in dict.fromkeys(chunk_ids) if c in found]
 
     def neighbours(self, chunk_id: str, radius: int = 1) -> list[StoredChunk]:
         """The chunk and up to `radius` chunks either side of it in its document, in document order."""
-        store = self.readers().neighbour_store()
-        chunk = (store.get_chunks([chunk_id]) if store is not None else {}).get(chunk_id)
-        if store is None or chunk is None:
-            raise InvalidRequest("documents", f"no such chunk: {chunk_id}")
-        positions = range(max(0, chunk.chunk_index - radius), chunk.chunk_index + radius + 1)
-        return store.chunks_at(chunk.document_id, positions)
+        with self._reading(RANKING_SINKS) as readers:
+            store = readers.neighbour_store()
+            chunk = (store.get_chunks([chunk_id]) if store is not None else {}).get(chunk_id)
+            if store is None or chunk is None:
+                raise NotFound(f"no such chunk: {chunk_id}")
+            positions = range(max(0, chunk.chunk_index - radius), chunk.chunk_index + radius + 1)
+            return store.chunks_at(chunk.document_id, positions)
+
+    def context(self, chunk_id: str, radius: int = 1) -> ChunkContext:
+        """The chunk and its `radius` neighbours either side merged into one passage, as a search's
+        context merges them (overlapping windows once, boundaries marked), with its document offsets."""
+        around = self.neighbours(chunk_id, radius)
+        pieces = [
+            Piece(
+                c.chunk_id, c.document_id, c.chunk_index, c.start_char, c.end_char, c.content,
+                tuple(c.heading_chain), rank=1 if c.chunk_id == chunk_id else None,
+            )
+            for c in around
+        ]  # fmt: skip
+        span = merge_pieces(pieces)[0]
+        return ChunkContext(
+            chunk_id=chunk_id,
+            document_id=around[0].document_id,
+            start_char=span.start_char,
+            end_char=span.end_char,
+            text=span.text,
+            chunks=[_record(c) for c in around],
+        )
+
+    def document(self, document_id: str) -> DocumentChunks:
+        """A live document's record and its chunks in order; `NotFound` for an unknown one."""
+        row = self._status().get(document_id)
+        if row is None:
+            raise NotFound(f"no such document: {document_id}")
+        with self._reading(RANKING_SINKS) as readers:
+            store = readers.neighbour_store()
+            chunks = [] if store is None else store.chunks_at(document_id, range(row.chunk_count))
+        ordered = sorted(chunks, key=lambda c: c.chunk_index)
+        return DocumentChunks(document=_document_info(row), chunks=[_record(c) for c in ordered])
+
+    def documents(self, document_ids: Iterable[str]) -> dict[str, DocumentInfo]:
+        """The live records of these documents (unknown ones left out), by ID: one indexed read."""
+        return {k: _document_info(row) for k, row in self._status().get_many(document_ids).items()}
+
+    def knows(self, document_id: str) -> bool:
+        """Whether a generation a deletion reaches (the live one, or one being built) records it."""
+        return any(
+            StatusStore.of(self.settings.for_generation(g.generation_id), readonly=True).get(document_id)
+            is not None
+            for g in deletion_targets(self.settings)
+        )
+
+    def indexed(self) -> bool:
+        """Whether there is an index to read (a live generation, or settings pinned to one)."""
+        return self.settings.generation is not None or live_generation(self.settings) is not None
+
+    def generations(self) -> Generations:
+        """The index generations, the live one first, each with its settings and document counts."""
+        generations = sorted(
+            registry_of(self.settings).all(), key=lambda g: (g.state != "live", g.created_at)
+        )
+        return Generations(
+            live=next((g.generation_id for g in generations if g.state == "live"), None),
+            generations=[
+                GenerationInfo(
+                    generation_id=g.generation_id,
+                    state=g.state,
+                    fingerprint=g.fingerprint,
+                    settings=g.description,
+                    counts=generation_counts(self.settings, g.generation_id),
+                    created_at=g.created_at,
+                    live_since=g.live_since,
+                    retired_at=g.retired_at,
+                    drop_after=g.drop_after,
+                    listed=g.listed,
+                    last_error=g.last_error,
+                )
+                for g in generations
+            ],
+        )
 
     def status(self, *, failed_only: bool = False) -> IndexStatus:
         """The index generations and the live one's documents (only the failed ones if asked)."""
-        return index_status(self.settings, failed_only=failed_only)
+        store = self._status()
+        return IndexStatus(
+            **self.generations().model_dump(),
+            counts=store.counts(),
+            documents=[_document_info(row) for row in store.rows(state="failed" if failed_only else None)],
+        )
 
     def verify(self) -> AlignmentReport:
         """Check every store holds exactly the chunks the status table expects, each with the content its
         ID names (`report.ok`). Also publishes the alignment gauges."""
         self.close()  # the check opens every store of the live generation itself
         return verify_live(self.settings)
-
-    def readers(self) -> Readers:
-        """The live generation's stores for reading, opened on first use and kept open until `close()`."""
-        pinned = reading_settings(self.settings)
-        sinks = get_sinks(SEARCH_SINKS, pinned)
-        if (pinned, SEARCH_SINKS) not in self._opened:
-            self._opened.append((pinned, SEARCH_SINKS))
-        return Readers.of(sinks)
 
     # --- lifetime ---------------------------------------------------------------------------------------
 
@@ -249,31 +395,83 @@ class Pipeline:
 
     # --- helpers ----------------------------------------------------------------------------------------
 
-    def _run(self, call: Any) -> Any:
-        """Run a flow with this Pipeline's settings; its summary (also when it ended Failed because
-        documents failed); what ended a run that returned none is raised."""
-        with caller_settings(self.settings, self.strategy, self._metrics):
-            outcome = call()
-        if isinstance(outcome, State):
-            outcome = outcome.result(raise_on_failure=False)
-            if isinstance(outcome, BaseException):
-                raise outcome
-        return outcome
+    def _run(self, flow: str, *args: Any) -> Any:
+        """Run the flow named `flow` (`FLOWS`) with `args` under this Pipeline's settings, inside its
+        flow context; its summary (also when it ended Failed because documents failed); what ended a run
+        that returned none is raised. Every flow call goes through here. The flow's module (and so
+        Prefect) is imported inside the context, which may point Prefect at a server before it loads."""
+        from unichunk.engine.progress import listening
+
+        module, name = FLOWS[flow].split(":")
+        with (
+            self._flow_context(),
+            caller_settings(self.settings, self.strategy, self._metrics),
+            listening(self._progress) if self._progress else nullcontext(),
+        ):
+            run = getattr(importlib.import_module(module), name)
+            return run_result(run(*args, return_state=True))
+
+    @contextmanager
+    def _reading(self, names: tuple[SinkName, ...]) -> Iterator[Readers]:
+        """Open readers of the live generation: the provider's, or the stores `names` of the process's
+        pool, kept open until `close()`."""
+        if self._provided is not None:
+            with self._provided() as readers:
+                yield readers
+            return
+        pinned = reading_settings(self.settings)
+        readers = open_readers(pinned, names)
+        if (pinned, names) not in self._opened:
+            self._opened.append((pinned, names))
+        yield readers
+
+    def _with_sources(self, found: SearchResult) -> SearchResult:
+        """Each hit's source, ID in it and file from its document's record (the stores that ranked it may
+        not keep them: BM25 keeps none), so every caller can cite the file."""
+        records = self.documents(hit.document_id for hit in found.hits) if found.hits else {}
+        for hit in found.hits:
+            record = records.get(hit.document_id)
+            if record is not None:
+                hit.source_system = record.source_system or hit.source_system
+                hit.source_id = record.source_id or hit.source_id
+                hit.path = record.path or hit.path
+        return found
 
     def _status(self) -> StatusStore:
         return StatusStore.of(reading_settings(self.settings), readonly=True)
+
+    def _document_filter(self, document_ids: Sequence[str] | None, source: str | None) -> SearchFilter | None:
+        """The `document_id` filter for these IDs and/or a source's documents (None: no filter)."""
+        if source is None:
+            return {"document_id": list(document_ids)} if document_ids else None
+        in_source = [row.document_id for row in self._status().rows(source_system=source)]
+        wanted = set(document_ids or ())
+        return {"document_id": [d for d in in_source if d in wanted] if document_ids else in_source}
 
     def _inline_source(
         self, documents: Sequence[Document] | Mapping[str, str], source_name: str | None
     ) -> tuple[SourceParams, list[FailedDocument]]:
         if not source_name:
-            raise InvalidRequest("source", "in-memory documents need a source_name (e.g. 'notes')")
+            raise UsageError("in-memory documents need a source_name (e.g. 'notes')")
         params = SourceParams(kind="directory", root="/", patterns=["**/*"], source_system=source_name)
         root = inline_root(self.settings.data_dir, source_name)
         rejected = write_documents(root, named_texts(documents))
         root.mkdir(parents=True, exist_ok=True)
         failed = [FailedDocument(document_id="", source_id=r.name, error=r.error) for r in rejected]
         return params.model_copy(update={"root": str(root)}), failed
+
+
+def run_result(outcome: Any) -> Any:
+    """What a finished flow run returned: its summary (also when it ended Failed because documents
+    failed); what ended a run that returned none (it crashed, or failed before it had a summary) is
+    raised. A served run's state too, where Prefect kept its result."""
+    from prefect.states import State
+
+    if isinstance(outcome, State):
+        outcome = outcome.result(raise_on_failure=False)
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return outcome
 
 
 def _is_documents(source: object) -> bool:
@@ -284,18 +482,18 @@ def _is_documents(source: object) -> bool:
     )
 
 
-def _source_params(
+def source_params(
     source: PathLike | Sequence[PathLike] | None, name: str | None, patterns: Sequence[str] | None
 ) -> SourceParams | None:
     """A path, or several, as flow parameters; None: every source ingested before."""
     if source is None:
         if name or patterns:
-            raise InvalidRequest("source", "source_name and patterns go with a source")
+            raise UsageError("a source name and patterns go with a source")
         return None
     paths = [Path(source)] if isinstance(source, str | Path) else [Path(p) for p in source]
     for path in paths:
         if not path.expanduser().exists():
-            raise InvalidRequest("source", f"no such file or directory: {path}")
+            raise UsageError(f"no such file or directory: {path.expanduser()}")
     if len(paths) == 1 and paths[0].expanduser().is_dir():
         return SourceParams(
             kind="directory",
@@ -305,7 +503,7 @@ def _source_params(
         )
     files = [p.expanduser().resolve() for p in paths]
     if any(f.is_dir() for f in files):
-        raise InvalidRequest("source", "give one directory, or files: not both")
+        raise UsageError("give one directory, or files: not both")
     # their IDs are their paths relative to their common folder, as a scan of that folder would give
     root = Path(_common_folder(files))
     return SourceParams(kind="paths", root=str(root), paths=[str(f) for f in files], source_system=name)
@@ -321,3 +519,21 @@ def _inside(path: Path, folder: Path) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _record(chunk: StoredChunk) -> ChunkRecord:
+    return ChunkRecord(
+        chunk_id=chunk.chunk_id,
+        document_id=chunk.document_id,
+        chunk_index=chunk.chunk_index,
+        start_char=chunk.start_char,
+        end_char=chunk.end_char,
+        content=chunk.content,
+        heading_chain=list(chunk.heading_chain),
+    )
+
+
+def _document_info(row: DocumentStatus) -> DocumentInfo:
+    return DocumentInfo.model_validate(
+        {name: value for name, value in row.as_dict().items() if name in DocumentInfo.model_fields}
+    )

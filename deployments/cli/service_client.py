@@ -1,29 +1,30 @@
-"""The CLI's side of a running service: `search`, `status` and `delete` ask it instead of loading models.
+"""The CLI's client of a running service: `unichunk.interface.IndexService` over HTTP, so `search`,
+`status` and `delete` get from `unichunk serve` the very types a `Pipeline` returns, without loading
+models here.
 
-A service is used when one is running for this data dir (`unichunk.deployments.service.discovery`: UNICHUNK_SERVICE_URL,
-else the `service.json` a live `unichunk serve` wrote). When none is, or it cannot be reached, the caller
-gets `ServiceUnavailable` and works in-process as before; an answer the service gives (404, 401, 503) is
-the answer, raised as `ServiceError` with the service's message.
+A service is used when one is running for this data dir (`unichunk.deployments.service.discovery`:
+UNICHUNK_SERVICE_URL, else the `service.json` a live `unichunk serve` wrote); `running_service()` is None
+when there is none, or it cannot be reached, and the CLI works in-process. An answer the service gives is
+the answer: a 404 is `NotFound`, another 4xx a `ServiceRefused` (a usage error), a 5xx `ServiceError`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Unpack
 from urllib.parse import quote
 
 import httpx
 
-from unichunk.chunking.errors import UnichunkError
 from unichunk.deployments.service.discovery import running_service_url
 from unichunk.deployments.settings import ServiceSettings
-from unichunk.retrieval.results import SearchResult
+from unichunk.errors import NotFound, UnichunkError, Unreachable, UsageError
+from unichunk.interface import SearchArgs
+from unichunk.results import Generations, IndexStatus, SearchResult
 
-T = TypeVar("T")
 TIMEOUT = httpx.Timeout(60.0, connect=1.0)  # a search can wait for a run's hand-over; connecting cannot
 
 
-class ServiceUnavailable(Exception):
+class ServiceUnavailable(Unreachable):
     """No running service to talk to: work in-process."""
 
 
@@ -35,43 +36,25 @@ class ServiceError(UnichunkError):
         self.status = status
 
 
-class ServiceRefused(ServiceError):
-    """A 4xx: the request is at fault (an unknown document, a missing or wrong token)."""
+class ServiceRefused(ServiceError, UsageError):
+    """A 4xx: the request is at fault (a missing or wrong token, a bad argument)."""
 
 
-def ask_service(call: Callable[[ServiceClient], T]) -> T | None:
-    """`call` on the service running for this data dir; None when none is running or reachable (the
-    caller then works in-process). The service's own error answers are raised, not retried in-process."""
-    try:
-        client = ServiceClient.running()
-    except ServiceUnavailable:
-        return None
-    try:
-        return call(client)
-    except ServiceUnavailable:
-        return None
-    finally:
-        client.close()
+class ServiceNotFound(ServiceRefused, NotFound):
+    """A 404: what the request names does not exist there."""
 
 
 class ServiceClient:
+    """A running service, answering what a `Pipeline` answers (`unichunk.interface.IndexService`)."""
+
     def __init__(self, url: str, token: str | None = None) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.url = url
         self._http = httpx.Client(base_url=url, headers=headers, timeout=TIMEOUT, trust_env=False)
 
-    @classmethod
-    def running(cls) -> ServiceClient:
-        """A client of the service running for this data dir; ServiceUnavailable when there is none."""
-        url = running_service_url()
-        if url is None:
-            raise ServiceUnavailable("no service running")
-        token = ServiceSettings().api_token
-        return cls(url, token.get_secret_value() if token else None)
-
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _call(self, method: str, path: str, **kwargs: object) -> object:
         try:
-            response = self._http.request(method, path, **kwargs)
+            response = self._http.request(method, path, **kwargs)  # type: ignore[arg-type]
         except httpx.TransportError as exc:
             raise ServiceUnavailable(f"{self.url}: {exc}") from exc
         if response.is_error:
@@ -79,19 +62,45 @@ class ServiceClient:
                 detail = response.json().get("detail", response.text)
             except ValueError:
                 detail = response.text
-            kind = ServiceRefused if response.status_code < 500 else ServiceError
-            raise kind(response.status_code, detail if isinstance(detail, str) else str(detail))
+            status = response.status_code
+            kind = ServiceNotFound if status == 404 else ServiceRefused if status < 500 else ServiceError
+            raise kind(status, detail if isinstance(detail, str) else str(detail))
         return response.json()
 
-    def search(self, query: str, k: int, **options: Any) -> SearchResult:
-        params = {"q": query, "k": k, **{key: str(v).lower() for key, v in options.items()}}
+    def search(self, query: str, k: int = 5, **options: Unpack[SearchArgs]) -> SearchResult:
+        params = {
+            "q": query,
+            "k": k,
+            "mode": options.get("mode", "hybrid"),
+            "expand": str(options.get("expand", True)).lower(),
+            "graph": str(options.get("graph", True)).lower(),
+            "document": list(options.get("document_ids") or ()),
+            **({"source": options["source"]} if options.get("source") is not None else {}),
+        }
         return SearchResult.model_validate(self._call("GET", "/search", params=params))
 
-    def status(self, *, failed: bool = False) -> dict[str, Any]:
-        return self._call("GET", "/status", params={"failed": str(failed).lower()})
+    def status(self, *, failed_only: bool = False) -> IndexStatus:
+        answer = self._call("GET", "/status", params={"failed": str(failed_only).lower()})
+        return IndexStatus.model_validate(answer)
 
-    def delete(self, document_id: str) -> dict[str, Any]:
-        return self._call("DELETE", f"/documents/{quote(document_id, safe='')}", params={"wait": "true"})
+    def generations(self) -> Generations:
+        answer = self._call("GET", "/status", params={"failed": "true"})  # the shortest answer that has them
+        return Generations.model_validate(answer)
+
+    def delete(self, document_id: str) -> dict[str, int]:
+        """Chunks removed per store, as the served run reports them ({} when its result is not kept)."""
+        answer = self._call("DELETE", f"/documents/{quote(document_id, safe='')}", params={"wait": "true"})
+        removed = answer.get("removed") if isinstance(answer, dict) else None
+        return removed or {}
 
     def close(self) -> None:
         self._http.close()
+
+
+def running_service() -> ServiceClient | None:
+    """A client of the service running for this data dir; None when there is none (work in-process)."""
+    url = running_service_url()
+    if url is None:
+        return None
+    token = ServiceSettings().api_token
+    return ServiceClient(url, token.get_secret_value() if token else None)

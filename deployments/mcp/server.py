@@ -65,15 +65,10 @@ from unichunk.deployments.service.webhook_security import (
     resolve_source_path,
 )
 from unichunk.deployments.settings import ServiceSettings
-from unichunk.engine.params import IngestSummary
-from unichunk.index.generations import reading_settings
-from unichunk.index.status import DocumentStatus, StatusStore
-from unichunk.index_status import DocumentInfo, IndexStatus
-from unichunk.pipeline import Pipeline
-from unichunk.retrieval.context import DEFAULT_BUDGET, Piece, merge_pieces
-from unichunk.retrieval.ranking import Mode
-from unichunk.retrieval.results import SearchResult
-from unichunk.sinks.base import StoredChunk
+from unichunk.errors import NotFound
+from unichunk.interface import Mode
+from unichunk.pipeline import DEFAULT_BUDGET, Pipeline
+from unichunk.results import ChunkRecord, DocumentInfo, IndexStatus, IngestSummary, SearchResult, StoredChunk
 
 logger = logging.getLogger(__name__)
 
@@ -250,25 +245,16 @@ class _Tools:
         return _chunk_out(chunk, self._rows([chunk.document_id]).get(chunk.document_id))
 
     def get_context(self, chunk_id: str, radius: int) -> ContextOut:
-        chunk = self._chunk(chunk_id)
-        around = self.pipeline.neighbours(chunk_id, radius)
-        pieces = [
-            Piece(
-                c.chunk_id, c.document_id, c.chunk_index, c.start_char, c.end_char, c.content,
-                tuple(c.heading_chain), rank=1 if c.chunk_id == chunk_id else None,
-            )
-            for c in around
-        ]  # fmt: skip
-        # The same merge as a search's context: overlapping windows once, boundaries marked.
-        span = merge_pieces(pieces)[0]
+        self._chunk(chunk_id)  # an unknown chunk: the tool's own one-line answer
+        context = self.pipeline.context(chunk_id, radius)
         return ContextOut(
             chunk_id=chunk_id,
-            document_id=chunk.document_id,
-            **_source(self._rows([chunk.document_id]).get(chunk.document_id)),
-            start_char=span.start_char,
-            end_char=span.end_char,
-            text=span.text,
-            chunks=[_chunk_ref(c) for c in around],
+            document_id=context.document_id,
+            **_source(self._rows([context.document_id]).get(context.document_id)),
+            start_char=context.start_char,
+            end_char=context.end_char,
+            text=context.text,
+            chunks=[_chunk_ref(c) for c in context.chunks],
         )
 
     def ingest(self, value: str, source_name: str | None) -> IngestSummary:
@@ -292,11 +278,13 @@ class _Tools:
             check_document_id(document_id)
         except WebhookRejected as exc:
             raise ResourceNotFoundError(f"no such document: {exc.detail}") from None
-        row = self._rows([document_id]).get(document_id)
-        if row is None:
-            raise ResourceNotFoundError(f"no such document: {document_id} (see unichunk://documents)")
-        store = self.pipeline.readers().neighbour_store()
-        chunks = store.chunks_at(document_id, range(row.chunk_count)) if store is not None else []
+        try:
+            found = self.pipeline.document(document_id)
+        except NotFound:
+            raise ResourceNotFoundError(
+                f"no such document: {document_id} (see unichunk://documents)"
+            ) from None
+        row, chunks = found.document, found.chunks
         return {
             "document_id": document_id,
             "source_system": row.source_system,
@@ -312,10 +300,9 @@ class _Tools:
             raise ToolError(f"no such chunk: {chunk_id} (chunk IDs come from search results)")
         return found[0]
 
-    def _rows(self, document_ids: Any) -> dict[str, DocumentStatus]:
-        """Status rows of these documents only: their source, at the cost of one indexed status read."""
-        store = StatusStore.of(reading_settings(self.pipeline.settings), readonly=True)
-        return store.get_many(document_ids)
+    def _rows(self, document_ids: Any) -> dict[str, DocumentInfo]:
+        """Records of these documents only: their source, at the cost of one indexed status read."""
+        return self.pipeline.documents(document_ids)
 
     def _ingest_path(self, value: str) -> Path:
         """`value` resolved inside one of the roots, and a folder or a regular file there; else a one-line
@@ -350,14 +337,14 @@ class _Tools:
 SOURCE_FIELDS = ("source_system", "source_id")
 
 
-def _source(row: DocumentStatus | None) -> dict[str, str | None]:
+def _source(row: DocumentInfo | None) -> dict[str, str | None]:
     return {
         "source_system": row.source_system if row else None,
         "source_id": row.source_id if row else None,
     }
 
 
-def _chunk_ref(chunk: StoredChunk) -> ChunkRef:
+def _chunk_ref(chunk: StoredChunk | ChunkRecord) -> ChunkRef:
     return ChunkRef(
         chunk_id=chunk.chunk_id,
         chunk_index=chunk.chunk_index,
@@ -367,7 +354,7 @@ def _chunk_ref(chunk: StoredChunk) -> ChunkRef:
     )
 
 
-def _chunk_out(chunk: StoredChunk, row: DocumentStatus | None) -> ChunkOut:
+def _chunk_out(chunk: StoredChunk, row: DocumentInfo | None) -> ChunkOut:
     return ChunkOut(
         **_chunk_ref(chunk).model_dump(),
         document_id=chunk.document_id,

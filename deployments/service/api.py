@@ -1,23 +1,24 @@
 """The service's read/write API, mounted on the receiver's app: search, documents, status, delete.
 
-- `GET /search?q=...`: `unichunk.retrieval.search`'s typed result (ranked chunks, route, assembled context, graph
-  context); `source=` (a source's name, `source_system`) and `document=` (repeatable IDs) narrow it: both
-  become one `document_id` filter every retriever applies, so k hits still come back when k match.
-- `GET /documents/{id}`: the live generation's status record of the document and its chunks in order.
-- `DELETE /documents/{id}`: 404 at once for an unknown ID; else starts the `delete-document` deployment's
-  run through Prefect (the served runner runs it, under the store lock) and answers 202 with the run, or
-  waits for it with `?wait=true`.
-- `GET /status`: what `unichunk status --json` prints (`unichunk.deployments.service.status`).
+Each route parses its query, asks a `unichunk.Pipeline` whose readers are the service's warm stores
+(`unichunk.deployments.service.stores.WarmStores`: models loaded once, handed over to flow runs in the
+embedded store's single-writer mode) or a provider's (tests), and serves the typed result as JSON:
 
-The readers come from `unichunk.deployments.service.stores.WarmStores` (models loaded once, handed over to flow runs
-in the embedded store's single-writer mode), or from a provider tests pass. Retrieval blocks, so the
-endpoints are sync functions FastAPI runs in its thread pool. Every route here takes the bearer token
-(`unichunk.deployments.service.auth`).
+- `GET /search?q=...`: `Pipeline.search` (ranked chunks, route, assembled context, graph context);
+  `source=` (a source's name) and `document=` (repeatable IDs) narrow it in every retriever.
+- `GET /documents/{id}`: `Pipeline.document`, the live record of the document and its chunks in order.
+- `DELETE /documents/{id}`: 404 at once for an unknown ID (`Pipeline.knows`); else starts the
+  `delete-document` deployment's run through Prefect (the served runner runs it, under the store lock)
+  and answers 202 with the run, or waits for it with `?wait=true`. Starting a deployment's run is the
+  Prefect orchestration this module does itself: the served runner, not this process, must write.
+- `GET /status`: `Pipeline.status`, what `unichunk status --json` prints.
+
+Retrieval blocks, so the endpoints are sync functions FastAPI runs in its thread pool. Every route here
+takes the bearer token (`unichunk.deployments.service.auth`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -29,18 +30,12 @@ from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from unichunk.deployments.service.auth import bearer_auth
-from unichunk.deployments.service.status import status_json
 from unichunk.deployments.service.stores import StoreBusy, WarmStores
 from unichunk.deployments.settings import ServiceSettings
-from unichunk.index.generations import reading_settings, registry_of
-from unichunk.index.status import StatusStore
-from unichunk.retrieval.context import DEFAULT_BUDGET
-from unichunk.retrieval.ranking import Mode
-from unichunk.retrieval.readers import Readers
-from unichunk.retrieval.results import SearchResult
-from unichunk.retrieval.search import SearchOptions, search
-from unichunk.sinks.base import SearchFilter, SinkError
-from unichunk.sinks.config import SinkSettings
+from unichunk.errors import NotFound, SinkError
+from unichunk.interface import Mode
+from unichunk.pipeline import DEFAULT_BUDGET, Pipeline, Readers, ReadersProvider, run_result
+from unichunk.results import DocumentChunks, IndexStatus, SearchResult
 
 SinksProvider = Callable[[], Mapping[str, object]]
 DELETE_DEPLOYMENT = "delete-document/delete-document"
@@ -65,21 +60,6 @@ class ProvidedStores:
         yield self._readers
 
 
-def _live_status() -> StatusStore:
-    return StatusStore.of(reading_settings(SinkSettings()), readonly=True)
-
-
-def document_filter(documents: list[str], source: str | None) -> SearchFilter | None:
-    """The `document_id` filter for these document IDs and/or a source's documents (None: no filter).
-    Both given: their intersection."""
-    if source is None:
-        return {"document_id": documents} if documents else None
-    in_source = [row.document_id for row in _live_status().rows(source_system=source)]
-    wanted = set(documents)
-    chosen = [d for d in in_source if d in wanted] if documents else in_source
-    return {"document_id": chosen}
-
-
 def open_stores(provider: SinksProvider | None, settings: ServiceSettings) -> ReaderSource:
     """The provider's stores, else the live ones kept warm (`WarmStores`; the app warms them at start)."""
     return ProvidedStores(provider) if provider is not None else WarmStores(settings.service_busy_wait)
@@ -101,6 +81,9 @@ def create_search_router(stores: ReaderSource, settings: ServiceSettings | None 
         except SinkError as exc:
             raise HTTPException(503, f"store unavailable: {exc}") from exc
 
+    provider: ReadersProvider = readers
+    pipeline = Pipeline(readers=provider)
+
     @router.get("/search", response_model=SearchResult)
     def search_endpoint(
         response: Response,
@@ -121,40 +104,28 @@ def create_search_router(stores: ReaderSource, settings: ServiceSettings | None 
         if not q.strip():
             raise HTTPException(422, "q must not be blank")
         response.headers[SERVED_BY] = "unichunk-serve"
-        filter = document_filter(document or [], source)
-        if filter is not None and not filter["document_id"]:
-            return SearchResult(query=q, k=k, route=mode)  # the filter admits no document
-        options = SearchOptions(
+        return pipeline.search(
+            q,
+            k,
             mode=mode,
             route_threshold=route_threshold,
             expand=expand,
             budget=budget,
             graph=graph,
-            filter=filter,
+            source=source,
+            document_ids=document,
         )
-        with readers() as opened:
-            return search(opened, q, k, options)
 
-    @router.get("/documents/{document_id:path}")
-    def document_endpoint(document_id: str) -> dict[str, Any]:
-        row = _live_status().get(document_id)
-        if row is None:
-            raise HTTPException(404, f"no such document: {document_id}")
-        record = {k: v for k, v in row.as_dict().items() if k != "chunk_ids"}
-        with readers() as opened:
-            store = opened.neighbour_store()
-            chunks = [] if store is None else store.chunks_at(document_id, range(row.chunk_count))
-        return {
-            "document": record,
-            "chunks": [
-                {k: v for k, v in dataclasses.asdict(c).items() if k != "extra"}
-                for c in sorted(chunks, key=lambda c: c.chunk_index)
-            ],
-        }
+    @router.get("/documents/{document_id:path}", response_model=DocumentChunks)
+    def document_endpoint(document_id: str) -> DocumentChunks:
+        try:
+            return pipeline.document(document_id)
+        except NotFound as exc:
+            raise HTTPException(404, str(exc)) from exc
 
     @router.delete("/documents/{document_id:path}")
     def delete_endpoint(document_id: str, response: Response, wait: bool = False) -> dict[str, Any]:
-        if not _known_document(document_id):
+        if not pipeline.knows(document_id):
             raise HTTPException(404, f"no such document: {document_id} (`unichunk status` lists them)")
         with _prefect_api():
             run = run_deployment(
@@ -175,9 +146,9 @@ def create_search_router(stores: ReaderSource, settings: ServiceSettings | None 
             response.status_code = 202
         return body
 
-    @router.get("/status")
-    def status_endpoint(failed: bool = False) -> dict[str, Any]:
-        return status_json(failed=failed)
+    @router.get("/status", response_model=IndexStatus)
+    def status_endpoint(failed: bool = False) -> IndexStatus:
+        return pipeline.status(failed_only=failed)
 
     return router
 
@@ -190,21 +161,10 @@ def _prefect_api() -> AbstractContextManager[object]:
     return temporary_settings(updates={PREFECT_API_URL: url}) if url else nullcontext()
 
 
-def _known_document(document_id: str) -> bool:
-    """Whether a generation a deletion reaches (live, or being built) records `document_id`."""
-    settings = SinkSettings()
-    return any(
-        g.state in ("live", "building", "failed", "ready")
-        and StatusStore.of(settings.for_generation(g.generation_id), readonly=True).get(document_id)
-        is not None
-        for g in registry_of(settings).all()
-    )
-
-
 def _result_or_none(state: Any) -> dict[str, int] | None:
     """The run's return value when Prefect kept it (results persist only when configured to)."""
     try:
-        value = state.result(raise_on_failure=False)
+        value = run_result(state)
     except Exception:
         return None
     return value if isinstance(value, dict) else None

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.index.process_identity import ProcessIdentity
-from unichunk.sinks.config import SinkSettings
+from unichunk.settings import SinkSettings
 
 if TYPE_CHECKING:
     from unichunk.sinks.database import Database

@@ -63,8 +63,8 @@ from unichunk.deployments.service.webhook_security import (
 )
 from unichunk.deployments.serving.multiprocess_metrics import metrics_page
 from unichunk.deployments.settings import ServiceSettings
-from unichunk.index.generations import live_status
-from unichunk.sinks.config import SinkSettings
+from unichunk.pipeline import Pipeline
+from unichunk.settings import SinkSettings
 from unichunk.sinks.database import open_database
 
 EVENT_NAMES = {"updated": "document.updated", "deleted": "document.deleted"}
@@ -241,7 +241,7 @@ def create_app(
     records = SinkSettings() if data_dir is None else SinkSettings(data_dir=Path(data_dir))
     data_dir = records.data_dir
     replay = ReplayCache(open_database(records, data_dir / "webhook" / "replay.db"))
-    status = live_status(records)  # which documents a `deleted` event may name
+    index = Pipeline(records)  # which documents a `deleted` event may name: the live ones
 
     stores = open_stores(search_sinks, settings)
 
@@ -285,7 +285,7 @@ def create_app(
                 reason = "malformed_json" if _is_json_error(exc) else "invalid_payload"
                 raise WebhookRejected(422, reason, _short_errors(exc)) from None
             event_id = event_id_for(delivery, signature_hex)
-            event = build_event(payload, event_id, settings, lambda d: status.get(d) is not None)
+            event = build_event(payload, event_id, settings, lambda d: bool(index.documents([d])))
             try:
                 await events.emit(event)
             except (httpx.HTTPError, ConnectionError) as exc:

@@ -30,10 +30,10 @@ from tests.pipeline.test_pipeline_deployments import RUN_TIMEOUT, served  # noqa
 from unichunk.chunking.ids import derive_document_id
 from unichunk.chunking.sources import default_source_name
 from unichunk.deployments.service.discovery import announce, service_file
-from unichunk.deployments.service.status import status_json
 from unichunk.deployments.service.stores import WarmStores
 from unichunk.deployments.service.webhook import PrefectEventSink, create_app
 from unichunk.deployments.settings import ServiceSettings
+from unichunk.pipeline import Pipeline
 
 TOKEN = "handover-token"
 
@@ -159,7 +159,7 @@ def test_served_runs_take_the_store_from_the_warm_service_and_the_cli_asks_it(se
     assert human.returncode == 0 and "babbage.md" in human.stdout and heavy == set()
     status, heavy = _cli(data_dir, "status", "--json")
     assert status.returncode == 0, status.stderr
-    assert json.loads(status.stdout) == json.loads(json.dumps(status_json())) and "GET /status" in seen
+    assert json.loads(status.stdout) == Pipeline().status().model_dump(mode="json") and "GET /status" in seen
     assert heavy == set()
     unknown, heavy = _cli(data_dir, "delete", "no-such-document")
     assert unknown.returncode == 1 and "no such document" in unknown.stderr and heavy == set()

@@ -31,12 +31,16 @@ def test_status_verify_and_search(ingested, pipeline_env, doc_id):
     result = _cli("status")
     assert result.exit_code == 0, result.output
     assert "processed: 3" in result.output and "failed: 0" in result.output
+    # not a terminal: one tab-separated line per document, its ID whole (no ellipsis, no wrapping)
+    rows = [line.split("\t") for line in result.output.splitlines()]
+    for name in ("notes/plain.txt", "guide.md"):
+        assert [doc_id(name), name, "processed"] in [row[:3] for row in rows], result.output
 
     result = _cli("verify")
     assert result.exit_code == 0, result.output
     assert "aligned" in result.output
 
-    result = _cli("search", "keyword overlap BM25 ranks", "-k", "2")
+    result = _cli("search", "keyword", "overlap", "BM25", "ranks", "-k", "2")  # unquoted words: one query
     assert result.exit_code == 0, result.output
     plain = doc_id("notes/plain.txt")
     first_hit = next(line for line in result.output.splitlines() if line.startswith("1. "))

@@ -25,7 +25,7 @@ import servers
 from rich.progress import TimeRemainingColumn
 
 import unichunk
-from unichunk.deployments.cli import main as cli
+from unichunk.deployments.cli import console, flow_runs
 from unichunk.local_stack import STATE_FILE, stack_dir
 from unichunk.sinks.vectors.sink import VectorSink
 
@@ -171,8 +171,8 @@ def test_run_logs_print_above_the_bar_and_truncations_once(
     from prefect.logging.configuration import ensure_logging_setup
     from prefect.logging.handlers import PrefectConsoleHandler
 
-    bar = cli._progress()
-    assert bar.live.console is cli.err_console
+    bar = console.progress()
+    assert bar.live.console is console.err_console
     assert any(isinstance(column, TimeRemainingColumn) for column in bar.columns)
 
     ensure_logging_setup()
@@ -186,7 +186,7 @@ def test_run_logs_print_above_the_bar_and_truncations_once(
         name="all-MiniLM-L6-v2", max_tokens=256, count_tokens=lambda texts: [len(t) for t in texts]
     )
     sink = SimpleNamespace(embedder=embedder)
-    with cli._terminal_logging():
+    with flow_runs.terminal_logging():
         assert not any(isinstance(h, PrefectConsoleHandler) for h in root.handlers)
         for document in range(81):
             chunks = [
@@ -200,7 +200,7 @@ def test_run_logs_print_above_the_bar_and_truncations_once(
     assert first == "warning: something odd" and during.out == ""
     assert second.startswith("warning: ") and second.endswith("UserWarning: a library's odd thing")
     assert [h for h in root.handlers if isinstance(h, PrefectConsoleHandler)] == consoles
-    assert logging.getLogger(cli.TRUNCATION_LOGGER).level == logging.NOTSET  # restored
+    assert logging.getLogger(flow_runs.TRUNCATION_LOGGER).level == logging.NOTSET  # restored
     (summary,) = capsys.readouterr().err.splitlines()
     assert summary.startswith(
         "warning: 81 document(s) had chunks over all-MiniLM-L6-v2's limit of 256 tokens (82 chunk(s) in all)"

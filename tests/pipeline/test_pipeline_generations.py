@@ -174,11 +174,11 @@ def test_rebuild_serves_the_old_generation_until_a_verified_cutover_then_rolls_b
     )  # readers follow the switch
     shown = CliRunner().invoke(app, ["status"], env={"COLUMNS": "250"})
     assert shown.exit_code == 0, shown.output
-    lines = {
-        line.split()[1]: line for line in shown.output.splitlines() if line.split()[1:2] in ([gen_a], [gen_b])
-    }
-    assert " live " in lines[gen_b] and "sentence 128/0" in lines[gen_b]
-    assert " retired " in lines[gen_a] and "kept until" in lines[gen_a] and "token_window" in lines[gen_a]
+    # not a terminal: tab-separated rows (generation, state, fingerprint, settings, documents, since / until)
+    rows = {row[0]: row for row in (line.split("\t") for line in shown.output.splitlines())}
+    assert rows[gen_b][1] == "live" and "sentence 128/0" in rows[gen_b][3]
+    assert rows[gen_a][1] == "retired" and rows[gen_a][5].startswith("kept until")
+    assert "token_window" in rows[gen_a][3]
 
     # Roll back: A is verified and made live again; B is retained in turn.
     result = switch_generation(return_state=True).result()

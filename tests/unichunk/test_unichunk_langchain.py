@@ -93,6 +93,9 @@ def test_retriever_over_a_real_index(pipeline_env: Path, tmp_path: Path) -> None
         assert top.metadata["document_id"] == derive_document_id(
             source_system=source, source_id="notes/plain.txt"
         )
+        # what an app needs to cite the file: the source, the ID in it and the path
+        assert top.metadata["source_system"] == source and top.metadata["source_id"] == "notes/plain.txt"
+        assert top.metadata["path"] == str((corpus / "notes/plain.txt").resolve())
         start, end = top.metadata["start_char"], top.metadata["end_char"]
         assert CORPUS["notes/plain.txt"][start:end] == top.page_content
         search = p.search("who maintains the keyword index", k=3)

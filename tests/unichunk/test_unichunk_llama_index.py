@@ -152,6 +152,10 @@ def test_retriever_over_a_real_index(pipeline_env: Path, tmp_path: Path) -> None
         top = found[0]
         assert top.node.ref_doc_id == derive_document_id(source_system=source, source_id="notes/plain.txt")
         assert top.node.metadata["document_id"] == top.node.ref_doc_id
+        # what an app needs to cite the file: the source, the ID in it and the path
+        assert top.node.metadata["source_system"] == source
+        assert top.node.metadata["source_id"] == "notes/plain.txt"
+        assert top.node.metadata["path"] == str((corpus / "notes/plain.txt").resolve())
         node = top.node
         assert isinstance(node, TextNode) and node.start_char_idx is not None
         assert CORPUS["notes/plain.txt"][node.start_char_idx : node.end_char_idx] == node.text

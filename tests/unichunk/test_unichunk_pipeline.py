@@ -17,7 +17,7 @@ from unichunk.chunking.config import ChunkStrategy
 from unichunk.chunking.ids import derive_document_id
 from unichunk.chunking.models import Document
 from unichunk.chunking.sources import default_source_name
-from unichunk.sinks.base import InvalidRequest
+from unichunk.errors import NotFound, UsageError
 from unichunk.sinks.config import SinkSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -115,7 +115,7 @@ def test_ingest_search_update_delete_verify_from_python(pipeline_env: Path, tmp_
         assert set(removed) == {"vectors", "keywords", "graph"} and all(removed.values())
         assert not (pipeline_env / "inline" / "notes" / "faq.md").exists()  # a re-index cannot bring it back
         assert p.status().counts["processed"] == 2
-        with pytest.raises(InvalidRequest, match="no such document"):
+        with pytest.raises(NotFound, match="no such document"):
             p.delete(faq_id)
         assert p.verify().ok
 
@@ -140,7 +140,7 @@ def test_settings_given_in_python_reach_the_flows_and_are_undone_after(
         assert p.search("semantic search vectors", k=1, mode="keywords").hits[0].content.count("Qdrant") == 1
     assert os.environ["UNICHUNK_DATA_DIR"] == before
     assert (elsewhere / "generations").is_dir() and not (pipeline_env / "generations").exists()
-    with pytest.raises(InvalidRequest, match="no such file or directory"):
+    with pytest.raises(UsageError, match="no such file or directory"):
         Pipeline().ingest(tmp_path / "missing")
-    with pytest.raises(InvalidRequest, match="need a source_name"):
+    with pytest.raises(UsageError, match="need a source_name"):
         Pipeline().ingest({"a.md": "x"})

@@ -44,7 +44,8 @@ class UnichunkRetriever(BaseRetriever):
     """LangChain retriever over `Pipeline.search`: the `k` best chunks of a unichunk index.
 
     Each `Document` has `page_content` = the chunk text, `id` = its chunk ID and metadata `chunk_id`,
-    `document_id`, `title`, `start_char`, `end_char` (exact: the document's text[start_char:end_char] is
+    `document_id`, `title`, `source_system`, `source_id` and `path` (to cite the file), `start_char`,
+    `end_char` (exact: the document's text[start_char:end_char] is
     the content), `heading_chain`, `score` (fused RRF for hybrid, else the single retriever's), `rank`,
     `ranks` and `scores` (per retriever). Without `pipeline`, one is built from the `UNICHUNK_*` settings;
     call `retriever.pipeline.close()` when done (a local-mode Qdrant folder admits one client at a time).
@@ -75,6 +76,9 @@ def hit_document(hit: SearchHit) -> LangchainDocument:
             "chunk_id": hit.chunk_id,
             "document_id": hit.document_id,
             "title": hit.title,
+            "source_system": hit.source_system,
+            "source_id": hit.source_id,
+            "path": hit.path,
             "start_char": hit.start_char,
             "end_char": hit.end_char,
             "heading_chain": list(hit.heading_chain),

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 DEFAULT_SOURCE_SYSTEM = "llama_index"
 # Identifiers, not content: kept out of the text LlamaIndex embeds and shows the LLM.
 _ID_KEYS = ("document_id", "chunk_index")
-_HIT_ID_KEYS = ("document_id", "rank", "ranks", "scores")
+_HIT_ID_KEYS = ("document_id", "source_system", "path", "rank", "ranks", "scores")
 
 
 class UnichunkNodeParser(NodeParser):
@@ -179,7 +179,8 @@ class UnichunkRetriever(BaseRetriever):
 
     Each `NodeWithScore` holds a `TextNode` with the chunk ID as `id_`, the chunk text, its exact
     offsets in its document, a SOURCE relationship to the unichunk document ID, and metadata
-    `document_id`, `title`, `heading_chain`, `rank`, `ranks` and `scores` (per retriever); the score is the
+    `document_id`, `title`, `source_system`, `source_id` and `path` (to cite the file), `heading_chain`,
+    `rank`, `ranks` and `scores` (per retriever); the score is the
     fused RRF score (hybrid) or the single retriever's. Without `pipeline`, one is built from the
     `UNICHUNK_*` settings; call `retriever.pipeline.close()` when done (a local-mode Qdrant folder admits
     one client at a time).
@@ -231,6 +232,9 @@ def hit_node(hit: SearchHit) -> TextNode:
         metadata={
             "document_id": hit.document_id,
             "title": hit.title,
+            "source_system": hit.source_system,
+            "source_id": hit.source_id,
+            "path": hit.path,
             "heading_chain": list(hit.heading_chain),
             "rank": hit.rank,
             "ranks": dict(hit.ranks),

@@ -1,0 +1,97 @@
+"""Where the CLI prints, and how: everything that comes from data (file names, source IDs, error texts,
+queries) literally, styling on our own words only.
+
+The consoles interpret no Rich markup and no emoji codes and highlight nothing, so `[red]x[bold] y.txt`
+or an error's `[vectors]` prints as it is, one line each. Tables are Rich tables on a terminal; in a pipe
+or a file they are tab-separated lines, so no value (a long document ID) is cut or wrapped to fit a
+width nobody reads them at.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+console = Console(markup=False, emoji=False, highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, markup=False, emoji=False, highlight=False, soft_wrap=True)
+
+
+def fail(*parts: str | tuple[str, str]) -> None:
+    err_console.print(Text.assemble(*parts))
+
+
+def print_failed(name: str, error: str) -> None:
+    console.print(Text.assemble("  ", ("failed", "red"), f"  {name}: {error}"))
+
+
+def print_json(data: Any) -> None:
+    """`--json`: one JSON document on stdout, and nothing else there. ASCII-escaped, so any file name
+    (undecodable bytes included) prints on any terminal encoding and parses back exactly."""
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """A table: drawn on a terminal; tab-separated lines, header first, when piped (whole values)."""
+    if not console.is_terminal:  # written as is: Rich would expand the tabs
+        console.file.write("".join("\t".join(line) + "\n" for line in (headers, *rows)))
+        console.file.flush()
+        return
+    table = Table(*headers)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+def progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}", style="bold", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta", style="dim"),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=True,
+    )
+
+
+class ProgressBar:
+    """The bar of the flow run in progress, fed by the Pipeline's progress callback (`update`); drawn on
+    a terminal only (in a pipe or a log file a transient bar leaves nothing useful, only an empty line)."""
+
+    def __init__(self) -> None:
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
+
+    @contextlib.contextmanager
+    def shown(self) -> Iterator[None]:
+        if not err_console.is_terminal:
+            yield
+            return
+        with progress() as bar:
+            self._bar, self._task = bar, bar.add_task("documents", total=None)
+            try:
+                yield
+            finally:
+                self._bar = self._task = None
+
+    def update(self, stage: str, done: int, total: int) -> None:
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, description=stage, completed=done, total=total)

@@ -1,0 +1,87 @@
+"""The CLI's exit codes, defined once: the numbers, what each means, which errors give which, and the text
+that `--help` and docs/operations.md show (`tests/deployments/test_cli_exit_codes.py` checks the docs).
+
+2 covers `GenerationMismatch` (settings that differ from the live index generation) because nothing is
+broken and retrying will not help: the user chooses between `unichunk rebuild` and the old settings.
+1 covers a named document or generation that does not exist: nothing to retry as is, as `rm` of a
+missing file. 130 is 128 + SIGINT, what shells report for Ctrl-C (Click's own handling would exit 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from pydantic import ValidationError
+
+from unichunk.errors import GenerationError, InvalidRequest, NotFound, RetrievalError, UsageError
+
+
+class ExitCode(IntEnum):
+    DONE = 0
+    NOT_ALL_RIGHT = 1
+    USAGE = 2
+    INFRASTRUCTURE = 3
+    INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class Meaning:
+    code: ExitCode
+    meaning: str
+    examples: str
+
+
+MEANINGS = (
+    Meaning(ExitCode.DONE, "done", ""),
+    Meaning(
+        ExitCode.NOT_ALL_RIGHT,
+        "not all is right",
+        "a document failed; `verify` found the stores misaligned; a rebuild was refused; the document or "
+        "generation a command names does not exist (nothing done)",
+    ),
+    Meaning(
+        ExitCode.USAGE,
+        "nothing done: the command cannot run as given",
+        "a bad option or argument, a missing path, settings that differ from the live index generation",
+    ),
+    Meaning(
+        ExitCode.INFRASTRUCTURE,
+        "infrastructure failure",
+        "a store, model or service unreachable or failing, the Prefect API unreachable, a crashed run, an "
+        "unexpected error",
+    ),
+    Meaning(ExitCode.INTERRUPTED, "interrupted with Ctrl-C", "the next run redoes what it left"),
+)
+
+# Errors that mean "the command cannot run as given"; anything else that ends a command is exit 3.
+USAGE_ERRORS: tuple[type[BaseException], ...] = (
+    UsageError,
+    GenerationError,
+    ValidationError,
+    InvalidRequest,
+    RetrievalError,
+)
+
+
+def exit_code_for(exc: BaseException) -> ExitCode:
+    """1 for something named that does not exist (here or at a service: its 404), 2 for a usage error
+    (here or a service's other 4xx), 3 for everything else (a store, a service, Prefect, a crash, a bug)."""
+    status = getattr(exc, "http_status", None)
+    if isinstance(exc, NotFound) or status == 404:
+        return ExitCode.NOT_ALL_RIGHT
+    if isinstance(exc, USAGE_ERRORS) or (status is not None and 400 <= status < 500):
+        return ExitCode.USAGE
+    return ExitCode.INFRASTRUCTURE
+
+
+def help_epilog() -> str:
+    """The exit codes in one paragraph, for `--help`."""
+    parts = [f"{m.code.value} {m.meaning}" + (f" ({m.examples})" if m.examples else "") for m in MEANINGS]
+    return "Exit codes: " + "; ".join(parts) + "."
+
+
+def markdown_table() -> str:
+    """The exit codes as docs/operations.md shows them."""
+    rows = [f"| {m.code.value} | {m.meaning} | {m.examples} |".replace("|  |", "| |") for m in MEANINGS]
+    return "\n".join(["| code | meaning | e.g. |", "|---|---|---|", *rows])
