@@ -6,8 +6,8 @@
     p.search("how are deletions propagated", k=5)
 
 Writes run the Prefect flows (`unichunk.flows.ingest`, `unichunk.flows.rebuild`, `unichunk.flows.documents`) in this process: against
-PREFECT_API_URL when it is set (the runs show in the service's UI), else against a temporary local
-server Prefect starts for the process. Reads call `unichunk.retrieval.search` and the stores' read side directly.
+PREFECT_API_URL when it is set (the runs show in the service's UI), else against the data dir's local
+Prefect server, the CLI's (`unichunk.local_stack.prefect_api`). Reads call `unichunk.retrieval.search` and the stores' read side directly.
 So there is one implementation of each operation, whoever calls it.
 
 The stores a Pipeline opens stay open between calls (warm searches) until `close()` or the end of a
@@ -25,6 +25,7 @@ from typing import Any
 
 from prefect.states import State
 
+from unichunk import local_stack
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.chunking.models import Document
 from unichunk.chunking.sources import DEFAULT_PATTERNS
@@ -250,7 +251,7 @@ class Pipeline:
     def _run(self, call: Any) -> Any:
         """Run a flow under this Pipeline's settings; its summary (also when it ended Failed because
         documents failed); what ended a run that returned none is raised."""
-        with environment(self._env):
+        with environment(self._env), local_stack.prefect_api(self.settings):
             outcome = call()
         if isinstance(outcome, State):
             outcome = outcome.result(raise_on_failure=False)
