@@ -86,8 +86,9 @@ def start(
     `directory/state_file`. `probe` says how to ask the server whether it works: `prefect:<api url>` or
     `redis:<port>`. `idle_seconds` 0: stop only when the data dir is gone. The watchdog exits with the
     server."""
+    # Run as a script, isolated (-I): it needs the standard library and httpx, not the package's imports.
     watchdog = [
-        sys.executable, "-m", "unichunk.sinks.idle_watchdog",
+        sys.executable, "-I", str(Path(__file__).resolve()),
         str(directory), state_file, str(idle_seconds), probe, "--", *command,
     ]  # fmt: skip
     with log.open("ab") as handle:
