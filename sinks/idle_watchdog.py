@@ -9,8 +9,8 @@ data dir (`<data dir>/stack`, `<data dir>/falkordb`):
   any more, so it is stopped at once;
 - otherwise it is stopped after `idle_seconds` without use. In use means: a process holds the directory's
   lease (`lease`: a shared lock on `in-use`, held for a command's or a run's duration), or the server
-  reports work of its own (a Prefect flow run not yet finished; a FalkorDB client connected besides the
-  watchdog's probe). The lease file's mtime records the last use, so a client that only touched the
+  reports use of its own (a Prefect flow or task run started since the last look; a FalkorDB client
+  connected besides the watchdog's probe). The lease file's mtime records the last use, so a client that only touched the
   server (`touch`) also counts. A `pinned` file (written by `unichunk up`) keeps it running until `down`.
 
 The watchdog decides "idle" while holding the lease exclusively and keeps it while it stops the server:
@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
@@ -37,8 +38,6 @@ import httpx
 
 LEASE_FILE = "in-use"
 PINNED_FILE = "pinned"
-# Flow runs that still need their server: a run in progress or about to start.
-_UNFINISHED = ["PENDING", "RUNNING", "CANCELLING"]
 
 
 @contextlib.contextmanager
@@ -141,14 +140,20 @@ def _recorded_pid(directory: Path, state_file: str) -> int | None:
         return None
 
 
-def _busy(probe: str) -> bool:
-    """Whether the server reports work of its own; an unanswered question counts as busy."""
+def _busy(probe: str, since: float) -> bool:
+    """Whether the server reports use of its own since `since` (epoch seconds): a Prefect flow or task run
+    started (a run whose process was killed starts nothing more, so it does not keep the server for
+    ever), a FalkorDB client connected. An unanswered question counts as busy."""
     kind, _, target = probe.partition(":")
     try:
         if kind == "prefect":
-            body = {"flow_runs": {"state": {"type": {"any_": _UNFINISHED}}}}
-            response = httpx.post(f"{target}/flow_runs/count", json=body, timeout=10)
-            return response.status_code != 200 or int(response.json()) > 0
+            after = datetime.fromtimestamp(since, UTC).isoformat()
+            for runs in ("flow_runs", "task_runs"):
+                body = {runs: {"start_time": {"after_": after}}}
+                response = httpx.post(f"{target}/{runs}/count", json=body, timeout=10)
+                if response.status_code != 200 or int(response.json()) > 0:
+                    return True
+            return False
         if kind == "redis":
             return _redis_clients(int(target)) > 1  # the probe's own connection is one
     except (httpx.HTTPError, OSError, ValueError):
@@ -214,7 +219,7 @@ def _stop(server: subprocess.Popen, reason: str, timeout: float = 20.0) -> None:
 def watch(server: subprocess.Popen, directory: Path, state_file: str, idle_seconds: float, probe: str) -> int:
     """Watch until the server exits (returns its exit status) or must stop (stops it and exits)."""
     tick = min(5.0, max(0.2, idle_seconds / 5)) if idle_seconds > 0 else 5.0
-    last_busy = time.time()
+    last_busy = checked = time.time()
     recorded = False  # the starter records this process once the server answers
     while server.poll() is None:
         pid = _recorded_pid(directory, state_file)
@@ -222,10 +227,10 @@ def watch(server: subprocess.Popen, directory: Path, state_file: str, idle_secon
         if not directory.is_dir() or (recorded and pid != os.getpid()):
             _stop(server, f"its data dir {directory.parent} is gone or no longer records it")
         if idle_seconds > 0 and recorded and not (directory / PINNED_FILE).exists():
-            handle = _try_exclusive(directory)
-            if handle is None or _busy(probe):
-                last_busy = time.time()
-            elif time.time() - max(last_busy, _last_use(directory)) >= idle_seconds:
+            handle, now = _try_exclusive(directory), time.time()
+            busy = handle is None or _busy(probe, checked - tick)  # a margin: a run's clock may lag
+            last_busy, checked = (now if busy else last_busy), now
+            if not busy and now - max(last_busy, _last_use(directory)) >= idle_seconds:
                 (directory / state_file).unlink(missing_ok=True)
                 _stop(server, f"unused for {idle_seconds:g} s")  # the lease stays held until exit
             if handle is not None:

@@ -115,6 +115,13 @@ def test_two_threads_reach_their_own_data_dirs_server_which_stops_once_unused(
             assert json.loads((stack_dir(data) / STATE_FILE).read_text())["api_url"] == url
         assert seen[dirs[0]][0] != seen[dirs[1]][0]
         assert "PREFECT_API_URL" not in os.environ
+        # A run left Running by a command killed with SIGKILL does not keep its server for ever.
+        api = seen[dirs[0]][0]
+        flow = httpx.post(f"{api}/flows/", json={"name": "killed"}, timeout=30).json()
+        run = httpx.post(
+            f"{api}/flow_runs/", json={"flow_id": flow["id"], "state": {"type": "RUNNING"}}, timeout=30
+        ).json()
+        assert run["state_type"] == "RUNNING", run
         groups = {data: _pid(stack_dir(data) / STATE_FILE) for data in dirs}
         for data, group in groups.items():
             _eventually(lambda group=group: not group_alive(group), f"{data}'s unused server stopped")
