@@ -2,16 +2,16 @@
 dir is gone, as build daemons stop themselves.
 
 The watchdog is a small process that starts the server (`start`) and leads its process group, so whatever
-stops the group (`unichunk down`) stops both, and it exits when the server does. It watches the server's directory under the
-data dir (`<data dir>/stack`, `<data dir>/falkordb`):
+stops the group (`unichunk down`) stops both; it exits when the server does. It watches the server's
+directory under the data dir (`<data dir>/stack`, `<data dir>/falkordb`):
 
 - the directory is gone, or its state file no longer names this server: nothing can reach the server
   any more, so it is stopped at once;
 - otherwise it is stopped after `idle_seconds` without use. In use means: a process holds the directory's
   lease (`lease`: a shared lock on `in-use`, held for a command's or a run's duration), or the server
   reports use of its own (a Prefect flow or task run started since the last look; a FalkorDB client
-  connected besides the watchdog's probe). The lease file's mtime records the last use, so a client that only touched the
-  server (`touch`) also counts. A `pinned` file (written by `unichunk up`) keeps it running until `down`.
+  connected besides the watchdog's probe). The lease file's mtime records the last use, so a client that
+  only touched the server (`touch`) counts too. A `pinned` file (`unichunk up`) keeps it until `down`.
 
 The watchdog decides "idle" while holding the lease exclusively and keeps it while it stops the server:
 a client taking the lease meanwhile waits, then finds no recorded server and starts a new one.

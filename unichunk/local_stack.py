@@ -1,7 +1,8 @@
 """The local stack without containers: one Prefect server per data dir and the embedded FalkorDB.
 
-One **local Prefect server** per data dir, recorded in `<data_dir>/stack/prefect-server.json` (its pid, which
-leads its own process group, and its API URL), with its database and log under `<data_dir>/stack`:
+One **local Prefect server** per data dir, recorded in `<data_dir>/stack/prefect-server.json` (the pid of
+its watchdog, which leads the server's process group, and its API URL), with its database and log under
+`<data_dir>/stack`:
 
 - `unichunk up` starts it on port 4200 (the UI's usual port; `--port`, `--host` choose others), or reuses
   the recorded one;
