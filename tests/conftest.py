@@ -37,6 +37,7 @@ def _session_temp(tmp_path_factory: pytest.TempPathFactory) -> None:
     _BASETEMP.append(tmp_path_factory.getbasetemp().resolve())
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own, which tears down what a stopped session left set up
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the session if a Prefect or FalkorDB server (or any process) that a test started for a data
     dir under the session's temporary root still runs after every fixture stopped what it started; then
