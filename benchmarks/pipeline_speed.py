@@ -20,6 +20,7 @@ flow warms Prefect up, so start-up costs are not billed to either side.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import platform
 import re
@@ -227,6 +228,7 @@ def main(argv: list[str] | None = None) -> None:
 
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="unichunk-bench-"))
     data_dir, corpus = workdir / "data", workdir / "corpus"
+    atexit.register(stop_server, data_dir)  # the embedded FalkorDB the run starts, however the run ends
     os.environ["UNICHUNK_DATA_DIR"] = str(data_dir)
     os.environ.setdefault("UNICHUNK_GRAPH_NAME", "bench")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

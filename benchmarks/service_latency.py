@@ -20,6 +20,7 @@ again, `--repeat` times each (medians); stop the service, `unichunk down`. The d
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import signal
 import socket
@@ -114,6 +115,7 @@ def main(argv: list[str] | None = None) -> None:
         "status": ("status",),
         "delete <unknown>": ("delete", "no-such-document"),
     }
+    atexit.register(_cli, env, "down")  # the servers the commands start, however the run ends
     print(f"data dir {data_dir}; ingesting the sample corpus ...", file=sys.stderr)
     seconds, done = _cli(env, "ingest", str(SAMPLE_CORPUS))
     if done.returncode != 0:

@@ -21,6 +21,9 @@ from unichunk.chunking.config import (
     EmbeddingBudget,
 )
 
+# How long a server a command started implicitly stays up unused (build daemons do the same).
+DEFAULT_IDLE_SECONDS = 1800
+
 
 class SinkSettings(BaseSettings):
     """Store and model settings. Env: UNICHUNK_<FIELD>, e.g. UNICHUNK_QDRANT_URL."""
@@ -112,6 +115,13 @@ class SinkSettings(BaseSettings):
     neo4j_database: str | None = Field(None, description="Neo4j database; unset = the server's default.")
     falkordb_url: str | None = Field(
         None, description="redis://host:port of a FalkorDB server; unset = start one."
+    )
+    server_idle_seconds: float = Field(
+        DEFAULT_IDLE_SECONDS,
+        ge=0,
+        description="The local Prefect server and embedded FalkorDB a command starts for the data dir stop "
+        "after this many seconds without use (0: only when the data dir is deleted); `unichunk up`'s run "
+        "until `unichunk down`.",
     )
     graph_name: str = Field(
         "unichunk", description="Base name of the graph: a generation's is `<name>__<generation>`."

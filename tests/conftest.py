@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +26,45 @@ from documents import MakeDoc, make_document
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_EVAL = REPO_ROOT.parent / "shared" / "eval"
+
+
+_BASETEMP: list[Path] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_temp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Remember the session's temporary root, under which every data dir and server dir of the suite is."""
+    _BASETEMP.append(tmp_path_factory.getbasetemp().resolve())
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own, which tears down what a stopped session left set up
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the session if a Prefect or FalkorDB server (or any process) that a test started for a data
+    dir under the session's temporary root still runs after every fixture stopped what it started; then
+    stop them, so a failed suite leaves nothing behind either."""
+    if not _BASETEMP:
+        return
+    marker = f"{_BASETEMP[0]}/"
+    deadline = time.monotonic() + 10  # a stopped server's children may take a moment to exit
+    while (left := servers.leftover_servers(marker)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not left:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"  pid {pid}: {command[:300]}" for pid, command in sorted(left.items())]
+    message = "servers started by the suite still running after it (a test did not stop them):"
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line(message, red=True)
+        for line in lines:
+            reporter.write_line(line)
+    for pid in left:  # with their process groups (servers lead their own), never this process's
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            group = os.getpgid(pid)
+            if group != os.getpgrp():
+                os.killpg(group, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _start(starter, *args):  # type: ignore[no-untyped-def]

@@ -8,8 +8,10 @@ go green by skipping what it was meant to check.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -31,14 +33,42 @@ class Server:
     cleanup: list[Callable[[], None]] = field(default_factory=list)
 
     def stop(self) -> None:
+        """Stop the server's whole process group (it leads one: `_spawn`), children included."""
         if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
+            _signal_group(self.process.pid, signal.SIGTERM)
             try:
                 self.process.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                _signal_group(self.process.pid, signal.SIGKILL)
+                self.process.wait()
         for step in self.cleanup:
             step()
+
+
+def _signal_group(group: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signum)
+
+
+def leftover_servers(marker: str) -> dict[int, str]:
+    """pid -> command line of the live processes (this one excepted) that name `marker` (a directory) in
+    their command line or their PREFECT_HOME: the servers started for a data dir or work dir under it, and
+    their watchdogs."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        home = next((v[len(b"PREFECT_HOME=") :] for v in environ if v.startswith(b"PREFECT_HOME=")), b"")
+        if marker in command or home.decode(errors="replace").startswith(marker):
+            found[int(proc.name)] = command.strip()
+    return found
 
 
 def unavailable(reason: str) -> None:

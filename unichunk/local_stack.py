@@ -1,7 +1,8 @@
 """The local stack without containers: one Prefect server per data dir and the embedded FalkorDB.
 
-One **local Prefect server** per data dir, recorded in `<data_dir>/stack/prefect-server.json` (its pid, which
-leads its own process group, and its API URL), with its database and log under `<data_dir>/stack`:
+One **local Prefect server** per data dir, recorded in `<data_dir>/stack/prefect-server.json` (the pid of
+its watchdog, which leads the server's process group, and its API URL), with its database and log under
+`<data_dir>/stack`:
 
 - `unichunk up` starts it on port 4200 (the UI's usual port; `--port`, `--host` choose others), or reuses
   the recorded one;
@@ -16,6 +17,10 @@ leads its own process group, and its API URL), with its database and log under `
   used, never recorded, so never stopped.
 
 Start and stop hold a file lock (`stack/.lock`), so two commands starting at once start one server.
+`prefect_api` is the one way every entry point (the CLI, `unichunk.Pipeline`) reaches Prefect: PREFECT_API_URL
+when set, else this server, held in use (a lease) for the caller's block. Servers a command starts stop
+themselves after `SinkSettings.server_idle_seconds` (UNICHUNK_SERVER_IDLE_SECONDS) without use, or once the
+data dir is gone (`unichunk.sinks.idle_watchdog`); those of `up` only at `down` or with the data dir.
 Qdrant and BM25 need no server: they run embedded in the flow processes.
 
 The UI a server serves calls the API at PREFECT_UI_API_URL, which Prefect otherwise derives from
@@ -43,8 +48,9 @@ from pathlib import Path
 
 import httpx
 
-from unichunk.sinks.config import SinkSettings
-from unichunk.sinks.graph.falkordb_server import ensure_server, running_url, stop_server
+from unichunk.sinks import idle_watchdog
+from unichunk.sinks.config import DEFAULT_IDLE_SECONDS, SinkSettings
+from unichunk.sinks.graph.falkordb_server import ensure_server, running_url, server_dir, stop_server
 
 STATE_FILE = "prefect-server.json"
 UP_PORT = 4200
@@ -70,6 +76,14 @@ class LocalPrefect:
         if self.started:
             return f"Prefect: local server {self.ui_url} (started by unichunk; `unichunk down` stops it)"
         return f"Prefect: reusing local server {self.ui_url} (`unichunk down` stops it)"
+
+
+@dataclass(frozen=True)
+class PrefectApi:
+    """The Prefect API an entry point uses: PREFECT_API_URL's, or the data dir's local server (`local`)."""
+
+    url: str
+    local: LocalPrefect | None
 
 
 @dataclass
@@ -126,8 +140,7 @@ def _read_state(directory: Path) -> tuple[int, str] | None:
 def _group_alive(pid: int) -> bool:
     """True while `pid` leads a live process group: the server we started (a recycled pid does not lead
     a group). Reaps it first if this process started it and it exited."""
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
+    idle_watchdog.reap(pid)
     try:
         return os.getpgid(pid) == pid
     except ProcessLookupError:
@@ -170,7 +183,8 @@ def _free_port() -> int:
             return port
 
 
-def _spawn(directory: Path, host: str, port: int) -> subprocess.Popen:
+def _spawn(directory: Path, host: str, port: int, idle_seconds: float) -> subprocess.Popen:
+    """The server under its watchdog (`unichunk.sinks.idle_watchdog`), which leads their process group."""
     env = dict(os.environ)
     env.update(
         PREFECT_HOME=str(directory / "prefect-home"),
@@ -181,15 +195,10 @@ def _spawn(directory: Path, host: str, port: int) -> subprocess.Popen:
     # Its UI must call this server, not the default port (see the module docstring).
     if not (env.get("PREFECT_UI_API_URL") or env.get("PREFECT_SERVER_UI_API_URL")):
         env["PREFECT_UI_API_URL"] = f"http://{client_host(host)}:{port}/api"
-    with (directory / "prefect-server.log").open("ab") as handle:
-        return subprocess.Popen(
-            [_prefect_executable(), "server", "start", "--host", host, "--port", str(port)],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,  # outlives the command that started it; stopped as a group
-        )
+    command = [_prefect_executable(), "server", "start", "--host", host, "--port", str(port)]
+    probe = f"prefect:http://{client_host(host)}:{port}/api"
+    log = directory / "prefect-server.log"
+    return idle_watchdog.start(command, directory, STATE_FILE, idle_seconds, probe, log, env)
 
 
 def _wait_healthy(process: subprocess.Popen, api_url: str, timeout: float) -> bool:
@@ -202,14 +211,14 @@ def _wait_healthy(process: subprocess.Popen, api_url: str, timeout: float) -> bo
     return False
 
 
-def _start(directory: Path, host: str, port: int | None, timeout: float) -> LocalPrefect:
+def _start(directory: Path, host: str, port: int | None, timeout: float, idle_seconds: float) -> LocalPrefect:
     """Start and record a server on `port`, or on a free port (a second one if another process took the
-    first between our choosing it and the server binding it)."""
+    first between our choosing it and the server binding it), with its watchdog (`idle_seconds`)."""
     log = directory / "prefect-server.log"
     for _attempt in range(1 if port else 2):
         chosen = port or _free_port()
         api_url = f"http://{client_host(host)}:{chosen}/api"
-        process = _spawn(directory, host, chosen)
+        process = _spawn(directory, host, chosen, idle_seconds)
         (directory / STATE_FILE).write_text(json.dumps({"pid": process.pid, "api_url": api_url}))
         if _wait_healthy(process, api_url, timeout):
             return LocalPrefect(api_url, process.pid, started=True)
@@ -221,13 +230,54 @@ def _start(directory: Path, host: str, port: int | None, timeout: float) -> Loca
 
 
 def ensure_prefect_server(
-    data_dir: Path, *, host: str = "127.0.0.1", port: int | None = None, timeout: float = 180.0
+    data_dir: Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    timeout: float = 300.0,
+    idle_seconds: float = DEFAULT_IDLE_SECONDS,
 ) -> LocalPrefect:
     """The data dir's recorded Prefect server if it answers, else a new one (on `port`, default a free
-    port other than 4200), started detached and recorded."""
+    port other than 4200), started detached and recorded; one started here stops itself after
+    `idle_seconds` without use (0: only when the data dir is gone). `timeout` is patient: a busy 2-core
+    machine takes minutes to start one."""
     directory = stack_dir(data_dir)
     with _locked(directory):
-        return _recorded(directory) or _start(directory, host, port, timeout)
+        idle_watchdog.touch(directory)
+        return _recorded(directory) or _start(directory, host, port, timeout, idle_seconds)
+
+
+@contextlib.contextmanager
+def prefect_api(settings: SinkSettings, *, in_process: bool = True) -> Iterator[PrefectApi]:
+    """The Prefect API every entry point uses, for the block: PREFECT_API_URL when set (in the environment,
+    or in Prefect's settings of this thread), else the data dir's local server, started or reused, and
+    held in use until the block ends (its idle period starts then).
+
+    `in_process`: point Prefect's settings of this thread (and of the tasks and threads Prefect starts
+    from it) at that API for the block, leaving the process environment alone, so two threads can use
+    two data dirs at once. The CLI passes False and sets PREFECT_API_URL itself, before Prefect loads."""
+    url = os.environ.get("PREFECT_API_URL") or _prefect_setting()
+    with contextlib.ExitStack() as scope:
+        local = None
+        if not url:
+            scope.enter_context(idle_watchdog.lease(stack_dir(settings.data_dir)))
+            local = ensure_prefect_server(settings.data_dir, idle_seconds=settings.server_idle_seconds)
+            url = local.api_url
+        if in_process:
+            from prefect.settings import PREFECT_API_URL, temporary_settings
+
+            scope.enter_context(temporary_settings(updates={PREFECT_API_URL: url}))
+        yield PrefectApi(url, local)
+
+
+def _prefect_setting() -> str | None:
+    """Prefect's API URL setting in this thread, if Prefect is loaded (loading it costs every CLI command
+    seconds, and a process that has not loaded it has set nothing but the environment)."""
+    if "prefect.settings" not in sys.modules:
+        return None
+    from prefect.settings import PREFECT_API_URL
+
+    return PREFECT_API_URL.value()
 
 
 def recorded_prefect(data_dir: Path) -> LocalPrefect | None:
@@ -246,12 +296,13 @@ def start_prefect_server(
     one on `port`; returns (api url, started)."""
     directory = stack_dir(data_dir)
     with _locked(directory):
+        idle_watchdog.pin(directory, True)  # `up`'s server runs until `down` (or its data dir goes)
         if recorded := _recorded(directory):
             return recorded.api_url, False
         api_url = f"http://{client_host(host)}:{port}/api"
         if _healthy(api_url):
             return api_url, False
-        return _start(directory, host, port, timeout).api_url, True
+        return _start(directory, host, port, timeout, DEFAULT_IDLE_SECONDS).api_url, True
 
 
 def _terminate_group(pid: int, timeout: float = 20.0) -> None:
@@ -260,24 +311,20 @@ def _terminate_group(pid: int, timeout: float = 20.0) -> None:
     except ProcessLookupError:
         return
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        # If this process started the server (up() then down() in one process), reap it, or its
-        # zombie would keep the group "alive".
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        try:
-            os.killpg(pid, 0)
-        except ProcessLookupError:
+    # Zombies do not count: the server and its watchdog may be children of a process still running.
+    while idle_watchdog.group_alive(pid):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
             return
         time.sleep(0.2)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
 
 
 def stop_prefect_server(data_dir: Path) -> LocalPrefect | None:
     """Stop the recorded server (`up`'s or a command's) and its process group; returns what was stopped."""
     directory = stack_dir(data_dir)
     with _locked(directory):
+        idle_watchdog.pin(directory, False)
         state = _read_state(directory)
         (directory / STATE_FILE).unlink(missing_ok=True)
         if state is None or not _group_alive(state[0]):  # a recycled pid is not a group leader: left alone
@@ -304,6 +351,7 @@ def up(
     recorded server on another port is reused, and the note says so (on stderr)."""
     data_dir = Path(data_dir or SinkSettings().data_dir)
     api_url, started = start_prefect_server(data_dir, host, port)
+    idle_watchdog.pin(server_dir(data_dir).resolve(), True)
     falkordb_url = ensure_server(data_dir)
     urls = StackUrls(api_url, api_url.removesuffix("/api"), falkordb_url, started)
     if not api_url.endswith(f":{port}/api"):
@@ -326,6 +374,7 @@ def down(data_dir: Path | None = None, echo: bool = True) -> dict[str, bool]:
     and the embedded FalkorDB. Prints (with `echo`) one line for each."""
     data_dir = Path(data_dir or SinkSettings().data_dir)
     falkordb = running_url(data_dir)
+    idle_watchdog.pin(server_dir(data_dir).resolve(), False)
     prefect = stop_prefect_server(data_dir)
     stopped = {"prefect": prefect is not None, "falkordb": stop_server(data_dir)}
     if echo:

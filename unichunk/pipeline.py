@@ -6,10 +6,11 @@
     p.search("how are deletions propagated", k=5)
 
 Writes run the Prefect flows (`unichunk.flows.ingest`, `.rebuild`, `.documents`, `.switch`) in this
-process: against PREFECT_API_URL when it is set (the runs show in the service's UI), else against a
-temporary local server Prefect starts for the process. Reads call `unichunk.retrieval.search` and the
-stores' read side directly. Prefect and the flows load only when a write runs one: reads do not pay for
-them, and a caller (the CLI) can point Prefect at its server before Prefect loads.
+process: against PREFECT_API_URL when it is set (the runs show in the service's UI), else against the
+data dir's local Prefect server, the CLI's (`unichunk.local_stack.prefect_api`). Reads call
+`unichunk.retrieval.search` and the stores' read side directly. Prefect and the flows load only when a
+write runs one: reads do not pay for them, and a caller (the CLI) can point Prefect at its server before
+Prefect loads.
 
 This is the application layer's one implementation of each operation: the CLI, the HTTP API (whose warm
 stores hand their readers to a Pipeline, `readers=`), the MCP server and the adapters call these methods
@@ -30,6 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from unichunk import local_stack
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.chunking.models import Document
 from unichunk.chunking.sources import DEFAULT_PATTERNS
@@ -405,6 +407,7 @@ class Pipeline:
         module, name = FLOWS[flow].split(":")
         with (
             self._flow_context(),
+            local_stack.prefect_api(self.settings),
             caller_settings(self.settings, self.strategy, self._metrics),
             listening(self._progress) if self._progress else nullcontext(),
         ):

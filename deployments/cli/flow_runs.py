@@ -171,14 +171,15 @@ def prefect_api(*, route_logs: bool = True) -> Iterator[None]:
     rest of the logging routed through the CLI's console (`terminal_logging`; not for the long-running
     servers, `serve` and `mcp`, whose logs stay Prefect's). Neither with UNICHUNK_DEBUG=1."""
     started_here = False
-    if not os.environ.get("PREFECT_API_URL"):
-        server = stack.ensure_prefect_server(SinkSettings().data_dir)
-        err_console.print(server.announce(), style="dim")
+    in_use = contextlib.ExitStack()  # the local server stays in use until the command ends
+    api = in_use.enter_context(stack.prefect_api(SinkSettings(), in_process=False))
+    if api.local is not None:
+        err_console.print(api.local.announce(), style="dim")
         # Before Prefect is first imported, so its global settings and every thread's see it.
-        os.environ["PREFECT_API_URL"] = server.api_url
+        os.environ["PREFECT_API_URL"] = api.url
         started_here = True
     else:
-        check_prefect_api(os.environ["PREFECT_API_URL"])
+        check_prefect_api(api.url)
     # Prefect loads only here. It configures its logging (replacing the handlers of its loggers) when its
     # flow API is first imported, which would undo `_quiet_run_loggers`: configure it first.
     from prefect.logging.configuration import ensure_logging_setup
@@ -199,3 +200,4 @@ def prefect_api(*, route_logs: bool = True) -> Iterator[None]:
     finally:
         if started_here:
             os.environ.pop("PREFECT_API_URL", None)
+        in_use.close()

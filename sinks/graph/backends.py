@@ -206,5 +206,5 @@ def open_backend(settings: SinkSettings) -> GraphBackend:
         )
     url = settings.falkordb_url
     if not url:
-        url = ensure_server(settings.data_dir)
+        url = ensure_server(settings.data_dir, idle_seconds=settings.server_idle_seconds)
     return FalkorDBBackend(url, settings.graph_key)

