@@ -11,6 +11,8 @@ import os
 import re
 from pathlib import Path
 
+# What a source name may be: it travels in webhook payloads, Prefect event payloads and `unichunk status`.
+SOURCE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")  # what a source name may not hold
 _CHUNK_ID = re.compile(r"^(?P<doc>.+)::chunk::(?P<index>\d{3,})::(?P<sha>[0-9a-f]{8})$")
 

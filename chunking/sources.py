@@ -25,9 +25,6 @@ from unichunk.chunking.ids import default_source_name, derive_document_id
 from unichunk.chunking.loaders import load_document
 from unichunk.chunking.models import Document
 
-# What a source name may be: it travels in webhook payloads, Prefect event payloads and `unichunk status`.
-SOURCE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,63}$"
-
 DEFAULT_PATTERNS: tuple[str, ...] = (
     "**/*.md",
     "**/*.markdown",

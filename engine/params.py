@@ -15,9 +15,9 @@ from pydantic import BaseModel, Field, create_model, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from unichunk.chunking.config import ChunkStrategy, StrategyName
+from unichunk.chunking.ids import SOURCE_NAME_PATTERN
 from unichunk.chunking.sources import (
     DEFAULT_PATTERNS,
-    SOURCE_NAME_PATTERN,
     DirectorySource,
     PathsSource,
     Source,

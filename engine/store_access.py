@@ -25,7 +25,7 @@ Only a run that opens the vector store needs the lock: a run writing only the ke
 concurrent writers), so it is not queued. Dropping a generation removes all its stores, the vectors
 included, and keeps the lock.
 
-A running service (`unichunk serve`, `unichunk.deployments.service.stores`) keeps the live store open for warm
+A running service (`unichunk serve`, `unichunk.warm_stores`) keeps the live store open for warm
 searches and holds a SHARED lock on the same file meanwhile. A run that finds the lock taken drops a marker
 beside it (`run.wanted.<pid>`, `handover_markers`) while it waits: the service sees the marker, lets its
 searches in flight finish, closes the store and releases its shared lock, so the run gets the exclusive

@@ -129,7 +129,7 @@ def test_the_live_generation_is_resolved_in_one_module() -> None:
 # `unichunk.Pipeline`, which `import unichunk` for the chunking types alone should not pay for), redis-py
 # (the FalkorDB server's health checks, which `unichunk.local_stack` and so every CLI command would pay for),
 # torch (set for one query's embedding in `unichunk.sinks.vectors.minilm`; it loads with the model, on first use),
-# SQLAlchemy (~0.16 s: `unichunk.deployments.service.discovery` needs it only in server mode, and every CLI command that a
+# SQLAlchemy (~0.16 s: `unichunk.service_registry` needs it only in server mode, and every CLI command that a
 # running service answers looks the service up), the embedders (torch or an HTTP client, which `unichunk.index.run`
 # needs only for the `semantic` strategy, while every run computes its fingerprint there), the Neo4j driver
 # (0.15-0.55 s: `unichunk.sinks.graph.backends` imports it for a Neo4j backend only, never in FalkorDB runs),
@@ -140,7 +140,7 @@ LAZY_IMPORTERS = {
     "unichunk.deployments.cli.flow_runs",
     "unichunk.index.run",
     "unichunk.sinks.graph.backends",
-    "unichunk.deployments.service.discovery",
+    "unichunk.service_registry",
     "unichunk.chunking.loaders",
     "unichunk.sinks.graph.extraction",
     "unichunk.sinks.graph.falkordb_server",
@@ -247,33 +247,22 @@ def test_readme_layout_names_no_package_that_is_gone() -> None:
 
 # The interfaces (the CLI, the HTTP API, the MCP server) reach the index only through the application
 # layer (`unichunk` and its own modules: `Pipeline`, `unichunk.interface`, `.results`, `.errors`,
-# `.settings`), never through the stores, the records, retrieval or the flows below it.
+# `.settings`, and the service's own: `.warm_stores`, `.replay_cache`, `.service_registry`), never through
+# the chunking library, the stores, the records, retrieval or the flows below it.
 INTERFACES = ("unichunk.deployments.cli", "unichunk.deployments.service", "unichunk.deployments.mcp")
-INTERNALS = ("sinks", "index", "retrieval", "engine", "flows", "tasks")
-# Serving concerns of the service that sit on the layers below, each for a reason of its own:
-INTERFACE_EXCEPTIONS = {
-    # the warm stores: the embedder loaded once, readers kept open and handed over to flow runs under
-    # the embedded store's single-writer lock; they hand their readers to a `Pipeline` (`readers=`)
-    "unichunk.deployments.service.stores",
-    # the service's own records, not the index's: the running-service registry (with the process's
-    # identity) and the webhook replay cache, in the data dir's database (SQLite or the server's schema)
-    "unichunk.deployments.service.discovery",
-    "unichunk.deployments.service.webhook",
-    "unichunk.deployments.service.webhook_security",
-}
+INTERNALS = ("chunking", "sinks", "index", "retrieval", "engine", "flows", "tasks")
 
 
 def test_interfaces_reach_the_index_only_through_the_application_layer() -> None:
     reaching = []
     for module, path in MODULES.items():
-        if not module.startswith(INTERFACES) or module in INTERFACE_EXCEPTIONS:
+        if not module.startswith(INTERFACES):
             continue
         for imported, line in _imports(path):
             parts = imported.split(".")
             if parts[0] == "unichunk" and len(parts) > 1 and parts[1] in INTERNALS:
                 reaching.append(f"{path.relative_to(REPO)}:{line} imports {imported}")
     assert reaching == []
-    assert "unichunk.deployments.service.api" not in INTERFACE_EXCEPTIONS
 
 
 def test_every_error_class_derives_from_the_one_root() -> None:

@@ -22,6 +22,10 @@ class NotFound(UsageError):
     """The document, chunk or generation a request names does not exist."""
 
 
+class StoreBusy(UnichunkError):
+    """A flow run holds the embedded vector store longer than a search may wait (`unichunk.warm_stores`)."""
+
+
 class Unreachable(UnichunkError):
     """A service the settings name (the Prefect API, a running unichunk service) does not answer."""
 
@@ -35,6 +39,7 @@ __all__ = [
     "NotFound",
     "RetrievalError",
     "SinkError",
+    "StoreBusy",
     "UnichunkError",
     "Unreachable",
     "UsageError",

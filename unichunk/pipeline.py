@@ -33,6 +33,7 @@ from typing import Any
 
 from unichunk import local_stack
 from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.ids import derive_document_id
 from unichunk.chunking.models import Document
 from unichunk.chunking.sources import DEFAULT_PATTERNS
 from unichunk.engine.params import (
@@ -326,6 +327,12 @@ class Pipeline:
     def documents(self, document_ids: Iterable[str]) -> dict[str, DocumentInfo]:
         """The live records of these documents (unknown ones left out), by ID: one indexed read."""
         return {k: _document_info(row) for k, row in self._status().get_many(document_ids).items()}
+
+    @staticmethod
+    def document_id_for(source_system: str, source_id: str) -> str:
+        """The document ID an ingest gives the document `source_id` of the source `source_system` (its path
+        under the source root, for a folder): what a webhook that names no ID means."""
+        return derive_document_id(source_system=source_system, source_id=source_id)
 
     def knows(self, document_id: str) -> bool:
         """Whether a generation a deletion reaches (the live one, or one being built) records it."""

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from unichunk.chunking.sources import SOURCE_NAME_PATTERN
+from unichunk.settings import SOURCE_NAME_PATTERN
 
 _ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:\-]*$"
 

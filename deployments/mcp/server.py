@@ -40,7 +40,6 @@ from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
 from pydantic import ValidationError
 
 from unichunk import __version__
-from unichunk.chunking.errors import UnichunkError
 from unichunk.deployments.mcp.schema import (
     Budget,
     ChunkId,
@@ -65,7 +64,7 @@ from unichunk.deployments.service.webhook_security import (
     resolve_source_path,
 )
 from unichunk.deployments.settings import ServiceSettings
-from unichunk.errors import NotFound
+from unichunk.errors import NotFound, UnichunkError
 from unichunk.interface import Mode
 from unichunk.pipeline import DEFAULT_BUDGET, Pipeline
 from unichunk.results import ChunkRecord, DocumentInfo, IndexStatus, IngestSummary, SearchResult, StoredChunk

@@ -1,7 +1,7 @@
 """The service's read/write API, mounted on the receiver's app: search, documents, status, delete.
 
 Each route parses its query, asks a `unichunk.Pipeline` whose readers are the service's warm stores
-(`unichunk.deployments.service.stores.WarmStores`: models loaded once, handed over to flow runs in the
+(`unichunk.warm_stores.WarmStores`: models loaded once, handed over to flow runs in the
 embedded store's single-writer mode) or a provider's (tests), and serves the typed result as JSON:
 
 - `GET /search?q=...`: `Pipeline.search` (ranked chunks, route, assembled context, graph context);
@@ -30,12 +30,12 @@ from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from unichunk.deployments.service.auth import bearer_auth
-from unichunk.deployments.service.stores import StoreBusy, WarmStores
 from unichunk.deployments.settings import ServiceSettings
-from unichunk.errors import NotFound, SinkError
+from unichunk.errors import NotFound, SinkError, StoreBusy
 from unichunk.interface import Mode
 from unichunk.pipeline import DEFAULT_BUDGET, Pipeline, Readers, ReadersProvider, run_result
 from unichunk.results import DocumentChunks, IndexStatus, SearchResult
+from unichunk.warm_stores import WarmStores
 
 SinksProvider = Callable[[], Mapping[str, object]]
 DELETE_DEPLOYMENT = "delete-document/delete-document"

@@ -4,10 +4,8 @@
 pid is not alive (a service killed with SIGKILL) is stale and ignored. UNICHUNK_SERVICE_URL, when set, wins.
 
 In server mode (UNICHUNK_DATABASE_URL) nothing is written under the data dir: the service records itself as
-a row of `services` in the database's `unichunk` schema, with its process identity
-(`unichunk.index.process_identity.ProcessIdentity`), and a CLI uses the row of a live service on its own machine
-only: the URL is a loopback one, meaningless elsewhere (a CLI on another machine sets
-UNICHUNK_SERVICE_URL).
+a row of the database (`unichunk.service_registry`), and a CLI uses the row of a live service on its own
+machine only (a CLI on another machine sets UNICHUNK_SERVICE_URL).
 """
 
 from __future__ import annotations
@@ -16,21 +14,12 @@ import atexit
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from unichunk.deployments.settings import ServiceSettings
-from unichunk.index.process_identity import ProcessIdentity
+from unichunk.service_registry import service_rows
 from unichunk.settings import SinkSettings
 
-if TYPE_CHECKING:
-    from unichunk.sinks.database import Database
-
 SERVICE_FILE = "service.json"
-
-_SERVICES_SCHEMA = [
-    "CREATE TABLE IF NOT EXISTS services (machine TEXT NOT NULL, pid INTEGER NOT NULL, "
-    "pid_started TEXT NOT NULL, url TEXT NOT NULL, PRIMARY KEY (machine, pid))"
-]
 
 
 def service_file(data_dir: Path | None = None) -> Path:
@@ -42,36 +31,15 @@ def connect_host(host: str) -> str:
     return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
 
 
-def _services(data_dir: Path | None) -> Database | None:
-    """The server-mode database's service table; None on the embedded default (the file is used)."""
-    settings = SinkSettings() if data_dir is None else SinkSettings(data_dir=Path(data_dir))
-    if settings.database_url is None:
-        return None
-    from unichunk.sinks.database import (
-        open_database,  # SQLAlchemy (~0.16 s) only in server mode: the CLI starts light
-    )
-
-    return open_database(settings, settings.data_dir / "services.sqlite3")
-
-
 def announce(host: str, port: int, data_dir: Path | None = None) -> Path | None:
     """Record this process as the running service (withdrawn at exit): the service file's path, or None
     when the record is a row of the server-mode database."""
     name = connect_host(host)
     url = f"http://[{name}]:{port}" if ":" in name else f"http://{name}:{port}"
-    database = _services(data_dir)
-    if database is not None:
-        database.ensure(_SERVICES_SCHEMA)
-        me = ProcessIdentity.current()
-        with database.write() as conn:
-            conn.execute(
-                database.statement(
-                    "INSERT INTO services (machine, pid, pid_started, url) VALUES (:m, :p, :s, :u) "
-                    "ON CONFLICT (machine, pid) DO UPDATE SET pid_started = excluded.pid_started, url = excluded.url"
-                ),
-                {"m": me.machine, "p": me.pid, "s": me.started, "u": url},
-            )
-        atexit.register(_withdraw_row, database)
+    rows = service_rows(data_dir)
+    if rows is not None:
+        rows.add(url)
+        atexit.register(rows.remove)
         return None
     path = service_file(data_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -85,26 +53,14 @@ def announce(host: str, port: int, data_dir: Path | None = None) -> Path | None:
 def withdraw(path: Path | None) -> None:
     """Remove the service file (or this process's row) if it is still this process's."""
     if path is None:
-        database = _services(None)
-        if database is not None:
-            _withdraw_row(database)
+        rows = service_rows(None)
+        if rows is not None:
+            rows.remove()
         return
     try:
         if json.loads(path.read_text()).get("pid") == os.getpid():
             path.unlink()
     except (OSError, ValueError):
-        pass
-
-
-def _withdraw_row(database: Database) -> None:
-    me = ProcessIdentity.current()
-    try:
-        with database.write() as conn:
-            conn.execute(
-                database.statement("DELETE FROM services WHERE machine = :m AND pid = :p"),
-                {"m": me.machine, "p": me.pid},
-            )
-    except Exception:  # at exit, with the database gone: the row is stale, and readers check the process
         pass
 
 
@@ -114,9 +70,9 @@ def running_service_url(data_dir: Path | None = None) -> str | None:
     configured = ServiceSettings().service_url
     if configured:
         return configured.rstrip("/")
-    database = _services(data_dir)
-    if database is not None:
-        return _live_row(database)
+    rows = service_rows(data_dir)
+    if rows is not None:
+        return rows.live_url()
     try:
         record = json.loads(service_file(data_dir).read_text())
         pid, url = int(record["pid"]), str(record["url"])
@@ -129,24 +85,3 @@ def running_service_url(data_dir: Path | None = None) -> str | None:
     except PermissionError:
         pass
     return url
-
-
-def _live_row(database: Database) -> str | None:
-    """The URL of a service on this machine whose process is alive (a killed one's row is stale)."""
-    machine = ProcessIdentity.current().machine
-    try:
-        with database.read() as conn:
-            rows = conn.execute(
-                database.statement(
-                    "SELECT pid, pid_started, url FROM services WHERE machine = :m ORDER BY pid"
-                ),
-                {"m": machine},
-            ).all()
-    except Exception as exc:
-        if database.missing(exc):  # no service ever announced itself
-            return None
-        raise
-    for pid, started, url in rows:
-        if not ProcessIdentity(machine, pid, started).is_gone():
-            return str(url)
-    return None

@@ -14,7 +14,7 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from unichunk.chunking.metrics import DURATION_BUCKETS
+from unichunk.metrics import DURATION_BUCKETS
 
 UNMATCHED = "<unmatched>"
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})  # any other: "OTHER"

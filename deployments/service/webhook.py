@@ -43,14 +43,11 @@ from prefect.settings import get_current_settings
 from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
-from unichunk.chunking.ids import derive_document_id
 from unichunk.deployments.service.api import SinksProvider, create_search_router, open_stores
 from unichunk.deployments.service.auth import listen_refusal
 from unichunk.deployments.service.discovery import announce, withdraw
 from unichunk.deployments.service.http_metrics import HttpMetrics
-from unichunk.deployments.service.stores import WarmStores
 from unichunk.deployments.service.webhook_security import (
-    ReplayCache,
     WebhookRejected,
     authenticate,
     check_document_id,
@@ -64,8 +61,9 @@ from unichunk.deployments.service.webhook_security import (
 from unichunk.deployments.serving.multiprocess_metrics import metrics_page
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.pipeline import Pipeline
+from unichunk.replay_cache import open_replay_cache
 from unichunk.settings import SinkSettings
-from unichunk.sinks.database import open_database
+from unichunk.warm_stores import WarmStores
 
 EVENT_NAMES = {"updated": "document.updated", "deleted": "document.deleted"}
 RESOURCE_PREFIX = "unichunk.document."
@@ -153,7 +151,7 @@ def build_event(
     if payload.document_id is not None:
         document_id = check_document_id(payload.document_id)
     else:
-        document_id = derive_document_id(source_system=source_system, source_id=source_id)
+        document_id = Pipeline.document_id_for(source_system, source_id)
     path: str | None = None
     if payload.event == "updated":
         # No explicit path: the source id is the path relative to the source root.
@@ -240,7 +238,7 @@ def create_app(
     secret = settings.webhook_secret.get_secret_value() if settings.webhook_secret else ""
     records = SinkSettings() if data_dir is None else SinkSettings(data_dir=Path(data_dir))
     data_dir = records.data_dir
-    replay = ReplayCache(open_database(records, data_dir / "webhook" / "replay.db"))
+    replay = open_replay_cache(records)
     index = Pipeline(records)  # which documents a `deleted` event may name: the live ones
 
     stores = open_stores(search_sinks, settings)

@@ -10,8 +10,8 @@ Two signature schemes are accepted, chosen by the headers a delivery carries:
 Both share the timestamp tolerance and the replay cache (the webhook-id is the delivery id).
 
 Kept apart from the HTTP layer so each check is a plain function that tests can call directly, and so
-the receiver reads as the order of the checks. Nothing here talks to Prefect or to any store but the
-replay cache's table.
+the receiver reads as the order of the checks. Nothing here talks to Prefect or to any store; the replay
+cache's table is `unichunk.replay_cache`'s.
 """
 
 from __future__ import annotations
@@ -22,19 +22,16 @@ import hashlib
 import hmac
 import re
 import stat
-import threading
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import NamedTuple
 
-from sqlalchemy import text
 from standardwebhooks import Webhook
 
-from unichunk.chunking.errors import UnichunkError
-from unichunk.chunking.sources import SOURCE_NAME_PATTERN
-from unichunk.sinks.database import Database
+from unichunk.errors import UnichunkError
+from unichunk.settings import SOURCE_NAME_PATTERN
 
 SIGNATURE_PREFIX = "sha256="
 # A fixed namespace: the same delivery id maps to the same Prefect event id in every receiver replica.
@@ -268,87 +265,6 @@ def check_regular_file(path: Path) -> None:
     if not stat.S_ISREG(mode):
         kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
         raise WebhookRejected(422, "not_a_file", f"{path.name or path} is {kind}")
-
-
-class ReplayCache:
-    """Remembers recently accepted signatures and delivery ids until they expire.
-
-    An in-memory map answers fast; a table (`unichunk.sinks.database`: `webhook/replay.db` under the data dir, or
-    the `unichunk` schema of the server-mode database) makes a restarted receiver, or a second one on the
-    same volume or the same database, still refuse what was accepted moments before. `reserve` is atomic:
-    one `INSERT ... ON CONFLICT DO UPDATE ... WHERE <expired> RETURNING` claims every key that is new or
-    expired, and the transaction is rolled back unless it claimed them all, so two receivers reserving one
-    key at once never both succeed (on PostgreSQL the second waits for the first's row and re-checks it).
-    `release` undoes a reservation when the event could not be emitted, so the sender's retry is accepted.
-    Times are the receiver's clock (the one its timestamp tolerance is judged by).
-    """
-
-    def __init__(self, database: Database | None) -> None:
-        self._memory: dict[str, float] = {}
-        self._lock = threading.Lock()
-        self._db = database
-        if database is not None:
-            database.ensure(_REPLAY_SCHEMA[database.dialect])
-
-    def reserve(self, keys: dict[str, float], now: float) -> bool:
-        """Record every key with its expiry; False (and nothing recorded) if any is already known."""
-        with self._lock:
-            self._memory = {k: exp for k, exp in self._memory.items() if exp > now}
-            if any(k in self._memory for k in keys):
-                return False
-            if self._db is not None:
-                # Expired rows go in a transaction of their own, so no reservation waits on a sweep.
-                with self._db.write() as conn:
-                    conn.execute(text("DELETE FROM seen WHERE expires <= :now"), {"now": now})
-                try:
-                    with self._db.write() as conn:
-                        claimed = conn.execute(
-                            text(
-                                "INSERT INTO seen (key, expires) VALUES "
-                                + ", ".join(f"(:k{i}, :e{i})" for i in range(len(keys)))
-                                + " ON CONFLICT (key) DO UPDATE SET expires = excluded.expires "
-                                "WHERE seen.expires <= :now RETURNING key"
-                            ),
-                            {
-                                "now": now,
-                                **{f"k{i}": key for i, key in enumerate(sorted(keys))},
-                                **{f"e{i}": keys[key] for i, key in enumerate(sorted(keys))},
-                            },
-                        ).all()
-                        if len(claimed) < len(keys):
-                            raise _AlreadySeen  # rolls the claimed ones back
-                except _AlreadySeen:
-                    return False
-            self._memory.update(keys)
-            return True
-
-    def release(self, keys: list[str]) -> None:
-        with self._lock:
-            for key in keys:
-                self._memory.pop(key, None)
-            if self._db is not None and keys:
-                with self._db.write() as conn:
-                    conn.execute(
-                        text("DELETE FROM seen WHERE key = :key"), [{"key": k} for k in sorted(keys)]
-                    )
-
-    def close(self) -> None:
-        """Nothing stays open between calls (each is a transaction of its own); kept for the receiver's
-        lifespan, which closes what it opened."""
-        self._db = None
-
-
-class _AlreadySeen(Exception):
-    """A key of a reservation is known: its transaction is rolled back."""
-
-
-# Keys are `sig:<hex>` and `dlv:<id>` (`check_delivery_id` allows [A-Za-z0-9._:-] only): TEXT on both.
-_REPLAY_SCHEMA = {
-    "sqlite": ["CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, expires REAL NOT NULL)"],
-    "postgresql": [
-        "CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, expires DOUBLE PRECISION NOT NULL)"
-    ],
-}
 
 
 def replay_keys(

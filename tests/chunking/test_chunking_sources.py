@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from unichunk.chunking.ids import derive_document_id
-from unichunk.chunking.sources import SOURCE_NAME_PATTERN, DirectorySource, PathsSource, default_source_name
+from unichunk.chunking.ids import SOURCE_NAME_PATTERN, derive_document_id
+from unichunk.chunking.sources import DirectorySource, PathsSource, default_source_name
 
 
 def _tree(root, files: dict[str, str]) -> None:

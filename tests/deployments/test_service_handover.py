@@ -30,10 +30,10 @@ from tests.pipeline.test_pipeline_deployments import RUN_TIMEOUT, served  # noqa
 from unichunk.chunking.ids import derive_document_id
 from unichunk.chunking.sources import default_source_name
 from unichunk.deployments.service.discovery import announce, service_file
-from unichunk.deployments.service.stores import WarmStores
 from unichunk.deployments.service.webhook import PrefectEventSink, create_app
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.pipeline import Pipeline
+from unichunk.warm_stores import WarmStores
 
 TOKEN = "handover-token"
 

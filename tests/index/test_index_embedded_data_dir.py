@@ -14,12 +14,12 @@ from pydantic import TypeAdapter
 
 from unichunk.chunking.base import Span, chunks_from_spans
 from unichunk.chunking.models import Chunk, Document
-from unichunk.deployments.service.webhook_security import ReplayCache
 from unichunk.index.chunk_cache import ChunkCache, ChunkKey
 from unichunk.index.document_leases import DocumentLeases
 from unichunk.index.registry import GenerationRegistry
 from unichunk.index.source_registry import SourceRecord, SourceRegistry
 from unichunk.index.status import StatusStore
+from unichunk.replay_cache import ReplayCache
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.database import open_database
 

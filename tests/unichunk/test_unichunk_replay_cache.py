@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from unichunk.deployments.service.webhook_security import ReplayCache
+from unichunk.replay_cache import ReplayCache
 from unichunk.sinks.database import open_database
 
 

@@ -1,6 +1,7 @@
-"""The serving process's warm stores: models loaded once, readers kept open, the single-writer rule kept.
-They are a serving concern only: the API hands their readers to a `unichunk.Pipeline` (`readers=`), whose
-code answers every request, as it answers the CLI and Python.
+"""A serving process's warm stores: models loaded once, readers kept open, the single-writer rule kept.
+The HTTP service (`unichunk serve`) keeps one and hands its readers to a `unichunk.Pipeline` (`readers=`),
+whose code answers every request, as it answers the CLI and Python; it lives in the application layer so
+the service reaches the stores only through it.
 
 Why a hand-over and not a reopen per request: opening the stores loads the embedder (seconds), which made
 every `GET /search` cost seconds in Qdrant local mode. With a Qdrant server (`UNICHUNK_QDRANT_URL`) the
@@ -33,8 +34,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
-from unichunk.chunking.errors import UnichunkError
 from unichunk.engine.store_access import handover_markers, store_lock_path
+from unichunk.errors import StoreBusy
 from unichunk.index.generations import live_generation, reading_settings
 from unichunk.retrieval.readers import Readers
 from unichunk.sinks.base import Sink
@@ -47,10 +48,6 @@ from unichunk.sinks.vectors.sink import open_vector_sink
 log = logging.getLogger(__name__)
 
 WATCH_INTERVAL = 0.1  # seconds between looks for a waiting run's marker: a run waits at most about this
-
-
-class StoreBusy(UnichunkError):
-    """A flow run holds the embedded vector store longer than a search may wait."""
 
 
 class WarmStores:
