@@ -1,33 +1,18 @@
 """One `ingest` or `reindex` run split across workers: the parent's side (the shards' is `unichunk.flows.ingest_shard`).
 
-With `shards=N` the parent lists the source once and sets aside, by the status table, what is unchanged
-(so a nightly reindex where nothing changed starts no shard at all). It splits the rest by a stable hash
-of the document ID (`unichunk.index.shards`), writes the manifest to the pipeline's records
-(`unichunk.index.shard_records`, which says why documents never travel as flow parameters) and starts one run of
-the `ingest-shard` deployment per non-empty shard with `run_deployment`. Those runs are linked to the
-parent as subflows (the Prefect UI shows the tree) and go to any worker polling the deployment's work
-pool, on any machine (or to `unichunk serve`, which serves the deployment too). The parent then waits,
-adds each shard's summary into its own and publishes the usual artifacts; deleting what vanished from the
-source, and a reindex's alignment check, happen once, in the parent, after the shards.
+The parent lists the source once, sets aside what is unchanged, splits the rest by a stable hash of the
+document ID (`unichunk.index.shards`), writes the manifest to the pipeline's records (documents never travel
+as flow parameters: `unichunk.index.shard_records`) and starts one `ingest-shard` deployment run per
+non-empty shard, linked as subflows. It then waits, adds up the shards' summaries, and alone deletes what
+vanished and checks a reindex's alignment. Two rules it keeps:
 
-A shard that fails as a run (its run crashed, failed without a summary, was cancelled on its own, or was
-lost with its worker) is started again alone, as attempt 2, 3, ... up to `shard_retries` more times, each
-logged. Documents that fail inside a shard are ordinary failures: reported, not retried. A lost shard is
-told by its records: its process is gone (on this machine, seen at once) or its beat counter has not
-moved for `SILENT_SECONDS` (any machine), because Prefect 3.8.8 leaves a run Running for ever when its
-worker is killed. The lost run is marked Crashed before its retry starts, so the UI tells the truth.
-A retry redoes only what is left: the documents its predecessor finished are unchanged by then and skipped
-(and both attempts hold document leases, so they never write one document at once); its counts are its
-own, so a document a lost attempt finished counts as unchanged in the parent's summary.
+- a shard lost as a run (crashed, cancelled alone, or silent for `SILENT_SECONDS` because Prefect leaves a
+  killed worker's run Running) is marked Crashed and started again alone, up to `shard_retries` times; its
+  documents that failed are ordinary failures, not retried;
+- cancelling or interrupting the parent cancels its open shards itself (also as the `cancel_shard_runs`
+  `on_cancellation` hook), since Prefect's own cleanup acts only on a parent that is fully Cancelled.
 
-Cancelling the parent cancels its shards. Prefect 3.8.8 does part of it by itself: its server's
-cancellation-cleanup service (every 20 s, `PREFECT_SERVER_SERVICES_CANCELLATION_CLEANUP_LOOP_SECONDS`)
-moves a subflow run whose parent is Cancelled to Cancelling, and the worker running it then stops it. It
-does not act on a parent that crashed or was interrupted in a CLI process (Ctrl-C), and only once the
-parent is fully Cancelled. So the parent cancels its open shards itself when its wait is interrupted
-(the SIGTERM or control message of a cancellation, Ctrl-C), and the flows also carry
-`cancel_shard_runs` as an `on_cancellation` hook, which the worker or runner runs after stopping the
-parent's process, for a parent killed before it could.
+docs/operations.md, "Scaling out", describes the whole protocol; benchmarks/README.md the shard speed.
 """
 
 from __future__ import annotations

@@ -1,39 +1,20 @@
 """One run at a time on an embedded store: overlapping runs wait in line for it, none fails.
 
-Qdrant's local mode lets one process open its directory. Webhook-triggered runs, runs started from the
-Prefect UI and the nightly reindex overlap in real use; without a gate every run but one failed on the lock,
-and an update the sender had been told was accepted was lost. So a flow that opens the stores of a
-generation whose vectors live in local mode first takes an exclusive lock on that generation's store
-(`<store dir>/run.lock`), waiting for it as long as it takes, and says so in its log (the Prefect UI shows
-which run waits). Each generation has its own lock, so a rebuild writing the next generation never holds up
-the runs that keep the live one current.
+Qdrant's local mode lets one process open its directory, and webhook, UI and nightly runs overlap in real
+use. So a flow that opens a generation's stores with vectors in local mode first takes an exclusive OS file
+lock on that generation's `run.lock`, waiting as long as it takes and saying so in its log. A file lock,
+not a Prefect concurrency limit, because the kernel frees it the moment its holder exits, however it exits,
+and it covers every process on the machine. Rules kept here:
 
-Why an OS file lock and not a Prefect global concurrency limit: Prefect 3.8 keeps a slot's lease in the
-server's memory and the slot count in its database, so a server restart while a run held the slot left the
-slot taken for ever and every later run waiting (reproduced by tests/faults/test_faults_interrupted_runs.py).
-The kernel releases a file lock the moment its holder exits, however it exits, and the lock covers every
-process on the machine whichever Prefect server started it (a CLI run beside a served one). The served
-process's own queue (`UNICHUNK_SERVE_RUN_LIMIT`) is Prefect's.
+- a run takes the lock only once it has something to write or delete (`unichunk.engine.batches.RunStores`),
+  and having waited, reads the status rows again: the run it waited for may have changed the same documents;
+- each generation has its own lock, so a rebuild never holds up the runs keeping the live one current;
+- a waiting run leaves `run.wanted.<pid>` beside the lock (`handover_markers`), so a service holding it
+  SHARED for warm searches (`unichunk.warm_stores`) closes its store and lets the run in.
 
-A run opens its stores, and so takes the lock, only once it has something to write or delete
-(`unichunk.engine.batches.RunStores`): a run whose documents are all unchanged takes none, so it never waits here
-nor makes the service below hand its store over. Having waited, it reads the status rows again: the run it
-waited for may have written or deleted the same documents.
-
-Only a run that opens the vector store needs the lock: a run writing only the keyword index and the graph
-(`--sink keywords --sink graph`) opens no Qdrant directory (the BM25 file and the graph server take
-concurrent writers), so it is not queued. Dropping a generation removes all its stores, the vectors
-included, and keeps the lock.
-
-A running service (`unichunk serve`, `unichunk.warm_stores`) keeps the live store open for warm
-searches and holds a SHARED lock on the same file meanwhile. A run that finds the lock taken drops a marker
-beside it (`run.wanted.<pid>`, `handover_markers`) while it waits: the service sees the marker, lets its
-searches in flight finish, closes the store and releases its shared lock, so the run gets the exclusive
-one; the marker goes once the run holds the lock, and the service reopens the store after the run.
-
-With a Qdrant server (`UNICHUNK_QDRANT_URL`) the stores take concurrent writers and runs are not queued.
-Runs that proceed in parallel never write one document at once: each holds the leases of the documents it
-is writing (`unichunk.engine.leases`).
+Runs that open no Qdrant directory, or use a Qdrant server, are not queued; document leases
+(`unichunk.engine.leases`) keep parallel runs off one document. docs/operations.md ("Overlapping runs
+wait") has the rest.
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ adapter needs.
     p = Pipeline()
     p.ingest("docs/"); p.search("how are deletions propagated", k=5)
 
-Every name loads on first use: `Pipeline` brings Prefect and the flows (about 3 s on the reference machine),
-which `from unichunk import ChunkingService` (the LlamaIndex node parser's need) should not pay for, and
-the chunking types bring the chunker (about 0.1 s), which `unichunk.__version__` (`unichunk --version`)
-should not.
+Every name loads on first use: `Pipeline` brings Prefect and the flows, which `from unichunk import
+ChunkingService` (the LlamaIndex node parser's need) should not pay for, and the chunking types bring the
+chunker, which `unichunk.__version__` (`unichunk --version`) should not (benchmarks/README.md, "Why some
+imports are lazy").
 Adapters: `unichunk.integrations.llama_index`, `unichunk.integrations.langchain` (optional extras).
 """
 

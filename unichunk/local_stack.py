@@ -1,34 +1,16 @@
 """The local stack without containers: one Prefect server per data dir and the embedded FalkorDB.
 
-One **local Prefect server** per data dir, recorded in `<data_dir>/stack/prefect-server.json` (the pid of
-its watchdog, which leads the server's process group, and its API URL), with its database and log under
-`<data_dir>/stack`:
+`prefect_api` is the one way every entry point (the CLI, `unichunk.Pipeline`) reaches Prefect:
+PREFECT_API_URL when set, else the data dir's own server, recorded in `<data_dir>/stack/prefect-server.json`,
+started on first use (`unichunk up`: port 4200; otherwise a free port) and held in use for the caller's
+block. Not Prefect's ephemeral server: that one is a child of each command, so every command pays its
+start-up and a command killed with SIGKILL leaves it running, unrecorded. Start and stop hold a file lock
+(`stack/.lock`), so two commands starting at once start one server; `down()` stops only what was recorded
+(a server found answering on 4200 is used, never stopped). Servers a command starts stop themselves when
+idle or when the data dir goes (`unichunk.sinks.idle_watchdog`); those of `up` only then or at `down`.
 
-- `unichunk up` starts it on port 4200 (the UI's usual port; `--port`, `--host` choose others), or reuses
-  the recorded one;
-- every CLI command that talks to Prefect with PREFECT_API_URL unset starts it on a free port (never 4200,
-  which `up` and users' own servers use), or reuses the recorded one (`ensure_prefect_server`).
-  Why not Prefect's ephemeral server, the default without PREFECT_API_URL: it is a child of the command,
-  so a command killed with SIGKILL leaves it running, unrecorded, one more per killed command, and every
-  command pays its start-up (measured: 10-15 s here). A recorded server outlives a killed command on
-  purpose: the next command reuses it (and says so) and `unichunk down` stops it;
-- `down()` stops the recorded server and the embedded FalkorDB (`unichunk.sinks.graph.falkordb_server`), which is
-  recorded the same way, and nothing else: a server that answered on port 4200 without being ours was
-  used, never recorded, so never stopped.
-
-Start and stop hold a file lock (`stack/.lock`), so two commands starting at once start one server.
-`prefect_api` is the one way every entry point (the CLI, `unichunk.Pipeline`) reaches Prefect: PREFECT_API_URL
-when set, else this server, held in use (a lease) for the caller's block. Servers a command starts stop
-themselves after `SinkSettings.server_idle_seconds` (UNICHUNK_SERVER_IDLE_SECONDS) without use, or once the
-data dir is gone (`unichunk.sinks.idle_watchdog`); those of `up` only at `down` or with the data dir.
-Qdrant and BM25 need no server: they run embedded in the flow processes.
-
-The UI a server serves calls the API at PREFECT_UI_API_URL, which Prefect otherwise derives from
-PREFECT_SERVER_API_HOST/PORT (4200), not from `prefect server start --port`: every server started here is
-given its own URL (`_spawn`), unless PREFECT_UI_API_URL is set (the address other machines' browsers use,
-for a server bound to 0.0.0.0). Why not `prefect server start --background` and `prefect server stop`: the
-background server keeps its pid in PREFECT_HOME, not ours, stays in the caller's process group (a Ctrl-C
-in that terminal reaches it) and writes its output to a pipe nobody reads once the starter exits.
+Every server gets its own PREFECT_UI_API_URL (`_spawn`), since Prefect's UI would otherwise call port 4200.
+docs/operations.md, "Lifecycle", has the details and why not `prefect server start --background`.
 """
 
 from __future__ import annotations
