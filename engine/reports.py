@@ -1,21 +1,12 @@
 """What a run leaves in Prefect besides its logs: the Failed state's message and data, and its artifacts.
 
-- **Failed state.** Its message names the documents that failed and why, in a line that fits the run
-  list: `2 document(s) failed (of 40 listed): a.eml (UnknownCharset: ...), b.pdf (...)`. Its data is
-  what resolves the state (`failed_state`): a run called in this process (the CLI, `unichunk.Pipeline`,
-  tests) keeps the summary itself, which `state.result(raise_on_failure=False)` returns; a deployment's
-  run (served, or on a worker) keeps `RunFailed`, an exception with that message and the summary on it,
-  because Prefect's engine resolves such a run's final state into the exception it raises, and a summary
-  is no exception (Prefect 3.8.8 raised `TypeError: Unexpected result for failed state` there).
-- **Artifacts** (`publish_ingest`, `publish_rebuild`), on every `ingest`, `reindex` and `rebuild` run: a
-  markdown summary (key `<flow>-summary`: counts, chunks and seconds per sink, duration, a sharded run's
-  shards with their attempts, the failures)
-  and a table of the failed and known-unreadable documents (key `<flow>-failures`), created on every
-  run, empty when nothing failed: a key's latest version is what the Artifacts page shows, and a table
-  made only on failure would go on showing the last failures after a clean run. File names and errors
-  are user data: the markdown escapes them (`escape_markdown`); the table holds them as plain JSON
-  strings, which the UI shows as text. An artifact that cannot be created (the API busy) is a warning,
-  never a failed run.
+The Failed state's message names the failed documents in a line that fits the run list. Its data
+(`failed_state`) is the summary for a run called in this process, but `RunFailed` (an exception carrying
+the summary) for a deployment's run, because Prefect's engine resolves such a run's final state into the
+exception it raises, and a summary is no exception. The artifacts (`publish_ingest`, `publish_rebuild`) are
+made on every run, the failures table empty when nothing failed, since a key's latest version is what the
+Artifacts page shows. File names and errors are user data: escaped in the markdown (`escape_markdown`),
+plain JSON strings in the table. An artifact that cannot be created is a warning, never a failed run.
 """
 
 from __future__ import annotations

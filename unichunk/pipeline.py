@@ -5,20 +5,14 @@
     p.ingest("docs/")
     p.search("how are deletions propagated", k=5)
 
-Writes run the Prefect flows (`unichunk.flows.ingest`, `.rebuild`, `.documents`, `.switch`) in this
-process: against PREFECT_API_URL when it is set (the runs show in the service's UI), else against the
-data dir's local Prefect server, the CLI's (`unichunk.local_stack.prefect_api`). Reads call
-`unichunk.retrieval.search` and the stores' read side directly. Prefect and the flows load only when a
-write runs one: reads do not pay for them, and a caller (the CLI) can point Prefect at its server before
-Prefect loads.
-
-This is the application layer's one implementation of each operation: the CLI, the HTTP API (whose warm
-stores hand their readers to a Pipeline, `readers=`), the MCP server and the adapters call these methods
-and render what they return (`unichunk.results`).
-
-The stores a Pipeline opens stay open between calls (warm searches) until `close()` or the end of a
-`with` block. With Qdrant in local mode only one process may hold its folder: close the Pipeline before a
-CLI command or a served run needs the same data dir (a Qdrant server has no such limit).
+The application layer's one implementation of each operation: the CLI, the HTTP API, the MCP server and
+the adapters call these methods and render what they return (`unichunk.results`). Writes run the Prefect
+flows in this process, against PREFECT_API_URL or the data dir's local server
+(`unichunk.local_stack.prefect_api`); reads call `unichunk.retrieval.search` directly. Prefect and the
+flows load only when a write needs them: reads do not pay for them, and a caller (the CLI) can point
+Prefect at its server first. The stores opened stay open between calls until `close()`; with
+Qdrant in local mode one process may hold its folder, so close the Pipeline before a CLI command or a
+served run needs the same data dir.
 """
 
 from __future__ import annotations

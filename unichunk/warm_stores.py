@@ -1,26 +1,16 @@
 """A serving process's warm stores: models loaded once, readers kept open, the single-writer rule kept.
+
 The HTTP service (`unichunk serve`) keeps one and hands its readers to a `unichunk.Pipeline` (`readers=`),
-whose code answers every request, as it answers the CLI and Python; it lives in the application layer so
-the service reaches the stores only through it.
-
-Why a hand-over and not a reopen per request: opening the stores loads the embedder (seconds), which made
-every `GET /search` cost seconds in Qdrant local mode. With a Qdrant server (`UNICHUNK_QDRANT_URL`) the
-stores take concurrent users, so everything stays open. An embedded vector store (qdrant-edge or
-qdrant-client's local mode) may be held by ONE process, and the served flow runs (subprocesses) need it; so:
-
-- The embedder is made once and handed to every vector reader this process opens: reopening the store costs
-  milliseconds, not a model load.
-- While the vector reader is open the service holds a SHARED flock on the generation's `run.lock`, the lock
-  flow runs take EXCLUSIVELY before opening the store (`unichunk.engine.store_access`).
-- A run that finds the lock taken leaves a marker (`run.wanted.<pid>`) while it waits. A watcher thread here
-  sees it, stops admitting searches, lets those in flight finish, closes the vector reader and releases the
-  shared lock: the run proceeds. Searches arriving meanwhile wait up to UNICHUNK_SERVICE_BUSY_WAIT seconds
-  for the run to end, then get `StoreBusy` (the API answers 503 with Retry-After).
-- The reader reopens lazily on the next search once no run holds or wants the store, resolving the live
-  generation again (a switch made by a run is seen).
-
-The kernel drops a flock when its holder dies, so a crashed service never blocks a run, and a crashed
-waiting run's marker is ignored (`handover_markers` checks its pid).
+whose code answers every request; it lives in the application layer so the service reaches the stores only
+through it. Opening the stores loads the embedder, too slow for every `GET /search`, but an embedded vector
+store may be held by one process, and the served flow runs need it. So the embedder is made once and
+shared by every reader this process opens, and the open vector reader is handed over: the service holds a
+SHARED flock on the generation's `run.lock` (the lock runs take exclusively, `unichunk.engine.store_access`);
+when a waiting run leaves `run.wanted.<pid>`, a watcher thread stops admitting searches, lets those in
+flight finish, closes the reader and releases the lock. Searches meanwhile wait up to
+UNICHUNK_SERVICE_BUSY_WAIT, then get `StoreBusy` (503 with Retry-After). The reader reopens on the next
+search once no run holds or wants the store, resolving the live generation again. With a Qdrant server
+nothing is handed over. A dead service's flock and a dead run's marker (`handover_markers`) bind no one.
 """
 
 from __future__ import annotations

@@ -1,27 +1,16 @@
 """`unichunk`: ingest, search, inspect and verify from a shell.
 
 Every command parses its arguments, asks the application layer (`unichunk.interface.IndexService`) and
-renders the typed result it gets back. `search`, `status`, `delete` and `generations list` ask the service
-`unichunk serve` runs for this data dir (or UNICHUNK_SERVICE_URL) when there is one
-(`unichunk.deployments.cli.service_client`), else a `unichunk.Pipeline` in this process; the other
-commands use a Pipeline. Either way the code after "which one?" is the same.
+renders the typed result it gets back: from the service `unichunk serve` runs for this data dir (or
+UNICHUNK_SERVICE_URL) for `search`, `status`, `delete` and `generations list` when there is one
+(`unichunk.deployments.cli.service_client`), else from a `unichunk.Pipeline` in this process. Flows report
+to PREFECT_API_URL, else to the data dir's local Prefect server (`unichunk.local_stack`).
 
-The flows a Pipeline runs here report to PREFECT_API_URL, else to the data dir's **local Prefect server**,
-which the first such command starts (detached, on a free port, recorded under `<data dir>/stack`) and
-later ones reuse, each saying so in one line (`unichunk.local_stack` says why not Prefect's ephemeral
-server; `unichunk.deployments.cli.flow_runs` keeps the terminal readable meanwhile). `unichunk down` stops
-it and the embedded FalkorDB; `demo` ends by naming what it left running.
-
-Output (`unichunk.deployments.cli.console`): data printed literally, one line each; a failed document is
-`failed  <source>: <error>`, a command that cannot finish one line, `error: <cause>`
-(`unichunk.deployments.cli.failures`), with its exit code (`unichunk.deployments.cli.exit_codes`, shown in
-`--help`). `--json` on every command that prints data prints one JSON document on stdout and nothing else
-there; progress, warnings and the `error:` line go to stderr, and the exit codes are the same.
-
-Settings are checked before anything starts (`_startup_checks`), and an unknown document or generation is
-refused before any flow or Prefect server starts. Imports of the Pipeline (and so of the stores' clients,
-the models and Prefect) happen inside the paths that work in-process: a command answered by a running
-service imports none of them (`tests/deployments/test_cli_imports.py` checks the closure).
+Two rules: data goes to stdout (`--json`: one JSON document and nothing else), progress, warnings and the
+one `error:` line to stderr, with the exit codes of `unichunk.deployments.cli.exit_codes`; and settings,
+unknown documents and generations are refused before any flow or server starts. The Pipeline, and so the
+stores' clients, the models and Prefect, is imported only on the in-process paths: a command a running
+service answers imports none of them (`tests/deployments/test_cli_imports.py`).
 """
 
 from __future__ import annotations

@@ -3,20 +3,12 @@
     unichunk mcp            # stdio: what a desktop client (Claude Desktop, an IDE) starts
     unichunk mcp --http     # streamable HTTP on http://127.0.0.1:8765/mcp
 
-Built on the official SDK's `MCPServer`; every tool calls `unichunk.Pipeline`, so an agent gets what the
-CLI and Python get: the same chunks, IDs and exact offsets. Why it is built the way it is:
-
-- Tools return pydantic models: the SDK publishes their output schema, and a client gets structured
-  content beside the JSON text.
-- Whatever an agent can cause or meet (an unknown chunk, a path outside the roots, a store down, an
-  argument out of range) comes back as a tool error of one line, which the model reads and acts on; never
-  a traceback. The unexpected ones leave their traceback in the server's log, on stderr.
-- `ingest` reads only inside the configured roots (UNICHUNK_MCP_ROOTS, else UNICHUNK_SOURCE_ROOT), with the
-  webhook receiver's path checks: an agent follows text anyone may have written, so a `../`, a symlink or
-  an absolute path must not let it index /etc or a home folder.
-- Nothing but protocol reaches stdout: the SDK's stdio transport points fd 1 at stderr while it serves,
-  every log (ours, the SDK's, Prefect's) goes to stderr, and model-loading progress bars are off.
-- One ingest at a time in this process (a second waits); searches and reads run beside it.
+Built on the official SDK's `MCPServer`; every tool calls `unichunk.Pipeline`, so an agent gets the same
+chunks, IDs and offsets as the CLI and Python. Tools return pydantic models (the SDK publishes their
+schema); whatever an agent can cause or meet comes back as a one-line tool error, never a traceback;
+`ingest` reads only inside the configured roots (UNICHUNK_MCP_ROOTS, else UNICHUNK_SOURCE_ROOT), because an
+agent follows text anyone may have written; nothing but protocol reaches stdout; one ingest runs at a time.
+docs/operations.md, "MCP server for agents", has the details.
 """
 
 from __future__ import annotations

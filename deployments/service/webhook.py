@@ -1,24 +1,15 @@
 """Webhook receiver: turns a signed "document changed" call from a source system into a Prefect event.
 
 Prefect Cloud's incoming webhooks do not exist on a self-hosted server, so this small FastAPI app plays
-that part. It only verifies and translates: the event it emits fires the `ingest-document` /
-`delete-document` deployments' triggers, and those flow runs touch the stores, never the receiver. The
-same app is the service's API (`unichunk.deployments.service.api`: search, documents, status, delete through a
-deployment run; bearer auth in `unichunk.deployments.service.auth`; OpenAPI at /docs), reading warm stores.
+that part. It only verifies and translates: the event fires the `ingest-document` / `delete-document`
+deployments' triggers, and those runs touch the stores, never the receiver. The same app is the service's
+API (`unichunk.deployments.service.api`, bearer auth in `.auth`).
 
-Checks, in order (see `webhook_security`): size (Content-Length, then while streaming) -> 413, content
-type -> 415, HMAC signature and timestamp freshness -> 401, replay of a signature or delivery id -> 409,
-JSON shape and types, unsafe ids or paths -> 422. Then the event is sent with an id derived from the
-delivery id, so a sender's retry can never start a second run (Prefect drops events whose id it has
-seen). If Prefect cannot take the event the answer is 503 and the sender should retry.
-
-Sender side, e.g. in Python::
-
-    body = json.dumps({"event": "updated", "source_id": "a.md"})   # the configured source, a.md in its root
-    ts = str(int(time.time()))
-    headers = {"Content-Type": "application/json", "X-Unichunk-Timestamp": ts,
-               "X-Unichunk-Delivery": "<unique id per change, reused on retries>",
-               "X-Unichunk-Signature": sign(secret, ts, body.encode())}
+Checks, in order (`webhook_security`): size -> 413, content type -> 415, HMAC signature and timestamp
+freshness -> 401, replayed signature or delivery id -> 409, JSON shape, unsafe ids or paths -> 422. The
+event's id is derived from the delivery id, so a sender's retry never starts a second run (Prefect drops
+an event id it has seen); if Prefect cannot take the event the answer is 503 and the sender retries.
+docs/operations.md ("Webhooks") has the headers a sender signs.
 """
 
 from __future__ import annotations

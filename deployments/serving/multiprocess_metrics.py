@@ -1,28 +1,18 @@
 """One /metrics for the serving process (or a worker) and every flow run it spawns (prometheus_client
 multiprocess mode).
 
-`unichunk serve` runs each flow run in a subprocess (Prefect's Runner). Without this, each run counted from
-zero in its own memory and pushed that to the Pushgateway, so `increase()` saw nothing and the serving
-process's own /metrics had no pipeline samples. In multiprocess mode every process (the serving one and
-each run) writes its samples to files under PROMETHEUS_MULTIPROC_DIR, and /metrics (the metrics port and
-the receiver's route) renders `MultiProcessCollector` over them: counters are the sum over every run since
-the service started, so they only go up while it lives.
+Each flow run is a subprocess: counting in its own memory, it would start from zero and its samples would
+never reach the serving process's /metrics. In multiprocess mode every process writes its samples to files
+under PROMETHEUS_MULTIPROC_DIR and /metrics renders `MultiProcessCollector` over them, so counters only go
+up while the service lives.
 
-Why a re-exec. prometheus_client picks how values are stored (in memory or in those files) once, when
-`prometheus_client.values` is imported, from the environment; the CLI imports the metric modules long
-before it knows it will serve. So `enter_multiprocess_mode()`, the first thing `unichunk serve` and
-`python -m unichunk.deployments.serving.serve` do, clears the directory, sets the variable and replaces the process with
-the same command line (`os.execv`: same pid, so a supervisor or a container sees nothing; about one
-interpreter start more). The new process imports prometheus_client with the variable set, and the run
-processes inherit it. A directory named by the user's PROMETHEUS_MULTIPROC_DIR is used instead of
-`<data dir>/prometheus-multiproc`, and cleared the same way: files left by an earlier service would
-otherwise be summed into this one's counters. In server mode (UNICHUNK_DATABASE_URL), where nothing may be
-written under the data dir, the default is a fresh directory in the system's temporary space instead,
-removed when the service exits: these files are scratch of one service's life, not records.
-
-`unichunk worker` (a Prefect process worker, `unichunk.deployments.serving.worker`) does the same for the runs it spawns
-from a work pool, always in such a temporary directory of its own: several workers may share a machine
-(and a data dir), and each must sum only its own runs, or two workers would count each run twice.
+Why a re-exec: prometheus_client picks in-memory or file storage once, when `prometheus_client.values` is
+imported, and the CLI imports the metric modules before it knows it will serve. So
+`enter_multiprocess_mode()`, the first thing `unichunk serve` does, clears the directory, sets the variable
+and `os.execv`s the same command line (same pid: a supervisor sees nothing). The directory is cleared
+because an earlier service's files would be summed into this one's counters; in server mode
+(UNICHUNK_DATABASE_URL) and for `unichunk worker` (`temporary=True`) it is a fresh temporary one, removed
+on exit, so that several workers on one machine each sum only their own runs.
 """
 
 from __future__ import annotations

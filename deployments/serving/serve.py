@@ -1,39 +1,19 @@
 """The deployments and the process that serves them.
 
-- `ingest/ingest`: ad-hoc runs from the Prefect UI or `prefect deployment run` (no schedule).
-- `rebuild/rebuild`: run from the UI after changing the chunking settings (its form), the embedder or the
-  extractor (UNICHUNK_* settings of the serving process): builds a new index generation beside the live
-  one and switches readers when it is verified.
-- `switch-generation/switch-generation`: roll back to a retained generation (or on to a ready one).
-- `reindex/reindex`: the nightly safety net, on the cron in UNICHUNK_REINDEX_CRON (default "0 2 * * *").
-- `ingest-shard/ingest-shard`: one shard of an `ingest` or `reindex` run given `shards=N`, started by that
-  run (`unichunk.engine.shards`), never by hand; served here so one machine can run shards in parallel processes.
-- `ingest-document/ingest-document` and `delete-document/delete-document`: fired by the Prefect events
-  "document.updated" / "document.deleted" that the webhook receiver emits; their parameters are Jinja
-  templates over the event payload, rendered by the Prefect server when the trigger fires.
+- `ingest`: ad-hoc runs from the Prefect UI or `prefect deployment run`; `reindex`: the nightly safety net
+  on UNICHUNK_REINDEX_CRON; `ingest-shard`: one shard of a run given `shards=N`, started by that run
+  (`unichunk.engine.shards`), never by hand;
+- `rebuild`: a new index generation beside the live one after changing the chunking settings (its form),
+  the embedder or the extractor; `switch-generation`: roll back to a retained generation, or on;
+- `ingest-document` and `delete-document`: fired by the "document.updated" / "document.deleted" events the
+  webhook receiver emits, their parameters Jinja templates the server renders from the event.
 
-`serve_all()` serves them in this one process (Prefect's `Runner`: each flow run is a subprocess of it)
-and exposes /metrics on UNICHUNK_METRICS_PORT (default 9464) for Prometheus. It stops within
-`STOP_DEADLINE_SECONDS` of SIGTERM or SIGINT (see `ServeRunner`).
-
-What the UI shows of a run. Run processes inherit this process's environment, so `serve_all` sets the
-flow-run and task-run loggers to INFO there (`RUN_LOG_LEVELS`, unless set otherwise): `unichunk serve`
-keeps Prefect's own loggers at WARNING, which the run loggers would otherwise inherit, leaving a
-successful run without a log line. Each deployment has tags (`TAGS`: `unichunk`, and what starts it or
-what it does) to filter runs by, and the long ones a concurrency limit (`CONCURRENCY`).
-
-Scaling out. One served process suits one machine. To spread runs over machines, use the prefect.yaml at
-the repo root instead, which declares the same deployments for a process work pool::
-
-    prefect work-pool create unichunk --type process
-    prefect deploy --all                       # from the repo root, registers the deployments
-    unichunk worker --pool unichunk            # on each machine, as many as you like
-
-Every worker polls the pool and runs flow runs as local subprocesses (`unichunk.deployments.serving.worker`: one /metrics
-for all of them), so adding workers adds throughput; the triggers and the cron live on the server and do
-not care which worker picks a run up, and one large `ingest`/`reindex` given `shards=N` is split across
-them (`unichunk.engine.shards`). Every worker needs the same UNICHUNK_* settings pointing at shared stores
-(UNICHUNK_DATABASE_URL, Qdrant and Neo4j servers): docs/operations.md, "Scaling out".
+`serve_all()` serves them in this one process (Prefect's `Runner`: each flow run is a subprocess), exposes
+/metrics on UNICHUNK_METRICS_PORT, and stops within `STOP_DEADLINE_SECONDS` of SIGTERM or SIGINT
+(`ServeRunner`). Run processes inherit its environment, so it sets the run loggers to INFO there
+(`RUN_LOG_LEVELS`): they would otherwise inherit the WARNING level `unichunk serve` keeps for Prefect's own
+loggers, and a successful run would log nothing. One served process suits one machine; prefect.yaml
+declares the same deployments for a work pool of `unichunk worker`s (docs/operations.md, "Scaling out").
 """
 
 from __future__ import annotations
@@ -250,23 +230,13 @@ def child_pids(pid: int | None = None) -> list[int]:
 class ServeRunner(Runner):
     """Prefect's Runner, stopping within `STOP_DEADLINE_SECONDS` of SIGTERM or SIGINT.
 
-    Why not `prefect.serve` as it is (Prefect 3.8.8): its SIGTERM handler calls `Runner.stop()` from inside
-    the running event loop, where that returns a coroutine nobody awaits, then raises SystemExit through the
-    loop, so in-flight runs are never marked ended (they stay Running in the UI); and on SIGINT it waits for
-    every in-flight run to finish, however long that takes.
-
-    Here both signals set one stop event, and then:
-    - the runner's own `astop()` cancels the in-flight runs: each run process gets SIGTERM and its run ends
-      Cancelled. A document the run was writing stays `processing` and the documents it had not reached
-      stay as they were, so the next run of the source redoes exactly those
-      (`tests/faults/test_faults_lifecycle.py` checks it);
-    - a run process that has not exited after `STOP_KILL_AFTER_SECONDS` is killed: a run finishing its
-      current task (an embedding batch, a graph write) cannot be interrupted sooner, and Prefect would wait
-      30 s for it. The stores are built to survive a killed writer (`tests/faults/`);
-    - a watchdog thread exits the process at `STOP_DEADLINE_SECONDS` whatever is still pending, so nothing
-      (an unreachable Prefect API during the cancellation, say) holds the process past it.
-
-    A SIGINT its parent set to be ignored (a shell's background job) stays ignored, as Unix programs do.
+    Not `prefect.serve` as it is: on SIGTERM it leaves its in-flight runs Running in the UI (its handler's
+    `Runner.stop()` returns a coroutine nobody awaits), and on SIGINT it waits for every run to finish. Here
+    both signals set one stop event, then the runner's `astop()` cancels the in-flight runs (each ends
+    Cancelled; the next run of the source redoes what they left), a run process still busy after
+    `STOP_KILL_AFTER_SECONDS` is killed (the stores survive a killed writer, `tests/faults/`), and a watchdog
+    thread exits the process at `STOP_DEADLINE_SECONDS` whatever is pending. A SIGINT its parent set to be
+    ignored (a shell's background job) stays ignored, as Unix programs do.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -1,22 +1,15 @@
 """`unichunk worker`: a Prefect process worker whose flow runs' metrics add up on one /metrics page.
 
-`prefect worker start --pool unichunk` runs each flow run in a subprocess that ends with the run; with
-PUSHGATEWAY_URL set, each run pushes its own counts on exit, grouped by instance and flow, so two runs of
-one flow on one worker (two shards of a sharded run, say) overwrite each other's group and counts are
-lost. `unichunk worker` is that same worker (Prefect's `ProcessWorker`, polling the pool, running runs as
-subprocesses, creating the pool as a process pool if it does not exist) in prometheus_client's
-multiprocess mode (`unichunk.deployments.serving.multiprocess_metrics`): every run it spawns writes its samples to files
-in the worker's own directory (`PROMETHEUS_MULTIPROC_DIR`, else a fresh one under the system's temp dir,
-removed when the worker exits: `enter_multiprocess_mode(temporary=True)`), and the worker serves their sum on `/metrics`. Counters then only go up
-while the worker lives, `increase()` is right, and runs push nothing (a served run never does). One
-Prometheus scrape target per worker; see deployments/prometheus.yml.
+Under `prefect worker start`, each run pushes its own counts to the Pushgateway, grouped by instance and
+flow, so two runs of one flow on one worker (two shards) overwrite each other's. This is the same worker
+(Prefect's `ProcessWorker`, creating the pool as a process pool if it is missing) in prometheus_client's
+multiprocess mode, in a temporary directory of its own (`unichunk.deployments.serving.multiprocess_metrics`):
+its runs push nothing and its /metrics sums them, one Prometheus target per worker.
 
-Stopping: the first SIGTERM or SIGINT cancels the worker's main task, as asyncio does for Ctrl-C: it
-stops polling and shuts Prefect's worker down, which stops the runs in flight (their processes end; a
-shard run's parent sees its process gone and starts the shard again on another worker); a second signal
-exits at once. (Prefect's `setup_signal_handlers_worker`, which `prefect worker start` installs, forwards
-SIGTERM as SIGINT to the process itself; under `asyncio.run` in this process that SIGINT was swallowed in
-3.8.8 and the worker never stopped.)
+The first SIGTERM or SIGINT cancels the worker's main task, which stops polling and stops the runs in flight
+(a shard's parent retries it elsewhere); a second exits at once. Prefect's own handler, which forwards
+SIGTERM as SIGINT, is not used: under `asyncio.run` here that SIGINT was swallowed and the worker never
+stopped.
 """
 
 from __future__ import annotations
