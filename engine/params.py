@@ -4,7 +4,7 @@ The run form of `ingest`, `reindex` and `rebuild` asks for what a person decides
 strategy with its size and overlap, a dry run (or, for a rebuild, whether to switch); the rest (sinks,
 batching, shards, and the chunkers' own settings such as the paragraph separator) sits in `advanced`,
 folded away with its defaults. A caller in Python may still pass an exact `ChunkStrategy` as `strategy`
-(not shown in the form) and the run options at the top level, as before.
+(not shown in the form) and the run options at the top level.
 """
 
 from __future__ import annotations

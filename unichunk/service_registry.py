@@ -29,7 +29,7 @@ def service_rows(data_dir: Path | None) -> ServiceRows | None:
     if settings.database_url is None:
         return None
     from unichunk.sinks.database import (
-        open_database,  # SQLAlchemy (~0.16 s) only in server mode: the CLI starts light
+        open_database,  # SQLAlchemy only in server mode: the CLI starts light
     )
 
     return ServiceRows(open_database(settings, settings.data_dir / "services.sqlite3"))

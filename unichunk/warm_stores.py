@@ -45,7 +45,7 @@ class WarmStores:
 
     def __init__(self, busy_wait: float, settings: SinkSettings | None = None) -> None:
         self.busy_wait = busy_wait
-        # Read from the environment once, at start, not per search (about 5 ms each); the live
+        # Read from the environment once, at start, not per search (benchmarks/README.md); the live
         # generation is still resolved per search, from the registry, so a switch is followed.
         self._base = settings or SinkSettings()
         self._cond = threading.Condition()
