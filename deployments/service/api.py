@@ -1,20 +1,12 @@
 """The service's read/write API, mounted on the receiver's app: search, documents, status, delete.
 
 Each route parses its query, asks a `unichunk.Pipeline` whose readers are the service's warm stores
-(`unichunk.warm_stores.WarmStores`: models loaded once, handed over to flow runs in the
-embedded store's single-writer mode) or a provider's (tests), and serves the typed result as JSON:
-
-- `GET /search?q=...`: `Pipeline.search` (ranked chunks, route, assembled context, graph context);
-  `source=` (a source's name) and `document=` (repeatable IDs) narrow it in every retriever.
-- `GET /documents/{id}`: `Pipeline.document`, the live record of the document and its chunks in order.
-- `DELETE /documents/{id}`: 404 at once for an unknown ID (`Pipeline.knows`); else starts the
-  `delete-document` deployment's run through Prefect (the served runner runs it, under the store lock)
-  and answers 202 with the run, or waits for it with `?wait=true`. Starting a deployment's run is the
-  Prefect orchestration this module does itself: the served runner, not this process, must write.
-- `GET /status`: `Pipeline.status`, what `unichunk status --json` prints.
-
-Retrieval blocks, so the endpoints are sync functions FastAPI runs in its thread pool. Every route here
-takes the bearer token (`unichunk.deployments.service.auth`).
+(`unichunk.warm_stores.WarmStores`) or a provider's (tests), and serves the typed result as JSON; the
+routes are listed in docs/operations.md ("The service"). `DELETE /documents/{id}` is the one piece of
+Prefect orchestration done here: it starts the `delete-document` deployment's run, because the served
+runner, not this process, must write (under the store lock). Retrieval blocks, so the endpoints are sync
+functions FastAPI runs in its thread pool. Every route takes the bearer token
+(`unichunk.deployments.service.auth`).
 """
 
 from __future__ import annotations
