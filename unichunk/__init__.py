@@ -17,9 +17,10 @@ Adapters: `unichunk.integrations.llama_index`, `unichunk.integrations.langchain`
 
 from __future__ import annotations
 
-import importlib
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from unichunk.lazy_names import lazy_names
 
 if TYPE_CHECKING:
     from unichunk.chunking import (
@@ -74,14 +75,7 @@ _NAMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """A name of the face, imported from its module when first asked for (then kept here)."""
-    module = _NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'unichunk' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _NAMES)
 
 
 __all__ = [

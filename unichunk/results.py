@@ -9,10 +9,11 @@ without importing the layer that builds them.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
+
+from unichunk.lazy_names import lazy_names
 
 if TYPE_CHECKING:
     from unichunk.engine.params import FailedDocument, IngestSummary, RebuildSummary
@@ -122,13 +123,7 @@ _ELSEWHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _ELSEWHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'unichunk.results' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _ELSEWHERE)
 
 
 __all__ = [
