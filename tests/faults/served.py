@@ -55,9 +55,10 @@ def stop_process(process: subprocess.Popen) -> None:
 
 
 def start_run(api: str, deployment_id: str, parameters: dict[str, Any]) -> str:
-    """Create a flow run; a busy SQLite server may answer 503, so retry with one idempotency key."""
+    """Create a flow run; a busy SQLite server may answer 503 (for over a minute while a re-index writes on
+    a loaded 2-core machine), so retry with one idempotency key."""
     body = {"parameters": parameters, "idempotency_key": uuid.uuid4().hex}
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     while True:
         try:
             response = httpx.post(f"{api}/deployments/{deployment_id}/create_flow_run", json=body, timeout=15)

@@ -84,7 +84,7 @@ def test_two_threads_reach_their_own_data_dirs_server_which_stops_once_unused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("PREFECT_API_URL", raising=False)  # the local servers, not the session's
-    from prefect.settings import PREFECT_API_URL
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     dirs = [tmp_path / "a", tmp_path / "b"]
     inside = threading.Barrier(2, timeout=400)
@@ -93,7 +93,11 @@ def test_two_threads_reach_their_own_data_dirs_server_which_stops_once_unused(
 
     def use(data: Path) -> None:
         try:
-            with prefect_api(SinkSettings(data_dir=data, server_idle_seconds=2)) as api:
+            # Prefect read PREFECT_API_URL when it loaded (a CI run sets one for the session): not here
+            with (
+                temporary_settings(restore_defaults={PREFECT_API_URL}),
+                prefect_api(SinkSettings(data_dir=data, server_idle_seconds=2)) as api,
+            ):
                 assert api.local is not None
                 inside.wait()  # both threads hold their own server at the same time
                 time.sleep(5)  # past the idle period: a held server is in use
