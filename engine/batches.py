@@ -26,6 +26,7 @@ from unichunk.engine import progress
 from unichunk.engine.leases import RunLeases, when_leased
 from unichunk.engine.params import FailedDocument, IngestSummary, names
 from unichunk.engine.reports import failed_state, failure_message, publish_ingest
+from unichunk.engine.run_stop import RunStop
 from unichunk.engine.store_access import exclusive_store_access
 from unichunk.index import metrics
 from unichunk.index.chunk_batch import ChunkBatchResult
@@ -33,9 +34,10 @@ from unichunk.index.chunk_cache import ChunkKey
 from unichunk.index.generations import ensure_live_alias, expired_generations
 from unichunk.index.run import RunConfig
 from unichunk.index.sink_writes import PrepareOutcome, optimize_sinks, record_outcome
-from unichunk.index.status import DocumentStatus, Failure
+from unichunk.index.status import DocumentStatus, Failure, pending_fields
 from unichunk.sinks.base import SINK_NAMES, Sink
 from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.outage import StoreUnreachable, unreachable
 from unichunk.sinks.pool import flow_sinks
 from unichunk.tasks.alignment import restore_previous_task
 from unichunk.tasks.chunk import chunk_batch
@@ -195,6 +197,7 @@ def process_items(
     *,
     batch_size: int,
     dry_run: bool,
+    stop: RunStop | None = None,
 ) -> None:
     """Bring the sinks up to date with `items`, accumulating outcomes into `summary`; `stores` are opened
     only if some item is to be loaded (not unchanged by size and mtime, not known unreadable).
@@ -215,7 +218,11 @@ def process_items(
     Task arguments are wrapped in `quote`: Prefect otherwise walks every argument, element by element,
     looking for futures to resolve (none are passed here); 56 task runs each given 2,000 small dicts
     spent 13 s of CPU on that, against 1.5 s quoted.
+
+    A store whose server stops answering ends the run at once (`unichunk.engine.run_stop`): raised as
+    `StoreUnreachable` once the batch it failed is undone.
     """
+    stop = stop or RunStop()
     status = run.status_store(readonly=dry_run)
     rows = status.get_many(item.document_id for item in items)
     pending = [] if dry_run else to_load(items, rows, run)
@@ -229,14 +236,23 @@ def process_items(
     tally = _Progress(done=len(items) - len(todo), total=len(items))
     tally.advance(0)
     if dry_run:
-        _run_batches(todo, run, summary, batch_size=batch_size, dry_run=True, leases=None, tally=tally)
+        _run_batches(
+            todo, run, summary, batch_size=batch_size, dry_run=True, leases=None, tally=tally, stop=stop
+        )
         return
     if not todo:  # nothing changed: no lease to take (the nightly reindex's usual case)
         return
     with RunLeases(run) as leases:
         while todo:
             deferred = _run_batches(
-                todo, run, summary, batch_size=batch_size, dry_run=False, leases=leases, tally=tally
+                todo,
+                run,
+                summary,
+                batch_size=batch_size,
+                dry_run=False,
+                leases=leases,
+                tally=tally,
+                stop=stop,
             )
             if not deferred:
                 break
@@ -308,15 +324,20 @@ def _run_batches(
     dry_run: bool,
     leases: RunLeases | None,
     tally: _Progress,
+    stop: RunStop,
 ) -> list[SourceItem]:
     """Chunk, prepare and write `items` in overlapping batches; returns the documents deferred because
-    another run held them. Every lease this takes is released by the time it returns or raises."""
+    another run held them. Every lease this takes is released by the time it returns or raises.
+
+    Once `stop` is requested no further batch is written: the documents chunked but not written go back to
+    `pending` (the next run does them), and the reason is raised."""
     deferred: list[SourceItem] = []
+    unwritten: list[str] = []  # chunked (marked processing) but not written, when the run stops
     batches = _leased_batches(items, batch_size, leases, deferred)
     upcoming = _chunk_next(batches, tally, run, dry_run)
     writing: _Writing | None = None
     try:
-        while upcoming is not None:
+        while upcoming is not None and not stop.requested:
             batch, label, future = upcoming
             result = future.result()
             upcoming = _chunk_next(batches, tally, run, dry_run)
@@ -335,7 +356,10 @@ def _run_batches(
                 )
                 if writing is not None:
                     previous, writing = writing, None
-                    _settle(previous, run, summary, leases)
+                    _settle(previous, run, summary, leases, stop)
+                if stop.requested:  # the previous batch found a store down: this one is not written
+                    unwritten.extend(key.document_id for key in result.keys)
+                    break
                 submitted = datetime.now(UTC)
                 futures = (
                     {
@@ -352,13 +376,31 @@ def _run_batches(
         # undone), so the status table never misses a write that happened.
         try:
             if writing is not None:
-                _settle(writing, run, summary, leases)
+                _settle(writing, run, summary, leases, stop)
         finally:
+            if upcoming is not None and (leases is not None or stop.requested):
+                upcoming[2].wait()  # its chunk task writes status rows: let it end before letting go
+            if stop.requested and not dry_run:
+                _put_back(run, unwritten + _chunked(upcoming), stop)
             if leases is not None:
-                if upcoming is not None:  # its chunk task writes status rows: let it end before letting go
-                    upcoming[2].wait()
                 leases.release(leases.held)
+    stop.raise_if_requested()
     return deferred
+
+
+def _chunked(upcoming: tuple[list[SourceItem], str, PrefectFuture[ChunkBatchResult]] | None) -> list[str]:
+    """The documents a finished chunk task marked processing (none if it failed: it recorded why)."""
+    if upcoming is None or not upcoming[2].state.is_completed():
+        return []
+    return [key.document_id for key in upcoming[2].result().keys]
+
+
+def _put_back(run: RunConfig, document_ids: list[str], stop: RunStop) -> None:
+    """The documents chunked but not written when the run stopped: `pending`, with why, for the next run
+    (the stores still hold their previous version, which their rows still name)."""
+    if document_ids:
+        reason = f"not written: the run stopped: {stop.reason}"
+        run.status_store().upsert_many([(d, pending_fields(reason)) for d in document_ids])
 
 
 def _chunk_next(
@@ -387,12 +429,15 @@ def _add_seconds(
         return
 
 
-def _settle(writing: _Writing, run: RunConfig, summary: IngestSummary, leases: RunLeases | None) -> None:
+def _settle(
+    writing: _Writing, run: RunConfig, summary: IngestSummary, leases: RunLeases | None, stop: RunStop
+) -> None:
     """Wait for a batch's writes and record its outcome, then release its documents' leases.
 
     Guarantee when a write fails: the batch's documents are marked failed and every sink whose write
     succeeded is put back to the previous version (a new document is removed), so those sinks never keep
     a half-written new version; the sink that failed may, until a re-run (or reindex repair) converges.
+    A write that failed because the store's server does not answer stops the run (`stop`).
     """
     failed, processed = writing.failed, list(writing.good)
     written: dict[str, int] = {}
@@ -402,6 +447,9 @@ def _settle(writing: _Writing, run: RunConfig, summary: IngestSummary, leases: R
             written[name] = future.result()
         except Exception as exc:
             errors.append(f"write[{name}] failed after retries: {type(exc).__name__}: {exc}")
+            cause = unreachable(exc)
+            if cause is not None:
+                stop.request(StoreUnreachable.of(name, _location(run, name), cause))
         _add_seconds(writing.seconds["write"], name, future, writing.submitted)
     if errors:
         # The sinks that did write hold the new version: put the previous one back there (a document that
@@ -426,6 +474,14 @@ def _settle(writing: _Writing, run: RunConfig, summary: IngestSummary, leases: R
     metrics.DOCUMENTS.labels(outcome="processed").inc(len(processed))
     _record_failures(summary, writing.by_id, failed, writing.result.failures, dry_run=False)
     get_run_logger().info(_batch_line(writing, len(processed), len(failed), written))
+
+
+def _location(run: RunConfig, name: str) -> str | None:
+    """Where sink `name` lives (`Sink.location`), for the message that it stopped answering."""
+    try:
+        return run.open_sinks()[name].location
+    except Exception:  # only a message's detail: never in the way of settling a batch
+        return None
 
 
 def _batch_line(writing: _Writing, processed: int, failed: int, written: dict[str, int]) -> str:

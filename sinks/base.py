@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
+from urllib.parse import urlsplit, urlunsplit
 
 from unichunk.chunking.errors import UnichunkError
 from unichunk.chunking.models import Chunk, Document
@@ -44,6 +45,16 @@ class SinkError(UnichunkError):
     def __init__(self, sink: str, message: str) -> None:
         super().__init__(f"[{sink}] {message}")
         self.sink = sink
+
+
+def redacted_url(url: str) -> str:
+    """`url` with its password, if any, shown as `***` (`redis://:***@host:6379`), fit for a message."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user = userinfo.split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{hostport}"))
 
 
 class InvalidRequest(SinkError, ValueError):
@@ -237,6 +248,12 @@ class Sink(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most sinks hold a client to release
         """Release clients, files and locks."""
+
+    @property
+    def location(self) -> str | None:
+        """Where the store lives, for messages: its server's URL with any password hidden
+        (`redacted_url`); None for a store in files under the data dir."""
+        return None
 
     def optimize(self) -> bool:
         """Reorganise the store after a run's writes (build search indexes, reclaim deleted entries'

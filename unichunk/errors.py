@@ -12,6 +12,7 @@ from unichunk.chunking.errors import ChunkingError, DocumentLoadError, UnichunkE
 from unichunk.index.errors import GenerationError, GenerationMismatch
 from unichunk.retrieval.ranking import RetrievalError
 from unichunk.sinks.base import InvalidRequest, SinkError
+from unichunk.sinks.outage import StoreUnreachable
 
 
 class UsageError(UnichunkError, ValueError):
@@ -40,6 +41,7 @@ __all__ = [
     "RetrievalError",
     "SinkError",
     "StoreBusy",
+    "StoreUnreachable",
     "UnichunkError",
     "Unreachable",
     "UsageError",

@@ -20,6 +20,7 @@ from typing import Any
 from falkordb import FalkorDB
 from redis.exceptions import ResponseError
 
+from unichunk.sinks.base import redacted_url
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.graph.falkordb_server import ensure_server
 
@@ -60,6 +61,11 @@ class GraphBackend(ABC):
     def close(self) -> None:  # noqa: B027 - optional
         """Release the connection."""
 
+    @property
+    def location(self) -> str | None:
+        """The server's URL for messages (password hidden), as `Sink.location`."""
+        return None
+
 
 class FalkorDBBackend(GraphBackend):
     """FalkorDB through the `falkordb` client; the graph is a Redis key named `graph_name`."""
@@ -74,6 +80,10 @@ class FalkorDBBackend(GraphBackend):
         # redis-py gives up on a reply after 5 s by default; a large batch statement can take longer.
         self._db = FalkorDB.from_url(url, socket_timeout=socket_timeout)
         self._graph = self._db.select_graph(graph_name)
+
+    @property
+    def location(self) -> str:
+        return redacted_url(self.url)
 
     def run(self, query: str, params: Mapping[str, Any] | None = None, *, write: bool = True) -> list[dict]:
         graph = self._graph
@@ -153,11 +163,16 @@ class Neo4jBackend(GraphBackend):
     ) -> None:
         import neo4j  # here, not at the top: see the module docstring
 
+        self.uri = uri
         self.database = database
         self.namespace = namespace  # the index generation: suffixes every node label (namespaced_labels)
         self._driver = neo4j.GraphDatabase.driver(
             uri, auth=(user, password) if password is not None else None
         )
+
+    @property
+    def location(self) -> str:
+        return redacted_url(self.uri)
 
     def run(self, query: str, params: Mapping[str, Any] | None = None, *, write: bool = True) -> list[dict]:
         def work(tx: Any) -> list[dict]:

@@ -84,6 +84,10 @@ class KnowledgeGraphSink(Sink):
         except Exception as exc:
             raise SinkError(self.name, f"schema setup failed on {backend.name}: {exc}") from exc
 
+    @property
+    def location(self) -> str | None:
+        return self.backend.location
+
     @classmethod
     def from_settings(
         cls, settings: SinkSettings, *, extractor: EntityExtractor | None = None

@@ -15,7 +15,7 @@ from typing import Any
 
 from qdrant_client import QdrantClient, models
 
-from unichunk.sinks.base import SinkError
+from unichunk.sinks.base import SinkError, redacted_url
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.vectors.base import Embedder
 from unichunk.sinks.vectors.sink import (
@@ -70,6 +70,12 @@ class QdrantSink(VectorSink):
     ) -> None:
         self._given_client = client
         super().__init__(settings, embedder)
+
+    @property
+    def location(self) -> str | None:
+        """The Qdrant server's URL (API key never part of it); None in local mode or with a given client."""
+        url = self.settings.qdrant_url
+        return redacted_url(url) if url and self._given_client is None else None
 
     def _store_open(self) -> None:
         """Attach the given client, else the configured server, else this directory's shared local-mode
