@@ -54,6 +54,7 @@ from unichunk.index.generations import (
 from unichunk.index.metrics import MetricsSettings
 from unichunk.index.status import DocumentStatus, StatusStore
 from unichunk.inline_documents import INLINE_FOLDER, inline_root, named_texts, write_documents
+from unichunk.request_limits import check_query
 from unichunk.results import (
     ChunkContext,
     ChunkRecord,
@@ -255,7 +256,9 @@ class Pipeline:
         """The `k` best chunks for `query` (offsets exact into their documents, scores per retriever), the
         context assembled around them within `budget` tokens (neighbours added when `expand`), and what
         the graph knows of them. `document_ids` and `source` (a source's name) restrict the search to those
-        documents (both: to those of the source among them). Nothing ingested yet: no hits, nothing opened."""
+        documents (both: to those of the source among them). Nothing ingested yet: no hits, nothing opened.
+        A blank query, or one over `MAX_QUERY_CHARS`, raises `UsageError` (`unichunk.request_limits`)."""
+        check_query(query)  # blank or too long: a UsageError, the same at every door
         empty = SearchResult(query=query, k=k, route=mode)
         if self._provided is None and not self.indexed():
             return empty

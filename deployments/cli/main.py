@@ -57,6 +57,7 @@ from unichunk.deployments.cli.service_client import ServiceUnavailable, running_
 from unichunk.deployments.settings import SAMPLE_CORPUS, ServiceSettings
 from unichunk.errors import UsageError
 from unichunk.interface import IndexService
+from unichunk.request_limits import check_query
 from unichunk.results import GenerationInfo, Generations
 from unichunk.settings import (
     DEFAULT_BATCH_SIZE,
@@ -292,8 +293,7 @@ def search(
     """Hybrid search: BM25 and vector hits fused by reciprocal rank. With --json, the whole result
     (`unichunk.results.SearchResult`, as `GET /search` serves it)."""
     text = " ".join(query)
-    if not text.strip():
-        raise UsageError("the query is empty")
+    check_query(text)  # blank or too long: exit 2 before any service or store is asked
 
     def ask(index: IndexService) -> tuple[Any, bool]:
         found = index.search(text, k, graph=False, expand=False)

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
+from unichunk.request_limits import MAX_QUERY_CHARS
 from unichunk.settings import SOURCE_NAME_PATTERN
 
 _ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:\-]*$"
@@ -27,7 +28,12 @@ DocumentId = Annotated[
         min_length=1, max_length=128, pattern=_ID_PATTERN, description="A document ID, e.g. 'doc_0123...'."
     ),
 ]
-Query = Annotated[str, Field(min_length=1, max_length=2000, description="What to look for, in plain words.")]
+Query = Annotated[
+    str,
+    Field(
+        min_length=1, max_length=MAX_QUERY_CHARS, description="What to look for, in plain words (not blank)."
+    ),
+]
 TopK = Annotated[int, Field(ge=1, le=50, description="How many chunks to return (1-50).")]
 DocumentFilter = Annotated[
     list[DocumentId] | None,

@@ -23,9 +23,10 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from unichunk.deployments.service.auth import bearer_auth
 from unichunk.deployments.settings import ServiceSettings
-from unichunk.errors import NotFound, SinkError, StoreBusy
+from unichunk.errors import NotFound, SinkError, StoreBusy, UsageError
 from unichunk.interface import Mode
 from unichunk.pipeline import DEFAULT_BUDGET, Pipeline, Readers, ReadersProvider, run_result
+from unichunk.request_limits import MAX_QUERY_CHARS
 from unichunk.results import DocumentChunks, IndexStatus, SearchResult
 from unichunk.warm_stores import WarmStores
 
@@ -79,7 +80,9 @@ def create_search_router(stores: ReaderSource, settings: ServiceSettings | None 
     @router.get("/search", response_model=SearchResult)
     def search_endpoint(
         response: Response,
-        q: Annotated[str, Query(min_length=1, max_length=2000, description="The query.")],
+        q: Annotated[
+            str, Query(description=f"The query: not blank, at most {MAX_QUERY_CHARS} characters (else 422).")
+        ],
         k: Annotated[int, Query(ge=1, le=100)] = 5,
         mode: Mode = "hybrid",
         route_threshold: Annotated[float | None, Query(ge=0)] = None,
@@ -93,20 +96,21 @@ def create_search_router(stores: ReaderSource, settings: ServiceSettings | None 
             list[str] | None, Query(description="Only these document IDs (repeatable).")
         ] = None,
     ) -> SearchResult:
-        if not q.strip():
-            raise HTTPException(422, "q must not be blank")
         response.headers[SERVED_BY] = "unichunk-serve"
-        return pipeline.search(
-            q,
-            k,
-            mode=mode,
-            route_threshold=route_threshold,
-            expand=expand,
-            budget=budget,
-            graph=graph,
-            source=source,
-            document_ids=document,
-        )
+        try:
+            return pipeline.search(
+                q,
+                k,
+                mode=mode,
+                route_threshold=route_threshold,
+                expand=expand,
+                budget=budget,
+                graph=graph,
+                source=source,
+                document_ids=document,
+            )
+        except UsageError as exc:  # the query itself (`unichunk.request_limits`): the caller must change it
+            raise HTTPException(422, f"q: {exc}") from exc
 
     @router.get("/documents/{document_id:path}", response_model=DocumentChunks)
     def document_endpoint(document_id: str) -> DocumentChunks:

@@ -1,8 +1,9 @@
 """Bearer-token auth of the service's API routes, and the rule that a non-loopback listener needs a token.
 
 With UNICHUNK_API_TOKEN set, /search, /documents and /status answer 401 (with `WWW-Authenticate: Bearer`)
-unless the request carries `Authorization: Bearer <token>`; compared in constant time. `/health` stays
-open (probes), the webhook route has its own HMAC auth, and /docs describes the API without serving data.
+unless the request carries `Authorization: Bearer <token>`; compared in constant time; so do /docs, /redoc
+and /openapi.json (`api_docs`). `/health` (status only) and `/metrics` stay open (probes, scrapers), the
+webhook route has its own HMAC auth.
 Without a token the API is open, which `check_listen_host` allows only on loopback.
 """
 

@@ -35,7 +35,8 @@ from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from unichunk.deployments.service.api import SinksProvider, create_search_router, open_stores
-from unichunk.deployments.service.auth import listen_refusal
+from unichunk.deployments.service.api_docs import WITHOUT_OPEN_DOCS, add_api_docs
+from unichunk.deployments.service.auth import bearer_auth, listen_refusal
 from unichunk.deployments.service.discovery import announce, withdraw
 from unichunk.deployments.service.http_metrics import HttpMetrics
 from unichunk.deployments.service.webhook_security import (
@@ -69,6 +70,14 @@ WEBHOOKS_REJECTED = Counter(
 )
 
 logger = logging.getLogger(__name__)
+
+# What uvicorn reads of a request before the app sees it. h11's default, 16 KiB for the request line and
+# headers, answers a longer `/search?q=...` with 400 and closes with the rest unread, which the client
+# sees as a connection reset, no status; at 16 MiB even a 1 MB query of 4-byte characters, percent-encoded,
+# reaches the app, which answers 422 with the reason (`unichunk.request_limits`). Bodies are read by the
+# routes themselves, within their own limits (`webhook_max_body`: 413).
+MAX_REQUEST_HEAD_BYTES = 16 * 1024 * 1024
+SERVER_LIMITS: dict[str, Any] = {"http": "h11", "h11_max_incomplete_event_size": MAX_REQUEST_HEAD_BYTES}
 
 
 class WebhookPayload(BaseModel):
@@ -243,7 +252,9 @@ def create_app(
         if isinstance(stores, WarmStores):
             stores.close()
 
-    app = FastAPI(title="unichunk service", lifespan=lifespan)  # OpenAPI at /docs and /openapi.json
+    # OpenAPI at /docs, /redoc and /openapi.json, behind the API's token (`api_docs`)
+    app = FastAPI(title="unichunk service", lifespan=lifespan, **WITHOUT_OPEN_DOCS)
+    add_api_docs(app, bearer_auth(settings))
     app.add_middleware(HttpMetrics)
     app.state.replay = replay
     app.state.events = events
@@ -296,9 +307,10 @@ def create_app(
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        ok, detail = await events.healthy()
-        body = {"status": "ok" if ok else "unavailable", "prefect_api": events.api_url, "detail": detail}
-        return JSONResponse(body, status_code=200 if ok else 503)
+        """Open to probes, so it says nothing internal: no URL, no error text; only whether the service can
+        take webhooks (Prefect answers)."""
+        ok, _detail = await events.healthy()
+        return JSONResponse({"status": "ok" if ok else "unavailable"}, status_code=200 if ok else 503)
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -332,6 +344,6 @@ def run_receiver(host: str = "127.0.0.1", port: int = 8787) -> None:
     app = create_app()
     path = announce(host, port)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="info", access_log=True)
+        uvicorn.run(app, host=host, port=port, log_level="info", access_log=True, **SERVER_LIMITS)
     finally:
         withdraw(path)

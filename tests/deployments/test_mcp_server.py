@@ -183,6 +183,9 @@ async def _refusals(session: ClientSession, corpus: Path, outside: Path) -> None
     )
     assert "no such chunk" in _error(await session.call_tool("get_chunk", {"chunk_id": "doc_x::chunk::0::0"}))
     assert "invalid k" in _error(await session.call_tool("search", {"query": "x", "k": 500}))
+    # a blank query is refused as the API (422) and the CLI (exit 2) refuse it: one rule, one text
+    assert "the query is blank" in _error(await session.call_tool("search", {"query": " \t\n "}))
+    assert "invalid query" in _error(await session.call_tool("search", {"query": ""}))
     assert "invalid radius" in _error(await session.call_tool("get_context", {"chunk_id": "a", "radius": 9}))
     with pytest.raises(MCPError) as unknown:
         await session.read_resource("unichunk://documents/doc_0000000000000000")

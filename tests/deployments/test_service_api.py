@@ -79,9 +79,10 @@ def test_any_wrong_authorization_header_is_a_401(client: TestClient, header: str
     assert response.status_code == 401
 
 
-def test_openapi_docs_are_served(client: TestClient) -> None:
-    assert client.get("/docs").status_code == 200
-    paths = client.get("/openapi.json").json()["paths"]
+def test_openapi_docs_are_served_with_the_token(client: TestClient) -> None:
+    assert client.get("/docs").status_code == 401
+    assert client.get("/docs", headers=_auth()).status_code == 200
+    paths = client.get("/openapi.json", headers=_auth()).json()["paths"]
     assert {"/search", "/documents/{document_id}", "/status", "/health"} <= set(paths)
 
 

@@ -72,8 +72,8 @@ def test_version_and_the_checks_that_fail_before_anything_starts(tmp_path: Path,
     version = _unichunk("--version", env=env)
     assert version.returncode == 0 and version.stdout == f"unichunk {unichunk.__version__}\n", _shown(version)
 
-    _one_error_line(_unichunk("search", "", env=env), 2, "the query is empty")
-    _one_error_line(_unichunk("search", "  ", "--json", env=env), 2, "the query is empty")
+    _one_error_line(_unichunk("search", "", env=env), 2, "the query is blank")
+    _one_error_line(_unichunk("search", "  ", "--json", env=env), 2, "the query is blank")
     line = _one_error_line(_unichunk("ingest", str(corpus), "--strategy", "foo", env=env), 2, "--strategy: ")
     assert line == (
         "error: --strategy: 'foo' is not one of auto, token_window, fixed_chars, sentence, paragraph, "
