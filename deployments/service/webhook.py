@@ -39,6 +39,7 @@ from unichunk.deployments.service.api_docs import WITHOUT_OPEN_DOCS, add_api_doc
 from unichunk.deployments.service.auth import bearer_auth, listen_refusal
 from unichunk.deployments.service.discovery import announce, withdraw
 from unichunk.deployments.service.http_metrics import HttpMetrics
+from unichunk.deployments.service.prefect_outage import prefect_reachability
 from unichunk.deployments.service.webhook_security import (
     WebhookRejected,
     authenticate,
@@ -112,10 +113,20 @@ class PrefectEventSink:
         self._timeout = timeout
 
     async def emit(self, event: dict[str, Any]) -> None:
+        """Post the event; what Prefect answered, or did not, is told to the process's reachability
+        tracker (`prefect_outage`: one line when Prefect goes away, one when it is back)."""
         if not self.api_url:
             raise ConnectionError("PREFECT_API_URL is not set")
-        async with httpx.AsyncClient(timeout=self._timeout, headers=self._headers) as client:
-            response = await client.post(f"{self.api_url}/events", json=[event])
+        watch = prefect_reachability()
+        try:
+            async with httpx.AsyncClient(timeout=self._timeout, headers=self._headers) as client:
+                response = await client.post(f"{self.api_url}/events", json=[event])
+        except httpx.TransportError:
+            if watch is not None:
+                watch.check()
+            raise
+        if watch is not None:
+            watch.answered()
         response.raise_for_status()
 
     async def healthy(self) -> tuple[bool, str]:

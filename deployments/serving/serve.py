@@ -32,9 +32,11 @@ from typing import Any
 from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.events import DeploymentEventTrigger
 from prefect.runner import Runner
+from prefect.settings import get_current_settings
 from prefect.types.entrypoint import EntrypointType
 from prometheus_client import start_http_server
 
+from unichunk.deployments.service.prefect_outage import watch_prefect_api
 from unichunk.deployments.serving.multiprocess_metrics import enter_multiprocess_mode, exposition_registry
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.flows.documents import delete_document, ingest_document
@@ -344,6 +346,7 @@ def serve_all(
     settings = settings or ServiceSettings()
     for name, level in RUN_LOG_LEVELS.items():  # before any run process starts: they inherit it
         os.environ.setdefault(name, level)
+    watch_prefect_api(get_current_settings().api.url, _say)  # an outage: two lines, not tracebacks
     previous = {signum: signal.signal(signum, _stop_before_serving) for signum in _stop_signals()}
     try:
         deployments = build_deployments(settings, names)
