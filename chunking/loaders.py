@@ -36,6 +36,7 @@ from unichunk.chunking.errors import (
     UnsupportedFormatError,
 )
 from unichunk.chunking.models import Block, Document
+from unichunk.chunking.names import storable_name
 
 _TEXT_TYPES = {".txt": "text/plain", ".text": "text/plain", ".log": "text/plain", ".csv": "text/csv"}
 _MARKDOWN = {".md", ".markdown"}
@@ -93,26 +94,36 @@ def _load_document(
 ) -> Document:
     file = Path(path)
     limit = max_bytes
-    try:
-        size = file.stat().st_size
-    except OSError as exc:
-        raise DocumentLoadError(str(path), f"cannot read file: {exc.strerror or exc}") from exc
-    if size > limit:
-        raise DocumentTooLarge(
-            str(path), f"file is {size} bytes, over the {limit}-byte limit", size=size, limit=limit
-        )
+    given_id = source_id is not None
     if source_id is None:
         absolute = file.resolve()
         try:
             source_id = absolute.relative_to(Path(root).resolve()).as_posix() if root else absolute.as_posix()
         except ValueError as exc:
             raise DocumentLoadError(str(path), f"file is not under the root directory {root}") from exc
+        source_id = storable_name(source_id)
+    # Errors name the file by its path in the source (`sub/a.txt`), or by its name when none is known.
+    label = source_id if root or given_id else storable_name(file.name)
+    try:
+        size = file.stat().st_size
+    except OSError as exc:
+        raise DocumentLoadError(label, f"cannot read file: {exc.strerror or exc}") from exc
+    if size > limit:
+        raise DocumentTooLarge(
+            label, f"file is {size} bytes, over the {limit}-byte limit", size=size, limit=limit
+        )
     try:
         data = file.read_bytes()
     except OSError as exc:
-        raise DocumentLoadError(str(path), f"cannot read file: {exc.strerror or exc}") from exc
+        raise DocumentLoadError(label, f"cannot read file: {exc.strerror or exc}") from exc
     return load_bytes(
-        data, file.name, source_system=source_system, source_id=source_id, path=str(path), max_bytes=limit
+        data,
+        file.name,
+        source_system=source_system,
+        source_id=source_id,
+        path=storable_name(str(path)),
+        max_bytes=limit,
+        label=label,
     )
 
 
@@ -124,21 +135,25 @@ def load_bytes(
     source_id: str | None = None,
     path: str | None = None,
     max_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
+    label: str | None = None,
 ) -> Document:
-    """Build a `Document` from raw bytes; `name` (a file name) selects the format by its extension.
+    """Build a `Document` from raw bytes; `name` (a file name) selects the format by its extension, and
+    `label` (default: `name`) names the document in errors: a file's path relative to its source root, so
+    `sub/a.txt` and `other/a.txt` fail with different messages.
 
     Raises `DocumentLoadError` (or a subclass) for anything that goes wrong, expected or not."""
     limit = max_bytes
+    shown = label or name
     if len(data) > limit:
         raise DocumentTooLarge(
-            name, f"document is {len(data)} bytes, over the {limit}-byte limit", size=len(data), limit=limit
+            shown, f"document is {len(data)} bytes, over the {limit}-byte limit", size=len(data), limit=limit
         )
     try:
-        return _load_bytes(data, name, source_system, source_id, path)
+        return _load_bytes(data, name, shown, source_system, source_id, path)
     except DocumentLoadError:
         raise
     except Exception as exc:  # a parser bug or an input it never expected: this document fails, alone
-        raise _unexpected(name, exc) from exc
+        raise _unexpected(shown, exc) from exc
 
 
 def _unexpected(name: str, exc: Exception) -> DocumentLoadError:
@@ -146,10 +161,11 @@ def _unexpected(name: str, exc: Exception) -> DocumentLoadError:
 
 
 def _load_bytes(
-    data: bytes, name: str, source_system: str, source_id: str | None, path: str | None
+    data: bytes, file_name: str, name: str, source_system: str, source_id: str | None, path: str | None
 ) -> Document:
-    suffix = PurePosixPath(name.replace("\\", "/")).suffix.lower()
-    stem = PurePosixPath(name.replace("\\", "/")).stem or name
+    """`file_name` selects the format and gives the default title; `name` names the document in errors."""
+    suffix = PurePosixPath(file_name.replace("\\", "/")).suffix.lower()
+    stem = storable_name(PurePosixPath(file_name.replace("\\", "/")).stem or file_name)
     if suffix == ".pdf":
         text, title, mime, extra = _load_pdf(data, name)
         blocks: tuple[Block, ...] = ()
@@ -171,7 +187,7 @@ def _load_bytes(
     return Document(
         text=text,
         source_system=source_system,
-        source_id=source_id or name,
+        source_id=source_id or storable_name(file_name),
         title=title or stem,
         path=path,
         mime_type=mime,

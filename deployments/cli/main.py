@@ -46,6 +46,7 @@ from unichunk.deployments.cli.console import (
     console,
     err_console,
     fail,
+    literal,
     print_failed,
     print_json,
     print_table,
@@ -202,9 +203,9 @@ def _print_ingest(summary: IngestSummary, *, as_json: bool) -> None:
     console.print(summary.line())
     if summary.dry_run:
         for source_id in summary.would_process:
-            console.print(f"  would process  {source_id}")
+            console.print(f"  would process  {literal(source_id)}")
         for source_id in summary.would_delete:
-            console.print(f"  would delete   {source_id}")
+            console.print(f"  would delete   {literal(source_id)}")
     for failure in summary.failed:
         print_failed(failure.source_id or failure.document_id, failure.error)
 
