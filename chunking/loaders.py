@@ -9,8 +9,10 @@ Failure isolation: whatever goes wrong while reading one document (a parser bug,
 expected, an e-mail naming a charset Python does not know) leaves here as a `DocumentLoadError` naming the
 file and the cause, never as another exception type, so the pipeline fails that document alone.
 Plain text must be UTF-8 (or UTF-8/16/32 with a BOM): guessing the encoding of a file that declares none
-would silently mis-decode it. Only an e-mail part, whose charset is declared, falls back to a detected one
-(`charset_normalizer`) when the declared charset is unknown or does not decode it.
+would silently mis-decode it. An e-mail part is decoded exactly or fails the document (`DamagedEmailError`:
+damaged base64, an unknown charset, bytes that are not its charset's text); `_part_text` lists the fallbacks
+that decode correctly (UTF-8, UTF-7's spellings) and the one that detects a charset (a part that declares
+none).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import codecs
 import io
 import os
 import re
-from email import policy
+from email import errors, policy
 from email.message import EmailMessage
 from email.parser import BytesParser
 from pathlib import Path, PurePosixPath
@@ -29,6 +31,7 @@ from charset_normalizer import from_bytes
 
 from unichunk.chunking.config import DEFAULT_MAX_DOCUMENT_BYTES
 from unichunk.chunking.errors import (
+    DamagedEmailError,
     DocumentLoadError,
     DocumentTooLarge,
     EmptyDocumentError,
@@ -63,6 +66,12 @@ _MAGIC = (
 _ATX_HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 _SETEXT_HEADING = re.compile(r"^ {0,3}(\S[^\n]*?)[ \t]*\r?\n {0,3}(?:=+|-+)[ \t]*$", re.MULTILINE)
 _EMAIL_HEADERS = ("From", "To", "Cc", "Date", "Subject")
+_UTF7 = re.compile(r"(x-|unicode-1-1-)?utf-?7")  # the spellings of UTF-7 that mail software writes
+_BASE64_DEFECTS = (
+    errors.InvalidBase64CharactersDefect,
+    errors.InvalidBase64PaddingDefect,
+    errors.InvalidBase64LengthDefect,
+)
 _SURROGATES = re.compile("[\ud800-\udfff]")  # lone surrogates: a str no store can encode as UTF-8
 
 
@@ -304,39 +313,58 @@ def _header(message: EmailMessage, name: str) -> str | None:
 
 
 def _part_text(part: EmailMessage, name: str) -> tuple[str, dict[str, str]]:
-    """Decode a text part: its declared charset, else strict UTF-8, else a detected charset, else fail.
+    """Decode a text part exactly, or fail the document with `DamagedEmailError` naming why.
 
-    The declared charset is tried first (it is usually right). When Python does not know it (say
-    `x-made-up-charset`) or it does not decode the bytes, UTF-8 is tried strictly (the commonest mislabel;
-    a valid UTF-8 byte string is almost never meant as anything else), then charset_normalizer's best
-    guess. A known charset that is merely wrong keeps the last resort (decoded with U+FFFD for bad
-    bytes, as `get_content` did); an unknown one with nothing detected fails the document.
+    Stored garbage is worse than a failure that says what is wrong, so a part fails when its base64 is
+    damaged (the parser's `InvalidBase64*Defect`: it would decode to noise), when it names a charset Python
+    does not know, or when its bytes are not text in the charset it names. Two fallbacks decode correctly
+    and are kept: a part whose bytes are valid UTF-8 is read as UTF-8 when its declared charset is unknown
+    or wrong (the commonest mislabel; a non-ASCII byte string that is valid UTF-8 is almost never meant as
+    anything else), and every spelling of UTF-7 (`x-utf-7`, `unicode-1-1-utf-7`) is read with Python's
+    `utf-7` codec. A part that declares no charset at all (RFC 2045's default, US-ASCII, is often wrong
+    in old mail) is decoded with charset_normalizer's detected charset when it is neither ASCII nor UTF-8.
     """
-    payload = part.get_payload(decode=True)
+    payload = part.get_payload(decode=True)  # records a base64 defect on the part
+    damaged = [d for d in part.defects if isinstance(d, _BASE64_DEFECTS)]
+    if damaged:
+        raise DamagedEmailError(
+            name, f"e-mail {part.get_content_type()} part has damaged base64 ({type(damaged[0]).__name__})"
+        )
     data = payload if isinstance(payload, bytes) else b""
-    declared = part.get_content_charset() or "us-ascii"
-    codec = _text_codec(declared)
+    declared = part.get_content_charset()
+    codec = _text_codec(declared or "us-ascii")
     if codec is not None:
         try:
             return data.decode(codec), {"encoding": codec}
         except Exception:  # UnicodeDecodeError, or an odd codec's own error (idna, punycode...)
             pass
     try:
-        return data.decode("utf-8"), {"encoding": "utf-8", "declared_charset": declared}
-    except UnicodeDecodeError:
-        pass
-    guess = from_bytes(data).best()
-    if guess is not None and guess.encoding:
-        return str(guess), {"encoding": guess.encoding, "declared_charset": declared}
-    if codec is not None:
-        return data.decode(codec, errors="replace"), {"encoding": codec}
-    raise UndecodableTextError(
-        name, f"e-mail body declares the unknown charset {declared!r} and no charset could be detected"
+        return data.decode("utf-8"), {"encoding": "utf-8", "declared_charset": declared or "us-ascii"}
+    except UnicodeDecodeError as exc:
+        bad = exc.start
+    if declared is None:
+        guess = from_bytes(data).best()
+        if guess is not None and guess.encoding:
+            return str(guess), {"encoding": guess.encoding, "declared_charset": "none"}
+        raise DamagedEmailError(
+            name, f"e-mail {part.get_content_type()} part declares no charset and none could be detected"
+        )
+    if codec is None:
+        raise DamagedEmailError(
+            name,
+            f"e-mail {part.get_content_type()} part declares the unknown charset {declared!r}, and is "
+            f"not UTF-8 either (byte offset {bad})",
+        )
+    also = "" if codec == "utf-8" else ", nor UTF-8"
+    raise DamagedEmailError(
+        name, f"e-mail {part.get_content_type()} part is not valid {declared} text{also} (byte offset {bad})"
     )
 
 
 def _text_codec(charset: str) -> str | None:
     """Python's codec for a declared charset, or None when unknown or not a text encoding (base64...)."""
+    if _UTF7.fullmatch(charset.lower()):
+        return "utf-7"
     try:
         name = codecs.lookup(charset).name
         "".encode(name)  # str.encode refuses the codecs that are not text encodings (base64, rot13...)
