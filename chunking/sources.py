@@ -116,7 +116,9 @@ class DirectorySource(Source):
         self._spec = pathspec.PathSpec.from_lines("gitwildmatch", [p.lower() for p in self.patterns])
 
     def matches(self, source_id: str) -> bool:
-        return self._spec.match_file(source_id.lower())
+        # pathspec's `**/` is a regex `.` without DOTALL: a newline in a folder's name would make no file
+        # under it match, so the newline is matched as NUL (no path holds one; any `*` or `?` matches it).
+        return self._spec.match_file(source_id.lower().replace("\n", "\0"))
 
     def list(self) -> list[SourceItem]:
         if not self.root.is_dir():
