@@ -87,9 +87,7 @@ def test_a_stored_path_opens_the_file_again(tmp_path: Path) -> None:
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(names=st.lists(NAME_BYTES, min_size=1, max_size=4, unique=True))
-@example(
-    names=[b"caf\xe9", b"[bold]fail[", b"new\nline", b"\x1b[31mred", b"caf\\xe9", b"\xff\xfe", b".."[:1] * 3]
-)
+@example(names=[b"caf\xe9", b"[bold]fail[", b"new\nline", b"\x1b[31mred", b"caf\\xe9", b"\xff\xfe", b"..."])
 def test_any_byte_name_is_listed_loaded_and_serialised(tmp_path: Path, names: list[bytes]) -> None:
     root = tmp_path / "names"
     shutil.rmtree(root, ignore_errors=True)
