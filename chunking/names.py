@@ -45,3 +45,12 @@ def openable_name(stored: str) -> str:
     if os.path.lexists(stored) or not _ESCAPED_BYTE.search(stored):
         return stored
     return _ESCAPED_BYTE.sub(lambda m: chr(0xDC00 + int(m.group(1), 16)), stored)
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(name: str) -> str:
+    """`name` for a log line: control characters written as in a Python string literal (`\\n`, `\\x1b`),
+    so a name holding a newline keeps its line whole (the CLI's own output does the same)."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], storable_name(name))

@@ -16,7 +16,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from unichunk.chunking.config import ChunkStrategy, StrategyName
 from unichunk.chunking.ids import SOURCE_NAME_PATTERN
-from unichunk.chunking.names import openable_name, storable_name
+from unichunk.chunking.names import one_line, openable_name, storable_name
 from unichunk.chunking.sources import (
     DEFAULT_PATTERNS,
     DirectorySource,
@@ -463,6 +463,6 @@ class RebuildSummary(BaseModel):
 
 def names(documents: list[FailedDocument], limit: int = 5) -> str:
     """A few documents by name, for a log line: `a.txt, b.eml and 3 more`."""
-    shown = [d.source_id or d.document_id for d in documents[:limit]]
+    shown = [one_line(d.source_id or d.document_id) for d in documents[:limit]]
     more = len(documents) - len(shown)
     return ", ".join(shown) + (f" and {more} more" if more else "")

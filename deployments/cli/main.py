@@ -317,7 +317,7 @@ def search(
         heading = " > ".join(hit.heading_chain) or "-"
         preview = " ".join(hit.content.split())[:200]
         console.print(f"{hit.rank}. {hit.chunk_id}  score={hit.score:.4f}  ({ranks})", style="bold")
-        console.print(f"   {where} [{hit.start_char}:{hit.end_char}]  {heading}")
+        console.print(f"   {literal(where)} [{hit.start_char}:{hit.end_char}]  {literal(heading)}")
         console.print(f"   {preview}")
 
 
