@@ -9,6 +9,8 @@ because `chunking` is the package every other one builds on. Each concern subcla
 
 from __future__ import annotations
 
+from unichunk.chunking.names import storable_name
+
 
 class UnichunkError(Exception):
     """Base class of every error unichunk raises on purpose."""
@@ -19,9 +21,12 @@ class ChunkingError(UnichunkError):
 
 
 class DocumentLoadError(ChunkingError):
-    """A source file could not be turned into text. `source` names the document (path or ID)."""
+    """A source file could not be turned into text. `source` names the document (its path relative to the
+    source root, or its ID). Both are kept as `storable_name` writes them, so the message can be stored and
+    printed whatever bytes the file's name holds."""
 
     def __init__(self, source: str, reason: str) -> None:
+        source, reason = storable_name(source), storable_name(reason)
         super().__init__(f"{source}: {reason}")
         self.source = source
         self.reason = reason
@@ -47,3 +52,8 @@ class UndecodableTextError(DocumentLoadError):
 
 class EmptyDocumentError(DocumentLoadError):
     """The document has no text to chunk (empty, whitespace only, or a PDF without a text layer)."""
+
+
+class DamagedEmailError(DocumentLoadError):
+    """An e-mail part does not decode: its base64 is damaged, its charset unknown to Python and not detected,
+    or its bytes are not text in the charset it declares. Stored, it would be garbage (U+FFFD, mojibake)."""

@@ -9,8 +9,10 @@ Failure isolation: whatever goes wrong while reading one document (a parser bug,
 expected, an e-mail naming a charset Python does not know) leaves here as a `DocumentLoadError` naming the
 file and the cause, never as another exception type, so the pipeline fails that document alone.
 Plain text must be UTF-8 (or UTF-8/16/32 with a BOM): guessing the encoding of a file that declares none
-would silently mis-decode it. Only an e-mail part, whose charset is declared, falls back to a detected one
-(`charset_normalizer`) when the declared charset is unknown or does not decode it.
+would silently mis-decode it. An e-mail part is decoded exactly or fails the document (`DamagedEmailError`:
+damaged base64, an unknown charset, bytes that are not its charset's text); `_part_text` lists the fallbacks
+that decode correctly (UTF-8, UTF-7's spellings) and the one that detects a charset (a part that declares
+none).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import codecs
 import io
 import os
 import re
-from email import policy
+from email import errors, policy
 from email.message import EmailMessage
 from email.parser import BytesParser
 from pathlib import Path, PurePosixPath
@@ -29,6 +31,7 @@ from charset_normalizer import from_bytes
 
 from unichunk.chunking.config import DEFAULT_MAX_DOCUMENT_BYTES
 from unichunk.chunking.errors import (
+    DamagedEmailError,
     DocumentLoadError,
     DocumentTooLarge,
     EmptyDocumentError,
@@ -36,6 +39,7 @@ from unichunk.chunking.errors import (
     UnsupportedFormatError,
 )
 from unichunk.chunking.models import Block, Document
+from unichunk.chunking.names import storable_name
 
 _TEXT_TYPES = {".txt": "text/plain", ".text": "text/plain", ".log": "text/plain", ".csv": "text/csv"}
 _MARKDOWN = {".md", ".markdown"}
@@ -62,6 +66,12 @@ _MAGIC = (
 _ATX_HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 _SETEXT_HEADING = re.compile(r"^ {0,3}(\S[^\n]*?)[ \t]*\r?\n {0,3}(?:=+|-+)[ \t]*$", re.MULTILINE)
 _EMAIL_HEADERS = ("From", "To", "Cc", "Date", "Subject")
+_UTF7 = re.compile(r"(x-|unicode-1-1-)?utf-?7")  # the spellings of UTF-7 that mail software writes
+_BASE64_DEFECTS = (
+    errors.InvalidBase64CharactersDefect,
+    errors.InvalidBase64PaddingDefect,
+    errors.InvalidBase64LengthDefect,
+)
 _SURROGATES = re.compile("[\ud800-\udfff]")  # lone surrogates: a str no store can encode as UTF-8
 
 
@@ -93,26 +103,36 @@ def _load_document(
 ) -> Document:
     file = Path(path)
     limit = max_bytes
-    try:
-        size = file.stat().st_size
-    except OSError as exc:
-        raise DocumentLoadError(str(path), f"cannot read file: {exc.strerror or exc}") from exc
-    if size > limit:
-        raise DocumentTooLarge(
-            str(path), f"file is {size} bytes, over the {limit}-byte limit", size=size, limit=limit
-        )
+    given_id = source_id is not None
     if source_id is None:
         absolute = file.resolve()
         try:
             source_id = absolute.relative_to(Path(root).resolve()).as_posix() if root else absolute.as_posix()
         except ValueError as exc:
             raise DocumentLoadError(str(path), f"file is not under the root directory {root}") from exc
+        source_id = storable_name(source_id)
+    # Errors name the file by its path in the source (`sub/a.txt`), or by its name when none is known.
+    label = source_id if root or given_id else storable_name(file.name)
+    try:
+        size = file.stat().st_size
+    except OSError as exc:
+        raise DocumentLoadError(label, f"cannot read file: {exc.strerror or exc}") from exc
+    if size > limit:
+        raise DocumentTooLarge(
+            label, f"file is {size} bytes, over the {limit}-byte limit", size=size, limit=limit
+        )
     try:
         data = file.read_bytes()
     except OSError as exc:
-        raise DocumentLoadError(str(path), f"cannot read file: {exc.strerror or exc}") from exc
+        raise DocumentLoadError(label, f"cannot read file: {exc.strerror or exc}") from exc
     return load_bytes(
-        data, file.name, source_system=source_system, source_id=source_id, path=str(path), max_bytes=limit
+        data,
+        file.name,
+        source_system=source_system,
+        source_id=source_id,
+        path=storable_name(str(path)),
+        max_bytes=limit,
+        label=label,
     )
 
 
@@ -124,21 +144,25 @@ def load_bytes(
     source_id: str | None = None,
     path: str | None = None,
     max_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
+    label: str | None = None,
 ) -> Document:
-    """Build a `Document` from raw bytes; `name` (a file name) selects the format by its extension.
+    """Build a `Document` from raw bytes; `name` (a file name) selects the format by its extension, and
+    `label` (default: `name`) names the document in errors: a file's path relative to its source root, so
+    `sub/a.txt` and `other/a.txt` fail with different messages.
 
     Raises `DocumentLoadError` (or a subclass) for anything that goes wrong, expected or not."""
     limit = max_bytes
+    shown = label or name
     if len(data) > limit:
         raise DocumentTooLarge(
-            name, f"document is {len(data)} bytes, over the {limit}-byte limit", size=len(data), limit=limit
+            shown, f"document is {len(data)} bytes, over the {limit}-byte limit", size=len(data), limit=limit
         )
     try:
-        return _load_bytes(data, name, source_system, source_id, path)
+        return _load_bytes(data, name, shown, source_system, source_id, path)
     except DocumentLoadError:
         raise
     except Exception as exc:  # a parser bug or an input it never expected: this document fails, alone
-        raise _unexpected(name, exc) from exc
+        raise _unexpected(shown, exc) from exc
 
 
 def _unexpected(name: str, exc: Exception) -> DocumentLoadError:
@@ -146,10 +170,11 @@ def _unexpected(name: str, exc: Exception) -> DocumentLoadError:
 
 
 def _load_bytes(
-    data: bytes, name: str, source_system: str, source_id: str | None, path: str | None
+    data: bytes, file_name: str, name: str, source_system: str, source_id: str | None, path: str | None
 ) -> Document:
-    suffix = PurePosixPath(name.replace("\\", "/")).suffix.lower()
-    stem = PurePosixPath(name.replace("\\", "/")).stem or name
+    """`file_name` selects the format and gives the default title; `name` names the document in errors."""
+    suffix = PurePosixPath(file_name.replace("\\", "/")).suffix.lower()
+    stem = storable_name(PurePosixPath(file_name.replace("\\", "/")).stem or file_name)
     if suffix == ".pdf":
         text, title, mime, extra = _load_pdf(data, name)
         blocks: tuple[Block, ...] = ()
@@ -171,7 +196,7 @@ def _load_bytes(
     return Document(
         text=text,
         source_system=source_system,
-        source_id=source_id or name,
+        source_id=source_id or storable_name(file_name),
         title=title or stem,
         path=path,
         mime_type=mime,
@@ -288,39 +313,58 @@ def _header(message: EmailMessage, name: str) -> str | None:
 
 
 def _part_text(part: EmailMessage, name: str) -> tuple[str, dict[str, str]]:
-    """Decode a text part: its declared charset, else strict UTF-8, else a detected charset, else fail.
+    """Decode a text part exactly, or fail the document with `DamagedEmailError` naming why.
 
-    The declared charset is tried first (it is usually right). When Python does not know it (say
-    `x-made-up-charset`) or it does not decode the bytes, UTF-8 is tried strictly (the commonest mislabel;
-    a valid UTF-8 byte string is almost never meant as anything else), then charset_normalizer's best
-    guess. A known charset that is merely wrong keeps the last resort (decoded with U+FFFD for bad
-    bytes, as `get_content` did); an unknown one with nothing detected fails the document.
+    Stored garbage is worse than a failure that says what is wrong, so a part fails when its base64 is
+    damaged (the parser's `InvalidBase64*Defect`: it would decode to noise), when it names a charset Python
+    does not know, or when its bytes are not text in the charset it names. Two fallbacks decode correctly
+    and are kept: a part whose bytes are valid UTF-8 is read as UTF-8 when its declared charset is unknown
+    or wrong (the commonest mislabel; a non-ASCII byte string that is valid UTF-8 is almost never meant as
+    anything else), and every spelling of UTF-7 (`x-utf-7`, `unicode-1-1-utf-7`) is read with Python's
+    `utf-7` codec. A part that declares no charset at all (RFC 2045's default, US-ASCII, is often wrong
+    in old mail) is decoded with charset_normalizer's detected charset when it is neither ASCII nor UTF-8.
     """
-    payload = part.get_payload(decode=True)
+    payload = part.get_payload(decode=True)  # records a base64 defect on the part
+    damaged = [d for d in part.defects if isinstance(d, _BASE64_DEFECTS)]
+    if damaged:
+        raise DamagedEmailError(
+            name, f"e-mail {part.get_content_type()} part has damaged base64 ({type(damaged[0]).__name__})"
+        )
     data = payload if isinstance(payload, bytes) else b""
-    declared = part.get_content_charset() or "us-ascii"
-    codec = _text_codec(declared)
+    declared = part.get_content_charset()
+    codec = _text_codec(declared or "us-ascii")
     if codec is not None:
         try:
             return data.decode(codec), {"encoding": codec}
         except Exception:  # UnicodeDecodeError, or an odd codec's own error (idna, punycode...)
             pass
     try:
-        return data.decode("utf-8"), {"encoding": "utf-8", "declared_charset": declared}
-    except UnicodeDecodeError:
-        pass
-    guess = from_bytes(data).best()
-    if guess is not None and guess.encoding:
-        return str(guess), {"encoding": guess.encoding, "declared_charset": declared}
-    if codec is not None:
-        return data.decode(codec, errors="replace"), {"encoding": codec}
-    raise UndecodableTextError(
-        name, f"e-mail body declares the unknown charset {declared!r} and no charset could be detected"
+        return data.decode("utf-8"), {"encoding": "utf-8", "declared_charset": declared or "us-ascii"}
+    except UnicodeDecodeError as exc:
+        bad = exc.start
+    if declared is None:
+        guess = from_bytes(data).best()
+        if guess is not None and guess.encoding:
+            return str(guess), {"encoding": guess.encoding, "declared_charset": "none"}
+        raise DamagedEmailError(
+            name, f"e-mail {part.get_content_type()} part declares no charset and none could be detected"
+        )
+    if codec is None:
+        raise DamagedEmailError(
+            name,
+            f"e-mail {part.get_content_type()} part declares the unknown charset {declared!r}, and is "
+            f"not UTF-8 either (byte offset {bad})",
+        )
+    also = "" if codec == "utf-8" else ", nor UTF-8"
+    raise DamagedEmailError(
+        name, f"e-mail {part.get_content_type()} part is not valid {declared} text{also} (byte offset {bad})"
     )
 
 
 def _text_codec(charset: str) -> str | None:
     """Python's codec for a declared charset, or None when unknown or not a text encoding (base64...)."""
+    if _UTF7.fullmatch(charset.lower()):
+        return "utf-7"
     try:
         name = codecs.lookup(charset).name
         "".encode(name)  # str.encode refuses the codecs that are not text encodings (base64, rot13...)

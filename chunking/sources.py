@@ -24,6 +24,7 @@ from unichunk.chunking.config import DEFAULT_MAX_DOCUMENT_BYTES
 from unichunk.chunking.ids import default_source_name, derive_document_id
 from unichunk.chunking.loaders import load_document
 from unichunk.chunking.models import Document
+from unichunk.chunking.names import storable_name
 
 DEFAULT_PATTERNS: tuple[str, ...] = (
     "**/*.md",
@@ -49,6 +50,12 @@ class SourceItem:
     @property
     def document_id(self) -> str:
         return derive_document_id(source_system=self.source_system, source_id=self.source_id)
+
+    @property
+    def stored_path(self) -> str:
+        """`path` as the status table and the stores keep it (`unichunk.chunking.names.storable_name`);
+        `path` itself is the name the file is opened by."""
+        return storable_name(self.path)
 
     @property
     def mtime(self) -> float:
@@ -87,7 +94,8 @@ ABSOLUTE_PATHS_SOURCE = "fs"
 
 
 def _stat_item(source_system: str, source_id: str, path: Path, st: os.stat_result) -> SourceItem:
-    return SourceItem(source_system, source_id, str(path), st.st_size, st.st_mtime_ns)
+    """`source_id` as it is stored: undecodable bytes of the name written `\\xNN` (`storable_name`)."""
+    return SourceItem(source_system, storable_name(source_id), str(path), st.st_size, st.st_mtime_ns)
 
 
 class DirectorySource(Source):
@@ -108,17 +116,24 @@ class DirectorySource(Source):
         self._spec = pathspec.PathSpec.from_lines("gitwildmatch", [p.lower() for p in self.patterns])
 
     def matches(self, source_id: str) -> bool:
-        return self._spec.match_file(source_id.lower())
+        # pathspec's `**/` is a regex `.` without DOTALL: a newline in a folder's name would make no file
+        # under it match, so the newline is matched as NUL (no path holds one; any `*` or `?` matches it).
+        return self._spec.match_file(source_id.lower().replace("\n", "\0"))
 
     def list(self) -> list[SourceItem]:
         if not self.root.is_dir():
             raise NotADirectoryError(f"source root is not a directory: {self.root}")
-        items = [
-            _stat_item(self.source_system, rel, path, st)
-            for rel, path, st in self._walk()
-            if self.matches(rel)
-        ]
-        return sorted(items, key=lambda i: i.source_id)
+        items: dict[str, SourceItem] = {}
+        for rel, path, st in self._walk():
+            item = _stat_item(self.source_system, rel, path, st)
+            if not self.matches(item.source_id):
+                continue
+            # Two names give one ID only where a valid name spells an undecodable one's escape (`caf\\xe9.txt`
+            # beside `caf<0xE9>.txt`): the valid name keeps it, the other is not listed (docs/usage.md).
+            if item.source_id != rel and item.source_id in items:
+                continue
+            items[item.source_id] = item
+        return sorted(items.values(), key=lambda i: i.source_id)
 
     def _walk(self) -> Iterator[tuple[str, Path, os.stat_result]]:
         """Depth-first walk; a directory reached twice (symlink loop, bind mount) is entered once."""
@@ -152,7 +167,7 @@ class DirectorySource(Source):
         if path is None:
             return False
         try:
-            rel = Path(path).relative_to(self.root)
+            rel = PurePosixPath(storable_name(path)).relative_to(storable_name(self.root.as_posix()))
         except ValueError:
             return False
         return rel.as_posix() == source_id and self.matches(source_id)
@@ -180,10 +195,10 @@ class PathsSource(Source):
     def source_id_for(self, path: Path) -> str:
         if self.root is not None:
             try:
-                return path.relative_to(self.root).as_posix()
+                return storable_name(path.relative_to(self.root).as_posix())
             except ValueError as exc:
-                raise ValueError(f"{path} is not under the source root {self.root}") from exc
-        return path.as_posix()
+                raise ValueError(storable_name(f"{path} is not under the source root {self.root}")) from exc
+        return storable_name(path.as_posix())
 
     def list(self) -> list[SourceItem]:
         """The listed paths that exist as regular files (a missing one counts as deleted)."""

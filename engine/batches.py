@@ -55,7 +55,7 @@ def unchanged_by_stat(item: SourceItem, row: DocumentStatus | None, run: RunConf
         row is not None
         and row.state == "processed"
         and row.fingerprint == run.fingerprint
-        and row.path == item.path
+        and row.path == item.stored_path
         and row.size == item.size
         and row.mtime_ns == item.mtime_ns
     )
@@ -77,7 +77,7 @@ def known_unreadable(item: SourceItem, row: DocumentStatus | None, limit: int) -
         row is not None
         and row.state == "failed"
         and row.failure in ("unreadable", "too_large")
-        and row.path == item.path
+        and row.path == item.stored_path
         and row.size == item.size
         and row.mtime_ns == item.mtime_ns
         and not (row.failure == "too_large" and item.size <= limit)
@@ -518,7 +518,7 @@ def _record_failures(
             FailedDocument(
                 document_id=document_id,
                 source_id=item.source_id if item else None,
-                path=item.path if item else None,
+                path=item.stored_path if item else None,
                 error=error,
                 failure=failures.get(document_id),
             )
@@ -534,7 +534,7 @@ def _record_unreadable(
             FailedDocument(
                 document_id=item.document_id,
                 source_id=item.source_id,
-                path=item.path,
+                path=item.stored_path,
                 error=row.error or "",
                 failure=row.failure,
             )

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, create_model, model_validator
+from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from unichunk.chunking.config import ChunkStrategy, StrategyName
 from unichunk.chunking.ids import SOURCE_NAME_PATTERN
+from unichunk.chunking.names import one_line, openable_name, storable_name
 from unichunk.chunking.sources import (
     DEFAULT_PATTERNS,
     DirectorySource,
@@ -52,6 +53,20 @@ class SourceParams(BaseModel):
         "so two folders never share IDs and the same folder keeps them.",
     )
 
+    @field_validator("root", mode="before")
+    @classmethod
+    def _storable_root(cls, root: object) -> object:
+        """Paths travel as Prefect parameters (JSON): a name's undecodable bytes written `\\xNN`
+        (`unichunk.chunking.names`), read back as bytes by `build`."""
+        return storable_name(root) if isinstance(root, str) else root
+
+    @field_validator("paths", mode="before")
+    @classmethod
+    def _storable_paths(cls, paths: object) -> object:
+        if isinstance(paths, list | tuple):
+            return [storable_name(p) if isinstance(p, str) else p for p in paths]
+        return paths
+
     @model_validator(mode="after")
     def _check_kind(self) -> SourceParams:
         if self.kind == "directory" and not self.root:
@@ -64,19 +79,22 @@ class SourceParams(BaseModel):
         if self.kind == "directory":
             assert self.root is not None
             return DirectorySource(
-                self.root,
+                openable_name(self.root),
                 self.patterns,
                 follow_symlinks=self.follow_symlinks,
                 source_system=self.source_system,
             )
-        return PathsSource(self.paths, root=self.root, source_system=self.source_system)
+        root = None if self.root is None else openable_name(self.root)
+        return PathsSource(
+            [openable_name(p) for p in self.paths], root=root, source_system=self.source_system
+        )
 
     def record(self, source: Source) -> SourceRecord:
         """How to list this source again (its resolved name and root), for `unichunk.index.source_registry`."""
         return SourceRecord(
             name=source.source_system,
             kind=self.kind,
-            root=None if source.root is None else str(source.root),
+            root=None if source.root is None else storable_name(str(source.root)),
             patterns=tuple(self.patterns) if self.kind == "directory" else (),
             paths=tuple(self.paths) if self.kind == "paths" else (),
             follow_symlinks=self.follow_symlinks,
@@ -445,6 +463,6 @@ class RebuildSummary(BaseModel):
 
 def names(documents: list[FailedDocument], limit: int = 5) -> str:
     """A few documents by name, for a log line: `a.txt, b.eml and 3 more`."""
-    shown = [d.source_id or d.document_id for d in documents[:limit]]
+    shown = [one_line(d.source_id or d.document_id) for d in documents[:limit]]
     more = len(documents) - len(shown)
     return ", ".join(shown) + (f" and {more} more" if more else "")

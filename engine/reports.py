@@ -22,6 +22,7 @@ from prefect.context import FlowRunContext
 from prefect.states import Failed, State
 
 from unichunk.chunking.errors import UnichunkError
+from unichunk.chunking.names import one_line
 from unichunk.engine.params import FailedDocument, IngestSummary, RebuildSummary
 from unichunk.index.chunk_batch import LOAD_FAILED
 
@@ -266,7 +267,7 @@ def _name_list(title: str, names: Iterable[str]) -> list[str]:
 
 
 def _name(failure: FailedDocument) -> str:
-    return failure.source_id or failure.document_id
+    return one_line(failure.source_id or failure.document_id)
 
 
 def _cut(text: str, limit: int) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.chunking.ids import parse_chunk_id
 from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.names import openable_name
 from unichunk.chunking.service import shared_service
 from unichunk.chunking.sources import SourceItem, load_item
 from unichunk.index import metrics
@@ -188,7 +189,8 @@ def previous_version(row: DocumentStatus, run: RunConfig) -> tuple[Document, lis
     if not row.path or not row.source_system or not row.source_id:
         raise ValueError(f"{row.document_id}: not in the chunk cache and its source is unknown")
     document = load_item(
-        SourceItem(row.source_system, row.source_id, row.path, 0, 0), run.settings.max_document_bytes
+        SourceItem(row.source_system, row.source_id, openable_name(row.path), 0, 0),
+        run.settings.max_document_bytes,
     )
     strategy = ChunkStrategy.from_values(row.strategy) if row.strategy else run.strategy
     chunks = shared_service().chunk(document, strategy, run.chunk_embedding(strategy))

@@ -49,7 +49,7 @@ def item_fields(item: SourceItem) -> dict[str, object]:
     return {
         "source_system": item.source_system,
         "source_id": item.source_id,
-        "path": item.path,
+        "path": item.stored_path,
         "size": item.size,
         "mtime_ns": item.mtime_ns,
     }

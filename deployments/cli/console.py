@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -28,6 +29,18 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+# What would break a line or move the cursor: C0 and C1 controls, DEL, the Unicode line separators; and lone
+# surrogates (a name's undecodable bytes, unprintable as UTF-8).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def literal(text: str) -> str:
+    """`text` for one terminal line: each control character written as Python writes it in a string literal
+    (a newline as `\\n`, ESC as `\\x1b`), so a file name holding one prints on one line and moves no cursor;
+    everything else as it is."""
+    return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 console = Console(markup=False, emoji=False, highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, markup=False, emoji=False, highlight=False, soft_wrap=True)
 
@@ -37,7 +50,7 @@ def fail(*parts: str | tuple[str, str]) -> None:
 
 
 def print_failed(name: str, error: str) -> None:
-    console.print(Text.assemble("  ", ("failed", "red"), f"  {name}: {error}"))
+    console.print(Text.assemble("  ", ("failed", "red"), f"  {literal(name)}: {literal(error)}"))
 
 
 def print_json(data: Any) -> None:
@@ -48,7 +61,9 @@ def print_json(data: Any) -> None:
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    """A table: drawn on a terminal; tab-separated lines, header first, when piped (whole values)."""
+    """A table: drawn on a terminal; tab-separated lines, header first, when piped (whole values). A cell
+    is written `literal`ly: a tab or a newline in a file name neither adds a column nor a row."""
+    rows = [[literal(cell) for cell in row] for row in rows]
     if not console.is_terminal:  # written as is: Rich would expand the tabs
         console.file.write("".join("\t".join(line) + "\n" for line in (headers, *rows)))
         console.file.flush()

@@ -46,6 +46,7 @@ from unichunk.deployments.cli.console import (
     console,
     err_console,
     fail,
+    literal,
     print_failed,
     print_json,
     print_table,
@@ -203,9 +204,9 @@ def _print_ingest(summary: IngestSummary, *, as_json: bool) -> None:
     console.print(summary.line())
     if summary.dry_run:
         for source_id in summary.would_process:
-            console.print(f"  would process  {source_id}")
+            console.print(f"  would process  {literal(source_id)}")
         for source_id in summary.would_delete:
-            console.print(f"  would delete   {source_id}")
+            console.print(f"  would delete   {literal(source_id)}")
     for failure in summary.failed:
         print_failed(failure.source_id or failure.document_id, failure.error)
 
@@ -316,7 +317,7 @@ def search(
         heading = " > ".join(hit.heading_chain) or "-"
         preview = " ".join(hit.content.split())[:200]
         console.print(f"{hit.rank}. {hit.chunk_id}  score={hit.score:.4f}  ({ranks})", style="bold")
-        console.print(f"   {where} [{hit.start_char}:{hit.end_char}]  {heading}")
+        console.print(f"   {literal(where)} [{hit.start_char}:{hit.end_char}]  {literal(heading)}")
         console.print(f"   {preview}")
 
 

@@ -13,10 +13,11 @@ explicit example).
 
 from __future__ import annotations
 
+import pytest
 from hostile_bytes import EMAIL_UNKNOWN_CHARSET, SEEDS, inputs
 from hypothesis import HealthCheck, example, given, settings
 
-from unichunk.chunking.errors import DocumentLoadError
+from unichunk.chunking.errors import DamagedEmailError, DocumentLoadError
 from unichunk.chunking.loaders import load_bytes
 from unichunk.chunking.models import Document
 
@@ -82,15 +83,20 @@ def test_eml_loads_or_fails_with_a_load_error(data: bytes) -> None:
     check(data, ".eml")
 
 
-def test_an_unknown_email_charset_falls_back_to_a_detected_one() -> None:
-    """The issue's file: `charset="x-made-up-charset"` raised LookupError and crashed the whole flow."""
+def test_an_unknown_email_charset_is_read_as_utf8_or_fails_naming_it() -> None:
+    """The issue's file: `charset="x-made-up-charset"` raised LookupError and crashed the whole flow. Its
+    UTF-8 text is read as UTF-8; other bytes under an unknown charset fail the document (a detected charset
+    stored mojibake), and only a part that declares no charset is decoded with a detected one."""
     document = load_bytes(EMAIL_UNKNOWN_CHARSET, "made-up.eml")
     assert "Grüße aus München" in document.text and "\ufffd" not in document.text
     assert document.title == "Made-up charset"
     assert document.metadata == {"encoding": "utf-8", "declared_charset": "x-made-up-charset"}
+    old = "Grüße aus München: die Zahlen für das dritte Quartal.".encode()
     latin = EMAIL_UNKNOWN_CHARSET.replace(
-        "Grüße aus München: die Zahlen für das dritte Quartal.".encode(),
-        "Grüße aus München: die Zahlen für das dritte Quartal, schöne Grüße.".encode("latin-1"),
+        old, "Grüße aus München: die Zahlen für das dritte Quartal, schöne Grüße.".encode("latin-1")
     )
-    detected = load_bytes(latin, "latin.eml")  # not UTF-8: charset_normalizer's guess decodes it
-    assert "Grüße aus München" in detected.text and detected.metadata["encoding"] != "utf-8"
+    with pytest.raises(DamagedEmailError, match="unknown charset 'x-made-up-charset'"):
+        load_bytes(latin, "latin.eml")
+    undeclared = latin.replace(b'Content-Type: text/plain; charset="x-made-up-charset"\r\n', b"")
+    detected = load_bytes(undeclared, "latin.eml")  # no charset named: charset_normalizer's guess decodes it
+    assert "Grüße aus München" in detected.text and detected.metadata["declared_charset"] == "none"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from unichunk.chunking.errors import (
+    DamagedEmailError,
     DocumentLoadError,
     EmptyDocumentError,
     UndecodableTextError,
@@ -235,3 +236,45 @@ def test_email_with_only_html_body(tmp_path: Path) -> None:
     document = load_bytes(data, "rich.eml")
     assert document.text.startswith("From: a@example.com\nSubject: Only HTML\n\n")
     assert "Rich" in document.text and "body." in document.text and "<p>" not in document.text
+
+
+def _mail(content_type: bytes, body: bytes, transfer_encoding: bytes | None = None) -> bytes:
+    head = b"From: a@example.com\r\nSubject: Damaged\r\nContent-Type: " + content_type + b"\r\n"
+    if transfer_encoding:
+        head += b"Content-Transfer-Encoding: " + transfer_encoding + b"\r\n"
+    return head + b"\r\n" + body + b"\r\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "defect"),
+    [
+        (b"SGVsbG8*gd29ybGQ=", "InvalidBase64CharactersDefect"),  # a character base64 has not
+        (b"aGVsbG8gd29ybGQ", "InvalidBase64PaddingDefect"),  # cut short: the padding is missing
+        (b"!!!!not*base64@@@", "InvalidBase64LengthDefect"),  # nothing of it decodes
+    ],
+)
+def test_an_email_part_with_damaged_base64_fails_naming_the_defect(body: bytes, defect: str) -> None:
+    with pytest.raises(
+        DamagedEmailError, match=f"text/plain part has damaged base64 \\({defect}\\)"
+    ) as error:
+        load_bytes(_mail(b"text/plain; charset=utf-8", body, b"base64"), "sub/mail.eml")
+    assert error.value.source == "sub/mail.eml"
+
+
+def test_an_email_part_in_an_unknown_charset_fails_unless_it_is_utf8() -> None:
+    latin = "Grüße aus München".encode("latin-1")
+    with pytest.raises(DamagedEmailError, match="declares the unknown charset 'x-made-up'"):
+        load_bytes(_mail(b'text/plain; charset="x-made-up"', latin), "mail.eml")
+    utf8 = load_bytes(_mail(b'text/plain; charset="x-made-up"', "Grüße aus München".encode()), "mail.eml")
+    assert utf8.text.endswith("\n\nGrüße aus München\r\n")
+
+
+def test_an_email_part_that_is_not_its_declared_charset_fails() -> None:
+    with pytest.raises(DamagedEmailError, match="part is not valid utf-8 text \\(byte offset 2\\)"):
+        load_bytes(_mail(b"text/plain; charset=utf-8", "Grüße".encode("latin-1")), "mail.eml")
+
+
+@pytest.mark.parametrize("charset", [b"utf-7", b"UTF-7", b"x-utf-7", b"unicode-1-1-utf-7", b"utf7"])
+def test_a_utf7_email_part_is_decoded_in_every_spelling(charset: bytes) -> None:
+    document = load_bytes(_mail(b"text/plain; charset=" + charset, b"+AGEAYgBj- and Gr+APw-+AN8-e"), "m.eml")
+    assert document.text.endswith("\n\nabc and Grüße\r\n") and document.metadata == {"encoding": "utf-7"}

@@ -38,6 +38,11 @@ CORPUS = {
 }
 
 
+# A file named with a Latin-1 byte (not UTF-8): the MCP `ingest` tool stored nothing while it was there.
+LATIN1_NAME = b"caf\xe9.txt"
+STORED = len(CORPUS) + 1  # the corpus and the Latin-1 named file
+
+
 def _write(root: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -82,6 +87,7 @@ def test_an_agent_ingests_searches_reads_and_is_kept_inside_the_roots(
 ) -> None:
     root = tmp_path / "root"
     corpus = _write(root / "corpus", CORPUS)
+    (Path(os.fsdecode(os.path.join(os.fsencode(corpus), LATIN1_NAME)))).write_bytes(b"Cafe opening hours.\n")
     outside = _write(tmp_path / "outside", {"secret.md": "# Secret\n\nThe vault code is 1234.\n"})
     (root / "escape").symlink_to(outside, target_is_directory=True)
     env = {**os.environ, "UNICHUNK_MCP_ROOTS": json.dumps([str(root)])}
@@ -119,7 +125,7 @@ async def _agent_session(server: StdioServerParameters, errlog: Any, corpus: Pat
             await _refusals(session, corpus, outside)
 
             status = _data(await session.call_tool("status", {}))
-            assert status["counts"]["processed"] == len(CORPUS) and status["documents"] == []
+            assert status["counts"]["processed"] == STORED and status["documents"] == []
             again = _data(await session.call_tool("search", {"query": "Alice", "k": 1, "mode": "keywords"}))
             assert again["hits"][0]["source_id"] == "notes/plain.txt"
     assert stray == []
@@ -127,7 +133,7 @@ async def _agent_session(server: StdioServerParameters, errlog: Any, corpus: Pat
 
 async def _ingest_and_read(session: ClientSession, corpus: Path) -> None:
     summary = _data(await session.call_tool("ingest", {"path": str(corpus)}))
-    assert (summary["listed"], summary["processed"], summary["failed"]) == (len(CORPUS), len(CORPUS), [])
+    assert (summary["listed"], summary["processed"], summary["failed"]) == (STORED, STORED, [])
 
     found = _data(await session.call_tool("search", {"query": "who maintains the keyword index", "k": 3}))
     top = found["hits"][0]
@@ -157,7 +163,7 @@ async def _ingest_and_read(session: ClientSession, corpus: Path) -> None:
 
     documents = _json(await session.read_resource("unichunk://documents"))
     by_source = {d["source_id"]: d for d in documents}
-    assert set(by_source) == set(CORPUS)
+    assert set(by_source) == {*CORPUS, "caf\\xe9.txt"}  # its byte stored as `\xe9` (docs/usage.md)
     assert all(d["state"] == "processed" and d["chunk_count"] >= 1 for d in documents)
     handbook = _json(await session.read_resource(f"unichunk://documents/{hit['document_id']}"))
     assert len(handbook["chunks"]) == by_source["handbook.md"]["chunk_count"] > 3
@@ -192,4 +198,4 @@ async def _refusals(session: ClientSession, corpus: Path, outside: Path) -> None
     assert "no such document" in unknown.value.error.message
     # nothing from outside reached the index
     status = _data(await session.call_tool("status", {"failed_only": True}))
-    assert status["documents"] == [] and status["counts"]["processed"] == len(CORPUS)
+    assert status["documents"] == [] and status["counts"]["processed"] == STORED

@@ -109,7 +109,7 @@ def test_random_and_mutated_files_never_abort_a_run_and_every_good_file_is_store
 
 def test_an_unknown_charset_email_is_stored_with_every_good_file_of_its_batches(fault_env, tmp_path):
     """The issue's case: the .eml's LookupError crashed the flow, so nothing of its batch or any later
-    batch was stored and the .eml got no row. Now it decodes (detected charset) and everything lands."""
+    batch was stored and the .eml got no row. Now it decodes (its text is UTF-8) and everything lands."""
     root = tmp_path / "corpus"
     root.mkdir()
     files = {
