@@ -28,6 +28,7 @@ from unichunk.engine.params import FailedDocument, IngestSummary, names
 from unichunk.engine.reports import failed_state, failure_message, publish_ingest
 from unichunk.engine.store_access import exclusive_store_access
 from unichunk.index import metrics
+from unichunk.index.batch_space import check_batch_room, release_refused
 from unichunk.index.chunk_batch import ChunkBatchResult
 from unichunk.index.chunk_cache import ChunkKey
 from unichunk.index.generations import ensure_live_alias, expired_generations
@@ -36,6 +37,7 @@ from unichunk.index.sink_writes import PrepareOutcome, optimize_sinks, record_ou
 from unichunk.index.status import DocumentStatus, Failure
 from unichunk.sinks.base import SINK_NAMES, Sink
 from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.disk_space import DiskFull
 from unichunk.sinks.pool import flow_sinks
 from unichunk.tasks.alignment import restore_previous_task
 from unichunk.tasks.chunk import chunk_batch
@@ -336,6 +338,8 @@ def _run_batches(
                 if writing is not None:
                     previous, writing = writing, None
                     _settle(previous, run, summary, leases)
+                if good:  # refused with DiskFull before any store is touched when it would not fit
+                    check_batch_room(run, outcomes, label, len(good))
                 submitted = datetime.now(UTC)
                 futures = (
                     {
@@ -347,6 +351,12 @@ def _run_batches(
                 )
                 writing = _Writing(label, by_id, result, good, failed, futures, submitted, seconds)
             tally.advance(len(batch))
+    except DiskFull as exc:  # the disk will not empty itself: no further batch, no row left `processing`
+        if upcoming is not None:
+            upcoming[2].wait()
+        release_refused(run, [*batch, *(upcoming[0] if upcoming else [])], exc)
+        upcoming = None
+        raise
     finally:
         # Also when a later batch raised: the writes already running are waited for and recorded (or
         # undone), so the status table never misses a write that happened.
