@@ -103,7 +103,7 @@ def _refused(result: subprocess.CompletedProcess[str], data_dir: Path) -> str:
         result
     )
     assert "free" in lines[0] and "needs" in lines[0], _shown(result)
-    print(lines[0])
+
     return lines[0]
 
 
