@@ -190,6 +190,8 @@ def test_verify_and_search_on_a_full_disk_say_so(small_disk: Path, tmp_path: Pat
     _fill(data_dir, filler, MIB)  # less than the kept margin: no store is opened
     for command in (("verify",), ("search", "Alice Martin in Berlin")):
         _refused(_unichunk(*command), data_dir)
+    status = _unichunk("status")  # reads the records only: it still answers
+    assert status.returncode == 0, _shown(status)
     changed = corpus / "doc_0001.txt"
     changed.write_text(f"Report 1 revised: the {REVISED} left Lisbon.\n")
     _refused(_unichunk("ingest", str(corpus)), data_dir)
