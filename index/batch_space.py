@@ -23,6 +23,9 @@ from unichunk.sinks.disk_space import WRITE_FACTOR, DiskFull, local_stores, requ
 
 # Bytes a stored chunk costs beside its text: IDs, offsets, heading chain, source metadata, index entries.
 CHUNK_OVERHEAD = 512
+# Bytes a store's write may take whatever its size: a new disk block in each file it appends to (WAL,
+# vectors, payloads, ID tracker, SQLite pages), however little it writes there.
+WRITE_OVERHEAD = 64 * 1024
 
 
 def batch_bytes(outcomes: Mapping[str, PrepareOutcome], local: set[str]) -> int:
@@ -32,11 +35,15 @@ def batch_bytes(outcomes: Mapping[str, PrepareOutcome], local: set[str]) -> int:
         prepared = outcome.prepared
         if prepared is None or name not in local:
             continue
-        for chunks in prepared.chunks.values():
-            total += sum(len(c.content.encode("utf-8", "surrogatepass")) + CHUNK_OVERHEAD for c in chunks)
+        given = sum(
+            len(c.content.encode("utf-8", "surrogatepass")) + CHUNK_OVERHEAD
+            for chunks in prepared.chunks.values()
+            for c in chunks
+        )
         if name == "vectors" and isinstance(prepared.payload, Mapping):  # chunk ID -> float32 vector
-            total += sum(len(vector) * 4 for vector in prepared.payload.values())
-    return total * WRITE_FACTOR
+            given += sum(len(vector) * 4 for vector in prepared.payload.values())
+        total += WRITE_OVERHEAD + given * WRITE_FACTOR
+    return total
 
 
 def check_batch_room(
