@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +29,7 @@ from unichunk.engine.reports import failed_state, failure_message, publish_inges
 from unichunk.engine.run_stop import RunStop
 from unichunk.engine.store_access import exclusive_store_access
 from unichunk.index import metrics
+from unichunk.index.batch_space import check_batch_room
 from unichunk.index.chunk_batch import ChunkBatchResult
 from unichunk.index.chunk_cache import ChunkKey
 from unichunk.index.generations import ensure_live_alias, expired_generations
@@ -37,6 +38,7 @@ from unichunk.index.sink_writes import PrepareOutcome, optimize_sinks, record_ou
 from unichunk.index.status import DocumentStatus, Failure, pending_fields
 from unichunk.sinks.base import SINK_NAMES, Sink
 from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.disk_space import DiskFull
 from unichunk.sinks.outage import StoreUnreachable, unreachable
 from unichunk.sinks.pool import flow_sinks
 from unichunk.tasks.alignment import restore_previous_task
@@ -357,7 +359,12 @@ def _run_batches(
                 if writing is not None:
                     previous, writing = writing, None
                     _settle(previous, run, summary, leases, stop)
-                if stop.requested:  # the previous batch found a store down: this one is not written
+                if good and not stop.requested:  # a batch that would not fit is refused before any write
+                    try:
+                        check_batch_room(run, outcomes, label, len(good))
+                    except DiskFull as exc:  # the disk will not empty itself: no further batch
+                        stop.request(exc)
+                if stop.requested:  # a store is down or the disk is full: this batch is not written
                     unwritten.extend(key.document_id for key in result.keys)
                     break
                 submitted = datetime.now(UTC)
@@ -400,7 +407,8 @@ def _put_back(run: RunConfig, document_ids: list[str], stop: RunStop) -> None:
     (the stores still hold their previous version, which their rows still name)."""
     if document_ids:
         reason = f"not written: the run stopped: {stop.reason}"
-        run.status_store().upsert_many([(d, pending_fields(reason)) for d in document_ids])
+        with suppress(DiskFull):  # no room even for that: the rows stay `processing`, which is redone too
+            run.status_store().upsert_many([(d, pending_fields(reason)) for d in document_ids])
 
 
 def _chunk_next(

@@ -44,6 +44,15 @@ class SinkSettings(BaseSettings):
         ge=1,
         description="Largest document read; a larger one fails alone, clearly.",
     )
+    min_free_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=0,
+        description="Bytes kept free on the data dir's disk: a batch whose estimated growth would leave less "
+        "is refused before any store is written, and an embedded store is not opened (exit 3, one line), "
+        "because qdrant-edge writes through memory maps and a full disk would kill the process "
+        "(`unichunk.sinks.disk_space`). Room for what no estimate counts: SQLite journals, store files "
+        "growing in steps.",
+    )
     database_url: SecretStr | None = Field(
         None,
         description="postgresql://user:password@host:port/db: server mode, every pipeline record (status, "

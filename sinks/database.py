@@ -42,6 +42,7 @@ from sqlalchemy.pool import QueuePool
 
 from unichunk.chunking.errors import UnichunkError
 from unichunk.sinks.config import SinkSettings, physical_name
+from unichunk.sinks.disk_space import is_sqlite_full, sqlite_full_error
 
 Dialect = Literal["sqlite", "postgresql"]
 
@@ -112,9 +113,10 @@ class Database:
     """A connection pool plus where this store's tables live. Cheap to construct: engines are shared per
     URL (or SQLite file) in the process, so stores made per call reuse one pool."""
 
-    def __init__(self, engine: Engine, schema: str | None = None) -> None:
+    def __init__(self, engine: Engine, schema: str | None = None, path: Path | None = None) -> None:
         self.engine = engine
         self.schema = schema if engine.dialect.name == "postgresql" else None
+        self.path = path  # the SQLite file, named by errors
 
     @classmethod
     def sqlite(cls, path: Path, *, readonly: bool = False) -> Database:
@@ -122,7 +124,7 @@ class Database:
         path = Path(path).absolute()
         if not readonly:
             path.parent.mkdir(parents=True, exist_ok=True)
-        return cls(_sqlite_engine(path, readonly))
+        return cls(_sqlite_engine(path, readonly), path=path)
 
     @property
     def dialect(self) -> Dialect:
@@ -164,12 +166,14 @@ class Database:
     @contextmanager
     def _reachable(self) -> Iterator[None]:
         """A server that does not answer or refuses becomes `DatabaseUnavailable`, one line naming the
-        variable; any other database error (a bug, a constraint) stays what it is."""
+        variable; a full disk under a SQLite file `DiskFull`, one line naming the file; any other database error (a bug, a constraint) stays what it is."""
         try:
             yield
         except DBAPIError as exc:
             if self.dialect == "postgresql" and _unavailable(exc):
                 raise DatabaseUnavailable(_describe(self.engine, exc)) from exc
+            if self.dialect == "sqlite" and is_sqlite_full(exc):
+                raise sqlite_full_error(exc, self.path or Path(self.engine.url.database or "")) from exc
             if self.schema is not None and self.missing(exc):
                 self._forget_ensured()  # another process dropped the schema: the next store re-creates it
             raise

@@ -12,6 +12,7 @@ from unichunk.chunking.errors import ChunkingError, DocumentLoadError, UnichunkE
 from unichunk.index.errors import GenerationError, GenerationMismatch
 from unichunk.retrieval.ranking import RetrievalError
 from unichunk.sinks.base import InvalidRequest, SinkError
+from unichunk.sinks.disk_space import DiskFull
 from unichunk.sinks.outage import StoreUnreachable
 
 
@@ -33,6 +34,7 @@ class Unreachable(UnichunkError):
 
 __all__ = [
     "ChunkingError",
+    "DiskFull",
     "DocumentLoadError",
     "GenerationError",
     "GenerationMismatch",

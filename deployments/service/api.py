@@ -23,7 +23,7 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from unichunk.deployments.service.auth import bearer_auth
 from unichunk.deployments.settings import ServiceSettings
-from unichunk.errors import NotFound, SinkError, StoreBusy, UsageError
+from unichunk.errors import DiskFull, NotFound, SinkError, StoreBusy, UsageError
 from unichunk.interface import Mode
 from unichunk.pipeline import DEFAULT_BUDGET, Pipeline, Readers, ReadersProvider, run_result
 from unichunk.request_limits import MAX_QUERY_CHARS
@@ -71,7 +71,7 @@ def create_search_router(stores: ReaderSource, settings: ServiceSettings | None 
                 yield opened
         except StoreBusy as exc:
             raise HTTPException(503, str(exc), headers={"Retry-After": retry_after}) from exc
-        except SinkError as exc:
+        except (SinkError, DiskFull) as exc:  # a full disk refuses to open the vector store: no crash
             raise HTTPException(503, f"store unavailable: {exc}") from exc
 
     provider: ReadersProvider = readers

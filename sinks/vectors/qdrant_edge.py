@@ -41,6 +41,7 @@ from qdrant_edge import (
 )
 
 from unichunk.sinks.base import SinkError
+from unichunk.sinks.disk_space import WRITE_FACTOR, fills_holes_on_read, require_free, sparse_holes
 from unichunk.sinks.vectors.sink import (
     _SCROLL_PAGE,
     SHARED_HANDLES,
@@ -54,6 +55,7 @@ from unichunk.sinks.vectors.sink import (
 
 _CONFIG_FILE = "edge_config.json"  # written by qdrant-edge into every shard
 _ALIASES_FILE = "aliases.json"
+_DELETE_BYTES = 1024  # disk a deleted point's WAL entry and flags may take, generously
 
 
 class EdgeQdrantSink(VectorSink):
@@ -85,9 +87,11 @@ class EdgeQdrantSink(VectorSink):
         def opener() -> EdgeShard:
             try:
                 if _is_shard(path):
+                    self._require_room(_load_room(path), "opening the vector store")
                     return EdgeShard.load(str(path))
                 if create_dimension is None:
                     raise SinkError(self.name, f"no shard at {path}")
+                self._require_room(0, "creating the vector store")
                 config = EdgeConfig(vectors=EdgeVectorParams(size=create_dimension, distance=Distance.Cosine))
                 return EdgeShard.create(str(path), config)
             except SinkError:
@@ -145,8 +149,17 @@ class EdgeQdrantSink(VectorSink):
             )
         return int(vectors[""]["size"]), str(vectors[""]["distance"])
 
+    def _require_room(self, needed: int, what: str) -> None:
+        """`DiskFull` unless the data dir's disk has `needed` bytes free beyond the kept margin: checked
+        before qdrant-edge touches its memory maps, where a full disk is a SIGBUS, not an error."""
+        require_free(self.settings.data_dir, needed, self.settings.min_free_bytes, what)
+
     def _store_upsert(self, points: list[StoredPoint]) -> None:
         shard = self._attach()
+        # The engine checked the whole batch already (`unichunk.index.batch_space`); this guards any other
+        # writer (a restore, a rebuild) and a disk that filled since.
+        needed = sum(len(vector) * 4 + len(json.dumps(payload, default=str)) for _, vector, payload in points)
+        self._require_room(needed * WRITE_FACTOR, f"writing {len(points)} vectors")
         shard.update(
             UpdateOperation.upsert_points([Point(pid, vector, payload) for pid, vector, payload in points])
         )
@@ -154,6 +167,7 @@ class EdgeQdrantSink(VectorSink):
         self._changed = True
 
     def _store_delete(self, ids: list[str]) -> None:
+        self._require_room(len(ids) * _DELETE_BYTES, f"deleting {len(ids)} vectors")  # the WAL records it
         self.shard.update(UpdateOperation.delete_points([uuid.UUID(i) for i in ids]))
         self.shard.flush()
         self._changed = True
@@ -165,6 +179,8 @@ class EdgeQdrantSink(VectorSink):
         with self._operation("optimize"), self._lock:
             if not self._changed or "shard" not in self._handle:
                 return False
+            # Merging rewrites segments beside the old ones: room for a copy of them, else tried next run.
+            self._require_room(_allocated(self.path / "segments"), "optimising the vector store")
             shard = self._handle["shard"]
             optimised = bool(shard.optimize())
             shard.flush()
@@ -253,6 +269,19 @@ def edge_filter(conditions: Conditions | None) -> Filter | None:
     return Filter(
         must=[FieldCondition(key=key, match=MatchAny(any=list(values))) for key, values in conditions.items()]
     )
+
+
+def _load_room(path: Path) -> int:
+    """What loading the shard at `path` may allocate: on tmpfs, mapping a vector file fills its holes
+    (32 MiB a chunk file, mostly holes after a small ingest); elsewhere a read maps no new blocks."""
+    if not fills_holes_on_read(path):
+        return 0
+    return sparse_holes(p for p in path.glob("segments/*/vector_storage/**/*") if p.is_file())
+
+
+def _allocated(directory: Path) -> int:
+    """Bytes the files under `directory` take on disk."""
+    return sum(p.stat().st_blocks * 512 for p in directory.rglob("*") if p.is_file())
 
 
 def _is_shard(path: Path) -> bool:

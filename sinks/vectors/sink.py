@@ -40,6 +40,7 @@ from unichunk.sinks.base import (
     group_batch,
 )
 from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.disk_space import DiskFull
 from unichunk.sinks.metrics import (
     EMBEDDER_TRUNCATED_CHUNKS,
     SINK_CHUNKS_REMOVED,
@@ -444,7 +445,7 @@ class VectorSink(Sink):
         started = time.perf_counter()
         try:
             yield
-        except SinkError:
+        except (SinkError, DiskFull):  # a full disk says so itself, naming the data dir
             raise
         except Exception as exc:
             raise SinkError(
