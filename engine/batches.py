@@ -27,6 +27,7 @@ from unichunk.engine.leases import RunLeases, when_leased
 from unichunk.engine.params import FailedDocument, IngestSummary, names
 from unichunk.engine.reports import failed_state, failure_message, publish_ingest
 from unichunk.engine.store_access import exclusive_store_access
+from unichunk.engine.vanished import delete_vanished_items
 from unichunk.index import metrics
 from unichunk.index.chunk_batch import ChunkBatchResult
 from unichunk.index.chunk_cache import ChunkKey
@@ -420,6 +421,7 @@ def _settle(writing: _Writing, run: RunConfig, summary: IngestSummary, leases: R
     record_outcome(
         run, writing.by_id, processed, {d: e for d, e in failed.items() if d not in writing.result.failed}
     )
+    delete_vanished_items(run, writing.result.vanished, writing.by_id, summary)  # still under their leases
     if leases is not None:  # recorded: another run may take these documents now
         leases.release(writing.by_id)
     summary.processed += len(processed)
