@@ -9,7 +9,7 @@ wrong (`UsageError`, `NotFound`) and what it cannot reach (`Unreachable`).
 from __future__ import annotations
 
 from unichunk.chunking.errors import ChunkingError, DocumentLoadError, UnichunkError
-from unichunk.index.errors import GenerationError, GenerationMismatch
+from unichunk.index.errors import GenerationError, GenerationMismatch, SourceOverlap
 from unichunk.retrieval.ranking import RetrievalError
 from unichunk.sinks.base import InvalidRequest, SinkError
 
@@ -39,6 +39,7 @@ __all__ = [
     "NotFound",
     "RetrievalError",
     "SinkError",
+    "SourceOverlap",
     "StoreBusy",
     "UnichunkError",
     "Unreachable",
