@@ -152,15 +152,58 @@ class DirectorySource(Source):
             for entry in entries:
                 rel = rel_dir / entry.name
                 try:
-                    if entry.is_symlink() and not self.follow_symlinks:
+                    if self._entry_refusal(entry.is_symlink()):
                         continue
                     st = entry.stat(follow_symlinks=True)
                 except OSError:
                     continue  # broken symlink or vanished file
                 if stat.S_ISDIR(st.st_mode):
                     stack.append((Path(entry.path), rel))
-                elif stat.S_ISREG(st.st_mode):
+                elif self._entry_refusal(False, st.st_mode, last=True) is None:
                     yield rel.as_posix(), Path(entry.path), st
+
+    def _entry_refusal(self, is_link: bool, mode: int | None = None, *, last: bool = False) -> str | None:
+        """Why the walk does not take one directory entry (None: it does): a link it does not follow, or,
+        for the file itself (`last`), anything but a regular file. Shared by `list` and `refusal`."""
+        if is_link and not self.follow_symlinks:
+            return "is a symbolic link (the scan does not follow links)"
+        if last and mode is not None and not stat.S_ISREG(mode):
+            return "is a directory" if stat.S_ISDIR(mode) else "is not a regular file"
+        return None
+
+    def refusal(self, source_id: str) -> str | None:
+        """Why `list()` would not list a file as `source_id`, or None if it would: the one rule for what
+        this source holds, which the scan applies to every entry and a webhook to the one it names (so a
+        rescan can always delete what a webhook added). `source_id` must be the file's path relative to
+        the root as the scan writes it (POSIX, no `.`/`..`/empty parts), match the patterns, and every
+        part of it must be an entry the walk takes (no symlink unless followed; a regular file at the end).
+        """
+        rel = PurePosixPath(source_id)
+        if (
+            not source_id
+            or rel.is_absolute()
+            or rel.as_posix() != source_id
+            or any(part in (".", "..") for part in rel.parts)
+        ):
+            return "is not a path relative to the source root as a scan writes it"
+        if not self.matches(source_id):
+            return f"is excluded by the source's patterns ({', '.join(self.patterns)})"
+        path = self.root
+        for n, part in enumerate(rel.parts, start=1):
+            path = path / part
+            last = n == len(rel.parts)
+            try:
+                link = path.is_symlink()
+                st = path.stat()
+            except OSError:
+                return "is not in the source root (no such file)"
+            refused = self._entry_refusal(link, st.st_mode, last=last)
+            if refused is None and not last and not stat.S_ISDIR(st.st_mode):
+                refused = "is not a path in the source root (a part of it is not a directory)"
+            if refused is not None:
+                where = "" if last else f" ({rel.parts[n - 1]})"
+                return refused + where
+        return None
 
     def covers(self, source_id: str, path: str | None) -> bool:
         """Listed paths are built from the resolved root, so a path under it is compared lexically."""

@@ -28,6 +28,7 @@ from unichunk.engine.params import FailedDocument, IngestSummary, names
 from unichunk.engine.reports import failed_state, failure_message, publish_ingest
 from unichunk.engine.run_stop import RunStop
 from unichunk.engine.store_access import exclusive_store_access
+from unichunk.engine.vanished import delete_vanished_items
 from unichunk.index import metrics
 from unichunk.index.batch_space import check_batch_room
 from unichunk.index.chunk_batch import ChunkBatchResult
@@ -476,6 +477,7 @@ def _settle(
     record_outcome(
         run, writing.by_id, processed, {d: e for d, e in failed.items() if d not in writing.result.failed}
     )
+    delete_vanished_items(run, writing.result.vanished, writing.by_id, summary)  # still under their leases
     if leases is not None:  # recorded: another run may take these documents now
         leases.release(writing.by_id)
     summary.processed += len(processed)

@@ -17,8 +17,9 @@ from unichunk.chunking.sources import Source, SourceItem
 from unichunk.engine.batches import RunStores, delete_missing, find_missing, process_items, run_stores, triage
 from unichunk.engine.params import IngestParams, IngestSummary, SourceParams
 from unichunk.engine.shards import run_in_shards
+from unichunk.index.errors import SourceOverlap
 from unichunk.index.run import RunConfig
-from unichunk.index.source_registry import SourceRecord, SourceRegistry
+from unichunk.index.source_registry import SourceRecord, SourceRegistry, overlapping
 from unichunk.sinks.config import SinkSettings
 
 
@@ -46,8 +47,12 @@ def list_sources(named: SourceParams | None, settings: SinkSettings, *, record: 
             named = enclosing
         source = named.build()
         listed = [Listed(named, source, source.list())]  # a named source that cannot be listed is an error
-        if record and enclosing is None:  # the enclosing folder's record already covers it, and stays whole
-            registry.record(named.record(source))
+        if enclosing is None:  # the enclosing folder's record already covers it, and stays whole
+            claimed = named.record(source)
+            if record:  # checked and recorded at once: of two overlapping runs, the second is refused
+                registry.claim(claimed, lambda recorded: refuse_overlap(claimed, recorded))
+            else:
+                refuse_overlap(claimed, registry.all())
         return listed
     found = []
     for record_ in registry.all():
@@ -93,6 +98,32 @@ def enclosing_source(named: SourceParams, recorded: list[SourceRecord]) -> Sourc
             update={"root": record.root, "source_system": record.name, "patterns": patterns}
         )
     return None
+
+
+def refuse_overlap(source: SourceRecord, recorded: list[SourceRecord]) -> None:
+    """Raise `SourceOverlap` if a recorded source under another name reaches a file `source` reaches: the
+    file would get two document IDs and be stored twice (docs/operations.md, "Sources"). A part of a
+    recorded folder named without a name never gets here: it is ingested as part of that folder
+    (`enclosing_source`)."""
+    other = overlapping(source, recorded)
+    if other is None:
+        return
+    mine, theirs = _where(source), _where(other)
+    raise SourceOverlap(
+        f"{mine} overlaps the source {other.name} ({theirs}), ingested before: the files under both would "
+        "be stored twice, under two document IDs. Ingest one of them only: to index this one instead, "
+        f"give the other up first (`unichunk forget-source {other.name}` deletes its documents and stops "
+        "re-indexing it); a part of a folder ingested before, named without --source, is ingested as "
+        "part of that folder"
+    )
+
+
+def _where(record: SourceRecord) -> str:
+    if record.kind == "directory" or not record.paths:
+        return str(record.root)
+    return ", ".join(record.paths[:3]) + (
+        f" and {len(record.paths) - 3} more" if len(record.paths) > 3 else ""
+    )
 
 
 def sync_listed(

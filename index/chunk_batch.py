@@ -9,6 +9,7 @@ a `Source`, say) is caught here too, so one file can never abort its batch or th
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from unichunk.chunking.base import EmbedFunction
@@ -35,12 +36,15 @@ class ChunkBatchResult:
     failed: dict[str, str] = field(default_factory=dict)  # document_id -> error
     failures: dict[str, Failure] = field(default_factory=dict)  # document_id -> why, for those known
     chunked: list[str] = field(default_factory=list)  # chunked in this run (the rest came from the cache)
+    # Listed, then gone before it was loaded (a delete racing the run): deleted by the run, not failed.
+    vanished: list[str] = field(default_factory=list)
 
     def line(self, label: str) -> str:
         return (
             f"batch {label}: {len(self.keys)} to write ({len(self.chunked)} chunked, "
             f"{len(self.keys) - len(self.chunked)} from the chunk cache), {len(self.skipped)} unchanged, "
             f"{len(self.failed)} failed"
+            + (f", {len(self.vanished)} vanished since listed" if self.vanished else "")
         )
 
 
@@ -74,6 +78,9 @@ def chunk_items(items: list[SourceItem], run: RunConfig, *, dry_run: bool = Fals
             try:
                 document = load_item(item, run.settings.max_document_bytes)
             except Exception as exc:  # any failure to read one document fails it alone, never the batch
+                if vanished(item):  # removed after it was listed: the run deletes it (no status row here)
+                    result.vanished.append(document_id)
+                    continue
                 failure: Failure = "too_large" if isinstance(exc, DocumentTooLarge) else "unreadable"
                 _fail(result, writer, item, LOAD_FAILED + _load_error(exc), failure)
                 continue
@@ -152,6 +159,12 @@ class _BatchWriter:
         self.cache.put_many(self._chunks, self.run.chunk_fingerprint)
         self.status.upsert_many(self._rows)
         self._chunks, self._rows, self._size = [], [], 0
+
+
+def vanished(item: SourceItem) -> bool:
+    """The item's file is gone (nothing at its path, not even a broken link): it was removed after the
+    listing, so failing to load it is a deletion racing the run, not a bad file."""
+    return not os.path.lexists(item.path)
 
 
 def _load_error(exc: Exception) -> str:

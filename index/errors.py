@@ -12,3 +12,8 @@ class GenerationError(UnichunkError):
 
 class GenerationMismatch(GenerationError):
     """A run's settings are not the live generation's: only `rebuild` may write them."""
+
+
+class SourceOverlap(UnichunkError):
+    """A source whose files another recorded source already covers (one folder inside the other, or the same
+    folder under another name): ingesting it would store those files twice, under two document IDs."""

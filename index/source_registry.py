@@ -12,9 +12,11 @@ character escaped, so any text round-trips.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
+from pathlib import PurePath
+from typing import Any, Literal
 
 from sqlalchemy import text
 
@@ -85,17 +87,18 @@ class SourceRegistry:
 
     def record(self, source: SourceRecord) -> None:
         """Remember (or refresh) how to list `source`; the latest listing's settings win."""
+        self.claim(source, lambda _recorded: None)
+
+    def claim(self, source: SourceRecord, check: Callable[[list[SourceRecord]], None]) -> None:
+        """Record `source` unless `check`, given every recorded source, raises: one write transaction under
+        the registry's lock (`BEGIN IMMEDIATE` on SQLite, an advisory lock on PostgreSQL), so two runs
+        registering overlapping sources at once never both pass the check (`overlapping`)."""
         writer = self.create()
         now = datetime.now(UTC).isoformat(timespec="seconds")
-        with writer.write() as conn:
+        with writer.write(lock="sources") as conn:
+            check(_records(conn.execute(text(_SELECT)).all()))
             conn.execute(
-                text(
-                    "INSERT INTO sources (name, kind, root, patterns, paths, follow_symlinks, first_seen, "
-                    "last_listed) VALUES (:name, :kind, :root, :patterns, :paths, :follow, :now, :now) "
-                    "ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, root = excluded.root, "
-                    "patterns = excluded.patterns, paths = excluded.paths, "
-                    "follow_symlinks = excluded.follow_symlinks, last_listed = excluded.last_listed"
-                ),
+                text(_UPSERT),
                 {
                     "name": writer.pack(source.name),
                     "kind": source.kind,
@@ -107,28 +110,77 @@ class SourceRegistry:
                 },
             )
 
+    def forget(self, name: str) -> bool:
+        """Stop re-scanning the source `name` (its documents are the caller's to delete first); whether
+        it was recorded."""
+        if name not in {record.name for record in self.all()}:
+            return False
+        writer = self.create()
+        with writer.write(lock="sources") as conn:
+            conn.execute(text("DELETE FROM sources WHERE name = :name"), {"name": writer.pack(name)})
+        return True
+
     def all(self) -> list[SourceRecord]:
-        statement = text(
-            "SELECT name, kind, root, patterns, paths, follow_symlinks, first_seen, last_listed "
-            "FROM sources ORDER BY name"
-        )
         try:
             with self._reader.read() as conn:
-                rows = conn.execute(statement).all()
+                rows = conn.execute(text(_SELECT)).all()
         except Exception as exc:
             if self._reader.missing(exc):
                 return []
             raise
-        return [
-            SourceRecord(
-                str(Database.unpack(name)),
-                kind,
-                Database.unpack(root),
-                tuple(json.loads(patterns)),
-                tuple(json.loads(paths)),
-                bool(follow),
-                first,
-                last,
-            )
-            for name, kind, root, patterns, paths, follow, first, last in rows
-        ]
+        return _records(rows)
+
+
+_SELECT = (
+    "SELECT name, kind, root, patterns, paths, follow_symlinks, first_seen, last_listed "
+    "FROM sources ORDER BY name"
+)
+_UPSERT = (
+    "INSERT INTO sources (name, kind, root, patterns, paths, follow_symlinks, first_seen, "
+    "last_listed) VALUES (:name, :kind, :root, :patterns, :paths, :follow, :now, :now) "
+    "ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, root = excluded.root, "
+    "patterns = excluded.patterns, paths = excluded.paths, "
+    "follow_symlinks = excluded.follow_symlinks, last_listed = excluded.last_listed"
+)
+
+
+def _records(rows: Sequence[Any]) -> list[SourceRecord]:
+    return [
+        SourceRecord(
+            str(Database.unpack(name)),
+            kind,
+            Database.unpack(root),
+            tuple(json.loads(patterns)),
+            tuple(json.loads(paths)),
+            bool(follow),
+            first,
+            last,
+        )
+        for name, kind, root, patterns, paths, follow, first, last in rows
+    ]
+
+
+def covered_files(record: SourceRecord) -> tuple[list[PurePath], list[PurePath]]:
+    """What a record reaches: (folders whose every file it may list, single files)."""
+    if record.kind == "directory":
+        return ([PurePath(record.root)] if record.root else []), []
+    return [], [PurePath(p) for p in record.paths]
+
+
+def overlapping(source: SourceRecord, recorded: Sequence[SourceRecord]) -> SourceRecord | None:
+    """A recorded source under another name that reaches a file `source` reaches too (a folder inside the
+    other's, the same folder, a file of the other's), or None. Two names over one file would give it two
+    document IDs, so it would be stored twice."""
+    folders, files = covered_files(source)
+    for other in recorded:
+        if other.name == source.name:
+            continue
+        other_folders, other_files = covered_files(other)
+        if (
+            any(a.is_relative_to(b) or b.is_relative_to(a) for a in folders for b in other_folders)
+            or any(f.is_relative_to(d) for f in files for d in other_folders)
+            or any(f.is_relative_to(d) for f in other_files for d in folders)
+            or set(files) & set(other_files)
+        ):
+            return other
+    return None

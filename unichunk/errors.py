@@ -9,7 +9,7 @@ wrong (`UsageError`, `NotFound`) and what it cannot reach (`Unreachable`).
 from __future__ import annotations
 
 from unichunk.chunking.errors import ChunkingError, DocumentLoadError, UnichunkError
-from unichunk.index.errors import GenerationError, GenerationMismatch
+from unichunk.index.errors import GenerationError, GenerationMismatch, SourceOverlap
 from unichunk.retrieval.ranking import RetrievalError
 from unichunk.sinks.base import InvalidRequest, SinkError
 from unichunk.sinks.disk_space import DiskFull
@@ -42,6 +42,7 @@ __all__ = [
     "NotFound",
     "RetrievalError",
     "SinkError",
+    "SourceOverlap",
     "StoreBusy",
     "StoreUnreachable",
     "UnichunkError",

@@ -29,7 +29,7 @@ from unichunk import local_stack
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.chunking.ids import derive_document_id
 from unichunk.chunking.models import Document
-from unichunk.chunking.sources import DEFAULT_PATTERNS
+from unichunk.chunking.sources import DEFAULT_PATTERNS, DirectorySource
 from unichunk.engine.params import (
     FailedDocument,
     IngestParams,
@@ -52,6 +52,7 @@ from unichunk.index.generations import (
     switchable,
 )
 from unichunk.index.metrics import MetricsSettings
+from unichunk.index.source_registry import SourceRegistry
 from unichunk.index.status import DocumentStatus, StatusStore
 from unichunk.inline_documents import INLINE_FOLDER, inline_root, named_texts, write_documents
 from unichunk.request_limits import check_query
@@ -189,6 +190,19 @@ class Pipeline:
         if row is not None and row.path and _inside(Path(row.path), self.settings.data_dir / INLINE_FOLDER):
             Path(row.path).unlink(missing_ok=True)
         return removed
+
+    def forget_source(self, name: str) -> int:
+        """Delete every document of the source `name` (each as `delete` does) and its record, so no
+        re-index scans it again: how an overlapping source is given up for the folder around it
+        (`SourceOverlap`). Returns the documents deleted; raises `NotFound` for a source not recorded."""
+        registry = SourceRegistry.of(self.settings)
+        if name not in {record.name for record in registry.all()}:
+            raise NotFound(f"no such source: {name} (`unichunk status` lists the sources of the documents)")
+        documents = [row.document_id for row in self._status().rows(source_system=name)]
+        for document_id in documents:
+            self._run("delete-document", document_id)
+        registry.forget(name)
+        return len(documents)
 
     def rebuild(
         self,
@@ -330,6 +344,16 @@ class Pipeline:
         """The document ID an ingest gives the document `source_id` of the source `source_system` (its path
         under the source root, for a folder): what a webhook that names no ID means."""
         return derive_document_id(source_system=source_system, source_id=source_id)
+
+    @staticmethod
+    def scan_refusal(source: Mapping[str, Any], source_id: str) -> str | None:
+        """Why a scan of the folder source `source` (`SourceParams` fields, as `ServiceSettings.source()`
+        gives them) would not list the file `source_id`, or None if it would: what a webhook may name
+        (`unichunk.chunking.sources.DirectorySource.refusal` holds the rule, the scan's own)."""
+        built = SourceParams.model_validate(dict(source)).build()
+        if not isinstance(built, DirectorySource):
+            raise UsageError("only a folder source can say what its scan lists")
+        return built.refusal(source_id)
 
     def knows(self, document_id: str) -> bool:
         """Whether a generation a deletion reaches (the live one, or one being built) records it."""

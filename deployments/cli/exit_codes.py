@@ -14,7 +14,14 @@ from enum import IntEnum
 
 from pydantic import ValidationError
 
-from unichunk.errors import GenerationError, InvalidRequest, NotFound, RetrievalError, UsageError
+from unichunk.errors import (
+    GenerationError,
+    InvalidRequest,
+    NotFound,
+    RetrievalError,
+    SourceOverlap,
+    UsageError,
+)
 
 
 class ExitCode(IntEnum):
@@ -61,6 +68,7 @@ USAGE_ERRORS: tuple[type[BaseException], ...] = (
     ValidationError,
     InvalidRequest,
     RetrievalError,
+    SourceOverlap,
 )
 
 

@@ -396,7 +396,7 @@ def _verify(pipeline: Pipeline, *, as_json: bool = False) -> bool:
     report = pipeline.verify()
     if as_json:
         print_json(report.as_dict())
-        return report.ok
+        return report.ok and not report.stored_twice
     kinds = {"missing": report.missing, "extra": report.extra, "altered": report.altered}
     print_table(
         ("sink", "chunks", "missing", "extra", "altered"),
@@ -411,7 +411,13 @@ def _verify(pipeline: Pipeline, *, as_json: bool = False) -> bool:
                 console.print(f"  {name}: {kind} {chunk_id}")
     verdict = ("aligned", "green") if report.ok else (f"{report.mismatch_count()} mismatch(es)", "red")
     console.print(Text.assemble(f"{report.expected_count} expected chunk IDs: ", verdict))
-    return report.ok
+    for path, ids in sorted(report.stored_twice.items())[:10]:  # two sources over one file
+        console.print(Text(f"stored twice: {path} under document IDs {', '.join(ids)}", style="red"))
+    if report.same_content:
+        console.print(f"{len(report.same_content)} content(s) stored under several document IDs (copies?)")
+        for content_hash, ids in sorted(report.same_content.items())[:10]:
+            console.print(Text(f"  same content {content_hash[:12]}: {', '.join(ids)}"))
+    return report.ok and not report.stored_twice
 
 
 @app.command()
@@ -437,6 +443,19 @@ def delete(
         print_json({"document_id": document_id, "removed": removed})
         return
     console.print(f"deleted {document_id}: " + ", ".join(f"{k}={v}" for k, v in sorted(removed.items())))
+
+
+@app.command("forget-source")
+@friendly_errors
+def forget_source(
+    name: Annotated[
+        str, typer.Argument(help="A source name, as an overlap error or `unichunk status` names it.")
+    ],
+) -> None:
+    """Delete every document of one source and stop re-indexing it (to ingest the folder around it)."""
+    with _pipeline() as pipeline:
+        count = pipeline.forget_source(name)
+    console.print(f"forgot the source {name}: {count} document(s) deleted")
 
 
 @app.command()

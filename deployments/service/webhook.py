@@ -165,10 +165,7 @@ def build_event(
         document_id = Pipeline.document_id_for(source_system, source_id)
     path: str | None = None
     if payload.event == "updated":
-        # No explicit path: the source id is the path relative to the source root.
-        resolved = resolve_source_path(payload.path or source_id, settings.source_root)
-        check_regular_file(resolved)
-        path = str(resolved)
+        path = _listed_path(payload, source_id, settings)
     elif payload.path is not None:
         path = str(resolve_source_path(payload.path, settings.source_root))
     if payload.event == "deleted" and not known(document_id):
@@ -185,6 +182,36 @@ def build_event(
         },
     )
     return event.model_dump(mode="json")
+
+
+def _listed_path(payload: WebhookPayload, source_id: str, settings: ServiceSettings) -> str:
+    """The file an `updated` event names, accepted only where the source's scan would list it as
+    `source_id`: the path (by default `source_id` itself) must be a regular file inside the root, its
+    place in the root must be `source_id`, and the scan's own rule (`Pipeline.scan_refusal`: patterns, no
+    symlinks) must take it. Otherwise a webhook could store a document no rescan ever deletes."""
+    named = payload.path or source_id  # no explicit path: the source id is the path under the root
+    check_regular_file(resolve_source_path(named, settings.source_root))
+    source = settings.source()
+    assert settings.source_root is not None and source is not None  # resolve_source_path refuses no root
+    base = settings.source_root.expanduser().resolve()
+    candidate = Path(named)
+    place = Path(os.path.normpath(candidate if candidate.is_absolute() else base / candidate))
+    if not place.is_relative_to(base):  # a link outside the root that leads into it
+        raise WebhookRejected(422, "unsafe_path", "path is outside the allowed source root")
+    relative = place.relative_to(base).as_posix()
+    if relative != source_id:
+        raise WebhookRejected(
+            422,
+            "source_id_mismatch",
+            f"source_id {source_id!r} is not the file's path in the source root ({relative!r}), which is "
+            "the ID a scan gives it: send source_id equal to that path",
+        )
+    refusal = Pipeline.scan_refusal(source, source_id)
+    if refusal is not None:
+        raise WebhookRejected(
+            422, "not_in_source", f"{source_id} {refusal}: a scan of the source would not list it"
+        )
+    return str(base / source_id)
 
 
 def _source_system(payload: WebhookPayload, settings: ServiceSettings) -> str:

@@ -84,9 +84,8 @@ def test_refused_webhooks_touch_no_store_and_start_no_run(tmp_path, monkeypatch,
     started = time.time() - 1
     runs_before = _flow_run_count(prefect_api_url)
     with TestClient(create_app(settings, PrefectEventSink(prefect_api_url), data_dir=data_dir)) as client:
-        replayed_body, replayed_headers = raw(
-            {"event": "updated", "source_id": f"{tag}-r.md", "path": "a.md"}
-        )
+        (root / f"{tag}-r.md").write_text("# R\n")
+        replayed_body, replayed_headers = raw({"event": "updated", "source_id": f"{tag}-r.md"})
         replayed_headers["X-Unichunk-Delivery"] = f"dlv-{tag}"
         first = client.post("/webhooks/documents", content=replayed_body, headers=replayed_headers)
         assert first.status_code == 202  # the only accepted one: it emits an event, nothing more

@@ -73,6 +73,14 @@ def client(settings: ServiceSettings, prefect_api_url: str) -> Iterator[TestClie
         yield test_client
 
 
+def listed(root: Path | None, source_id: str) -> str:
+    """Write the file `source_id` names under the source root (a webhook may name only a file a scan
+    lists, under its own path); returns `source_id`."""
+    assert root is not None
+    (root / source_id).write_text(f"# {source_id}\n\nSome text.\n")
+    return source_id
+
+
 def payload(source_id: str, **extra: Any) -> dict[str, Any]:
     return {"event": "updated", "source_id": source_id, **extra}
 
@@ -96,10 +104,10 @@ def post(client: TestClient, body: bytes | Any, headers: dict[str, str]) -> http
 
 
 def test_valid_update_emits_one_event_with_the_delivery_derived_id(
-    client: TestClient, prefect_api_url: str
+    client: TestClient, prefect_api_url: str, source_root: Path
 ) -> None:
     source_id = f"a-{uuid.uuid4().hex[:8]}.md"
-    body = json.dumps(payload(source_id, path="a.md")).encode()
+    body = json.dumps(payload(listed(source_root, source_id), path=source_id)).encode()
     delivery = f"dlv-{uuid.uuid4().hex}"
     headers = signed_headers(body, delivery=delivery)
 
@@ -116,7 +124,7 @@ def test_valid_update_emits_one_event_with_the_delivery_derived_id(
     assert event["resource"]["prefect.resource.id"] == f"unichunk.document.{document_id}"
     assert event["payload"]["document_id"] == document_id
     assert event["payload"]["source_id"] == source_id
-    assert Path(event["payload"]["path"]).name == "a.md" and Path(event["payload"]["path"]).is_absolute()
+    assert event["payload"]["path"] == str(source_root.resolve() / source_id)
 
     # The sender retries the same delivery (same body, new timestamp, so a new signature): refused as a replay.
     retry = post(client, body, signed_headers(body, delivery=delivery, ts=int(time.time()) + 1))
@@ -133,7 +141,7 @@ def test_prefect_drops_a_second_event_with_the_same_id(
     """Two receivers that do not share a replay cache both accept a retried delivery: Prefect itself
     must still keep one event (it deduplicates by event id), so at most one flow run starts."""
     source_id = f"dup-{uuid.uuid4().hex[:8]}.md"
-    body = json.dumps(payload(source_id, path="a.md")).encode()
+    body = json.dumps(payload(listed(settings.source_root, source_id))).encode()
     delivery = f"dlv-{uuid.uuid4().hex}"
     with (
         TestClient(create_app(settings, PrefectEventSink(prefect_api_url))) as first,
@@ -157,7 +165,7 @@ def test_replay_is_still_refused_after_a_restart(
     settings: ServiceSettings, prefect_api_url: str, records_settings: SinkSettings
 ) -> None:
     """On either backend (`records_settings` sets UNICHUNK_DATABASE_URL, or not, for the receiver)."""
-    body = json.dumps(payload(f"r-{uuid.uuid4().hex[:8]}.md", path="a.md")).encode()
+    body = json.dumps(payload(listed(settings.source_root, f"r-{uuid.uuid4().hex[:8]}.md"))).encode()
     headers = signed_headers(body, delivery=f"dlv-{uuid.uuid4().hex}")
     with TestClient(create_app(settings, PrefectEventSink(prefect_api_url))) as before:
         assert post(before, body, headers).status_code == 202
@@ -181,16 +189,16 @@ def test_rejections_emit_no_event(client: TestClient, prefect_api_url: str, sour
     source_ids: list[str] = []
 
     def body_for(name: str, **extra: Any) -> bytes:
-        source_ids.append(f"{run}-{name}")
-        return json.dumps(payload(f"{run}-{name}", **extra)).encode()
+        source_ids.append(listed(source_root, f"{run}-{name}.md"))
+        return json.dumps(payload(f"{run}-{name}.md", **extra)).encode()
 
-    ok = body_for("ok", path="a.md")
-    big = body_for("big", path="a.md", pad="x" * MAX_BODY)  # pad is also an unknown key, but size comes first
-    replayed = body_for("replayed", path="a.md")
+    ok = body_for("ok")
+    big = body_for("big", pad="x" * MAX_BODY)  # pad is also an unknown key, but size comes first
+    replayed = body_for("replayed")
     replay_headers = signed_headers(replayed, delivery=f"dlv-{run}-replay")
     assert post(client, replayed, replay_headers).status_code == 202
     replay_resource = (
-        f"unichunk.document.{derive_document_id(source_system=SOURCE, source_id=f'{run}-replayed')}"
+        f"unichunk.document.{derive_document_id(source_system=SOURCE, source_id=f'{run}-replayed.md')}"
     )
 
     def traversal(name: str, **fields: Any) -> tuple[bytes, dict]:
@@ -261,7 +269,7 @@ def test_rejections_emit_no_event(client: TestClient, prefect_api_url: str, sour
     metrics = client.get("/metrics").text
     assert 'unichunk_webhooks_rejected_total{reason="unsafe_path"}' in metrics
 
-    sentinel = body_for("sentinel", path="a.md")
+    sentinel = body_for("sentinel")
     sentinel_response = post(client, sentinel, signed_headers(sentinel))
     assert sentinel_response.status_code == 202
     wait_for_events(prefect_api_url, ids=[sentinel_response.json()["event_id"]])
@@ -270,7 +278,7 @@ def test_rejections_emit_no_event(client: TestClient, prefect_api_url: str, sour
     rejected = [
         f"unichunk.document.{derive_document_id(source_system=SOURCE, source_id=s)}"
         for s in source_ids
-        if not s.endswith(("-sentinel", "-replayed"))
+        if not s.endswith(("-sentinel.md", "-replayed.md"))
     ]
     assert find_events(prefect_api_url, resource_ids=rejected) == []
     assert len(find_events(prefect_api_url, resource_ids=[replay_resource])) == 1
@@ -279,7 +287,7 @@ def test_rejections_emit_no_event(client: TestClient, prefect_api_url: str, sour
 def test_prefect_down_answers_503_and_the_retry_goes_through(
     settings: ServiceSettings, prefect_api_url: str
 ) -> None:
-    body = json.dumps(payload(f"down-{uuid.uuid4().hex[:8]}.md", path="a.md")).encode()
+    body = json.dumps(payload(listed(settings.source_root, f"down-{uuid.uuid4().hex[:8]}.md"))).encode()
     headers = signed_headers(body, delivery=f"dlv-{uuid.uuid4().hex}")
     with TestClient(create_app(settings, PrefectEventSink("http://127.0.0.1:9/api", timeout=2))) as down:
         response = post(down, body, headers)
@@ -356,7 +364,7 @@ def test_signed_events_that_name_nothing_ingestable_are_refused_before_any_event
         response = post(client, body, signed_headers(body))
         assert response.status_code == 422, (name, response.text)
         assert response.json()["error"] == reason, (name, response.json())
-    named = json.dumps(payload(f"{run}-named.md", path="a.md", source_system=SOURCE)).encode()
+    named = json.dumps(payload(listed(source_root, f"{run}-named.md"), source_system=SOURCE)).encode()
     accepted = post(client, named, signed_headers(named))  # naming the configured source is fine
     assert accepted.status_code == 202, accepted.text
     assert accepted.json()["document_id"] == derive_document_id(
@@ -369,3 +377,53 @@ def test_signed_events_that_name_nothing_ingestable_are_refused_before_any_event
     ]
     assert find_events(prefect_api_url, resource_ids=refused) == []
     assert settings.source_system() == SOURCE
+
+
+def test_a_webhook_may_name_only_a_file_the_scan_lists_under_its_own_path(
+    client: TestClient, prefect_api_url: str, source_root: Path
+) -> None:
+    """Issue 29, item 7: a signed `updated` that a rescan could never undo (a `source_id` other than the
+    file's path, a symlink inside the root, a file or folder link, an extension the scan's patterns
+    exclude) is refused 422 with the reason, and reaches Prefect with nothing; the legitimate one is 202."""
+    run = uuid.uuid4().hex[:8]
+    served = listed(source_root, f"{run}-served.md")
+    (source_root / f"{run}-link.md").symlink_to(source_root / served)
+    (source_root / f"{run}-dir").mkdir()
+    listed(source_root, f"{run}-dir/inner.md")
+    (source_root / f"{run}-dirlink").symlink_to(source_root / f"{run}-dir", target_is_directory=True)
+    (source_root / f"{run}-data.bin").write_bytes(b"\x00\x01binary")
+    cases = {
+        "spoofed source_id": ({"source_id": f"spoof/{run}-fake.md", "path": served}, "source_id_mismatch"),
+        "source_id other than the path": ({"source_id": f"{run}-x.md", "path": served}, "source_id_mismatch"),
+        "a symlink inside the root": ({"source_id": f"{run}-link.md"}, "not_in_source"),
+        "through a symlinked folder": ({"source_id": f"{run}-dirlink/inner.md"}, "not_in_source"),
+        "an excluded extension": ({"source_id": f"{run}-data.bin"}, "not_in_source"),
+        "an absolute path of the file": (
+            {"source_id": f"spoof/{run}-abs.md", "path": str(source_root / served)},
+            "source_id_mismatch",
+        ),
+    }
+    refused, details = [], {}
+    for name, (fields, reason) in cases.items():
+        data = {"event": "updated", **fields}
+        refused.append(data["source_id"])
+        body = json.dumps(data).encode()
+        response = post(client, body, signed_headers(body))
+        assert response.status_code == 422, (name, response.text)
+        assert response.json()["error"] == reason, (name, response.json())
+        details[name] = response.json()["detail"]
+    assert "symbolic link" in details["a symlink inside the root"]
+    assert "patterns" in details["an excluded extension"]
+    assert "spoof/" in details["spoofed source_id"] and served in details["spoofed source_id"]
+
+    for fields in (
+        {"source_id": served},
+        {"source_id": f"{run}-dir/inner.md", "path": f"{run}-dir/inner.md"},
+    ):
+        body = json.dumps({"event": "updated", **fields}).encode()
+        accepted = post(client, body, signed_headers(body))
+        assert accepted.status_code == 202, accepted.text
+        wait_for_events(prefect_api_url, ids=[accepted.json()["event_id"]])
+    time.sleep(1)
+    ids = [f"unichunk.document.{derive_document_id(source_system=SOURCE, source_id=s)}" for s in refused]
+    assert find_events(prefect_api_url, resource_ids=ids) == []
