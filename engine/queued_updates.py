@@ -76,7 +76,7 @@ def apply_queued(
         logger.info("this run's own update was applied by another run; applying %d more", len(claimed))
     outcomes: dict[str, str | None] = {}
     try:
-        items, entries_of = _items(claimed, summary, outcomes)
+        items, entries_of = _items(claimed, entry, summary, outcomes)
         summary.listed += len(items)
         if len(claimed) > 1:
             logger.info(
@@ -95,10 +95,11 @@ def apply_queued(
 
 
 def _items(
-    claimed: list[QueuedUpdate], summary: IngestSummary, outcomes: dict[str, str | None]
+    claimed: list[QueuedUpdate], own: str, summary: IngestSummary, outcomes: dict[str, str | None]
 ) -> tuple[list[SourceItem], dict[str, list[str]]]:
-    """The files to apply (one item per document, as listed now) and each document's entries; an entry
-    whose file is gone fails (into `summary` and `outcomes`), as a lone update of a missing file does."""
+    """The files to apply (one item per document, as listed now) and each document's entries. An entry
+    whose file is gone fails, as a lone update of a missing file does: in `outcomes` (its own run reports
+    it), and in `summary` too when it is this run's own (`own`)."""
     items: dict[str, SourceItem] = {}
     entries_of: dict[str, list[str]] = {}
     for update in claimed:
@@ -106,12 +107,17 @@ def _items(
         if listed is None:
             error = f"no such file: {update.path}"
             outcomes[update.entry] = error
-            document_id = derive_document_id(source_system=update.source_system, source_id=update.source_id)
-            summary.failed.append(
-                FailedDocument(
-                    document_id=document_id, source_id=update.source_id, path=update.path, error=error
+            if update.entry == own:
+                document_id = derive_document_id(
+                    source_system=update.source_system, source_id=update.source_id
                 )
-            )
+                summary.failed.append(
+                    FailedDocument(
+                        document_id=document_id, source_id=update.source_id, path=update.path, error=error
+                    )
+                )
+            else:
+                get_run_logger().warning("queued update of %s: %s", update.source_id, error)
             continue
         items[listed.document_id] = listed
         entries_of.setdefault(listed.document_id, []).append(update.entry)
