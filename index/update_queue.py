@@ -17,7 +17,8 @@ States: `pending` (enqueued; a retried webhook sets its entry pending again), `c
 it), `done` / `failed` (applied, or failed with `error`, by the run `holder` names). Entries are claimed
 only by a run holding the store lock, so an entry still `claimed` when a run takes the lock was left by a
 run that died: it is claimed again. Settled entries are swept after `KEEP_SETTLED_SECONDS`. Lives in the
-data dir's records (`updates.sqlite3`, or the `unichunk` schema of the server-mode database).
+data dir's records (`webhook/updates.db`, beside the receiver's replay cache, or the `unichunk` schema of
+the server-mode database).
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ class UpdateQueue:
 
     @classmethod
     def of(cls, settings: SinkSettings) -> UpdateQueue:
-        return cls(open_database(settings, settings.data_dir / "updates.sqlite3"))
+        return cls(open_database(settings, settings.data_dir / "webhook" / "updates.db"))
 
     def enqueue(self, entry: str, source_system: str, source_id: str, path: str) -> None:
         """Record an accepted update as pending; the same `entry` again (a sender's retry after the event

@@ -12,6 +12,6 @@ from unichunk.settings import SinkSettings
 
 
 def open_update_queue(records: SinkSettings) -> UpdateQueue:
-    """The queue of the data dir these settings name (`updates.sqlite3` under it, or the server-mode
+    """The queue of the data dir these settings name (`webhook/updates.db` under it, or the server-mode
     database's `unichunk` schema)."""
     return UpdateQueue.of(records)
