@@ -125,19 +125,23 @@ def test_a_burst_waiting_for_the_lock_is_applied_by_one_run_and_a_late_update_is
         return runs if len(runs) == BURST + 1 and all(r["state"]["type"] in FINAL for r in runs) else None
 
     runs = wait(f"{BURST + 1} ingest-document runs to finish", all_final, 720, service.log)
-    states = {r["name"]: (r["state"]["type"], r["state"].get("message")) for r in runs}
-    assert {s for s, _ in states.values()} == {"COMPLETED"}, states
+    states = [
+        (r["name"], r["state"]["type"], r["state"].get("message")) for r in runs
+    ]  # two runs share a name
+    assert {state for _, state, _ in states} == {"COMPLETED"}, states
 
     entries = {u.entry: u for u in queue.entries()}
     assert len(entries) == BURST + 1 and {u.state for u in entries.values()} == {"done"}
     burst_holders = {u.holder for e, u in entries.items() if e != late_entry}
     assert len(burst_holders) == 1, burst_holders  # one run applied the whole burst
     (drainer,) = burst_holders
-    applied_elsewhere = [m for _, m in states.values() if m and "applied by" in m]
-    assert len(applied_elsewhere) >= BURST - 1, states  # the other runs only said who applied theirs
     # Queued after the burst was claimed (all of it, at once): left for a later run, never settled unread.
     assert set(claimed_before) == set(entries) - {late_entry}
     assert entries[late_entry].holder != drainer
+    # Two runs did the work of 11 webhooks; every other run only said which run applied its update.
+    applying = {u.holder for u in entries.values()}
+    applied_elsewhere = [m for _, _, m in states if m and "applied by" in m]
+    assert len(applied_elsewhere) == BURST + 1 - len(applying) == BURST - 1, states
 
     rows = {r.source_id: r for r in live_status(settings).rows()}
     assert {name: rows[name].content_hash for name in latest} == {
