@@ -53,6 +53,11 @@ class ServiceSettings(BaseSettings):
     webhook_tolerance: int = Field(
         300, ge=1, description="Max age (and future skew) of a webhook timestamp, in seconds."
     )
+    webhook_batching: bool = Field(
+        True,
+        description="Updates webhooks report wait in a queue, and the run that takes the embedded store lock "
+        "applies all of them (one start-up for a burst); false: each run applies its own update only.",
+    )
     api_token: SecretStr | None = Field(
         None,
         description="Bearer token the service's API routes (/search, /documents, /status) require "

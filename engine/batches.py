@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger
@@ -112,19 +113,30 @@ class RunStores:
         self.run, self.dry_run = run, dry_run
         self._exits = exits
         self._sinks: dict[str, Sink] | None = None
+        self._lock: tuple[Path | None] | None = None  # (the lock's path,) once taken
 
     @property
     def opened(self) -> dict[str, Sink] | None:
         """The sinks `open` opened, or None while nothing needed them."""
         return self._sinks
 
+    def lock(self) -> Path | None:
+        """Take the embedded store's lock (waiting for it) without opening the sinks yet, for a run that
+        decides what to do only once it holds it (`unichunk.engine.queued_updates`); the lock's path, None
+        where there is none. `open` then opens the sinks under it."""
+        if self._lock is None and not self.dry_run:
+            self._lock = (
+                self._exits.enter_context(exclusive_store_access(self.run.settings, self.run.sinks)),
+            )
+            if self._lock[0] is not None:
+                get_run_logger().info("holding %s (one run at a time on an embedded store)", self._lock[0])
+        return self._lock[0] if self._lock else None
+
     def open(self) -> dict[str, Sink]:
         if self._sinks is None:
             if self.dry_run:
                 return {}
-            lock = self._exits.enter_context(exclusive_store_access(self.run.settings, self.run.sinks))
-            if lock is not None:
-                get_run_logger().info("holding %s (one run at a time on an embedded store)", lock)
+            self.lock()
             sinks = self._exits.enter_context(flow_sinks(self.run.sinks, self.run.settings))
             ensure_live_alias(self.run, sinks)
             self._sinks = sinks

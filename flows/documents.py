@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from prefect import flow, get_run_logger
 from prefect.states import State
 
 from unichunk.chunking.config import ChunkStrategy
-from unichunk.chunking.sources import PathsSource
+from unichunk.chunking.sources import PathsSource, SourceItem
 from unichunk.engine.batches import (
     delete_leased,
     finish,
@@ -19,10 +21,12 @@ from unichunk.engine.batches import (
     timed_summary,
 )
 from unichunk.engine.params import IngestSummary
+from unichunk.engine.queued_updates import apply_queued, settled_state
 from unichunk.engine.run_names import delete_document_run_name, ingest_document_run_name
 from unichunk.flows.run_settings import flow_metrics, flow_settings, flow_strategy
 from unichunk.index.generations import target_for_ingest, writable_runs
 from unichunk.index.run import RunConfig
+from unichunk.index.update_queue import UpdateQueue
 from unichunk.sinks.base import SINK_NAMES, SinkName
 
 
@@ -34,25 +38,60 @@ def ingest_document(
     root: str | None = None,
     strategy: ChunkStrategy | None = None,
     sinks: list[SinkName] | None = None,
+    entry: str | None = None,
 ) -> IngestSummary | State:
     """(Re-)ingest one file; `source_id` defaults to its path relative to `root` (else absolute), and
     `source_system` to the name of `root` (`unichunk.chunking.sources.default_source_name`), so the document gets the
-    ID a scan of that root gives it."""
+    ID a scan of that root gives it.
+
+    `entry` names the update in the webhook update queue (the triggering event's id): then the run that
+    takes the store lock applies every update queued for the source, and a run whose update another run
+    applied ends at once (`unichunk.engine.queued_updates`)."""
     summary = IngestSummary(flow="ingest-document")
+    if entry is not None:
+        own = partial(_own_item, path, root, source_system, source_id)  # listed only if not queued
+        return _ingest_queued(entry, own, strategy, sinks, summary)
     run = target_for_ingest(RunConfig(flow_strategy(strategy), flow_settings(), tuple(sinks or SINK_NAMES)))
     with timed_summary(summary, "ingest-document", flow_metrics()):
-        if root and not Path(path).is_absolute():  # a path relative to the source root
-            path = str(Path(root) / path)
-        source = PathsSource([path], root=root, source_system=source_system)
-        items = source.list()
-        if not items:
-            raise FileNotFoundError(f"no such file: {path}")
-        if source_id:  # the webhook's own ID for the document wins over the path
-            items = [replace(items[0], source_id=source_id)]
+        items = [_own_item(path, root, source_system, source_id)]
         summary.listed = len(items)
         with run_stores(run, dry_run=False) as stores:  # opened only if the file changed
             process_items(items, run, summary, stores, batch_size=1, dry_run=False)
     # No artifacts: webhooks start these runs by the thousand, and the state's message names the failure.
+    return finish(summary, pushed=flow_metrics(), artifacts=False)
+
+
+def _own_item(path: str, root: str | None, source_system: str | None, source_id: str | None) -> SourceItem:
+    """The run's file as listed now, under the webhook's own source ID if it gave one."""
+    if root and not Path(path).is_absolute():  # a path relative to the source root
+        path = str(Path(root) / path)
+    items = PathsSource([path], root=root, source_system=source_system).list()
+    if not items:
+        raise FileNotFoundError(f"no such file: {path}")
+    return replace(items[0], source_id=source_id) if source_id else items[0]
+
+
+def _ingest_queued(
+    entry: str,
+    own: Callable[[], SourceItem],
+    strategy: ChunkStrategy | None,
+    sinks: list[SinkName] | None,
+    summary: IngestSummary,
+) -> IngestSummary | State:
+    """`ingest_document` for a queued update (`unichunk.engine.queued_updates`): ends at once when another
+    run applied it; else applies, under the store lock, every update queued for the source."""
+    queue = UpdateQueue.of(flow_settings())
+    queued = queue.get(entry)
+    if queued is None:  # swept long ago, or a run started by hand: queued now, and applied as any other
+        item = own()
+        queue.enqueue(entry, item.source_system, item.source_id, item.path)
+    elif queued.settled:  # applied by another run: nothing to open or load
+        return settled_state(queued)
+    run = target_for_ingest(RunConfig(flow_strategy(strategy), flow_settings(), tuple(sinks or SINK_NAMES)))
+    with timed_summary(summary, "ingest-document", flow_metrics()), run_stores(run, dry_run=False) as stores:
+        settled = apply_queued(queue, entry, run, summary, stores)
+    if settled is not None:
+        return settled_state(settled)
     return finish(summary, pushed=flow_metrics(), artifacts=False)
 
 

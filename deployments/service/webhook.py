@@ -8,7 +8,9 @@ API (`unichunk.deployments.service.api`, bearer auth in `.auth`).
 Checks, in order (`webhook_security`): size -> 413, content type -> 415, HMAC signature and timestamp
 freshness -> 401, replayed signature or delivery id -> 409, JSON shape, unsafe ids or paths -> 422. The
 event's id is derived from the delivery id, so a sender's retry never starts a second run (Prefect drops
-an event id it has seen); if Prefect cannot take the event the answer is 503 and the sender retries.
+an event id it has seen); if Prefect cannot take the event the answer is 503 and the sender retries. An
+`updated` webhook is also queued under the event's id before the event fires (`unichunk.update_queue`), so
+the run that next takes the store lock applies every update waiting, one start-up for a burst.
 docs/operations.md ("Webhooks") has the headers a sender signs.
 """
 
@@ -56,6 +58,7 @@ from unichunk.deployments.settings import ServiceSettings
 from unichunk.pipeline import Pipeline
 from unichunk.replay_cache import open_replay_cache
 from unichunk.settings import SinkSettings
+from unichunk.update_queue import UpdateQueue, open_update_queue
 from unichunk.warm_stores import WarmStores
 
 EVENT_NAMES = {"updated": "document.updated", "deleted": "document.deleted"}
@@ -277,6 +280,9 @@ def create_app(
     records = SinkSettings() if data_dir is None else SinkSettings(data_dir=Path(data_dir))
     data_dir = records.data_dir
     replay = open_replay_cache(records)
+    # Updates wait here for the run that next takes the store lock (`unichunk.update_queue`); the event's
+    # run finds its update applied, or applies it with every other one waiting.
+    updates = open_update_queue(records) if settings.webhook_batching else None
     index = Pipeline(records)  # which documents a `deleted` event may name: the live ones
 
     stores = open_stores(search_sinks, settings)
@@ -324,9 +330,12 @@ def create_app(
                 raise WebhookRejected(422, reason, _short_errors(exc)) from None
             event_id = event_id_for(delivery, signature_hex)
             event = build_event(payload, event_id, settings, lambda d: bool(index.documents([d])))
+            queued = _enqueue(updates, event)
             try:
                 await events.emit(event)
             except (httpx.HTTPError, ConnectionError) as exc:
+                if queued is not None and updates is not None:
+                    updates.withdraw(queued)  # not accepted: no run may apply it on its behalf
                 raise WebhookRejected(
                     503, "prefect_unavailable", f"Prefect did not take the event: {exc}"
                 ) from None
@@ -356,6 +365,16 @@ def create_app(
         return Response(body, media_type=content_type)
 
     return app
+
+
+def _enqueue(updates: UpdateQueue | None, event: dict[str, Any]) -> str | None:
+    """Queue an `updated` event's update under the event's id (what its run is given); the entry, or None
+    when nothing was queued (a deletion, or batching off)."""
+    if updates is None or event["event"] != EVENT_NAMES["updated"]:
+        return None
+    payload = event["payload"]
+    updates.enqueue(event["id"], payload["source_system"], payload["source_id"], payload["path"])
+    return event["id"]
 
 
 def _is_json_error(exc: ValidationError) -> bool:

@@ -117,6 +117,8 @@ def ingest_document_parameters(settings: ServiceSettings) -> dict[str, Any]:
     }
     if settings.source_root is not None:
         parameters["root"] = str(settings.source_root.resolve())
+    if settings.webhook_batching:  # the receiver queued the update under the event's id
+        parameters["entry"] = "{{ event.id | string }}"  # a UUID: `tojson` takes no UUID
     return parameters
 
 

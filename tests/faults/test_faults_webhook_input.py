@@ -4,7 +4,8 @@ The receiver's answers and the absence of Prefect events are covered in
 tests/pipeline/test_pipeline_webhook.py; here, with the stores configured to the same data dir, a
 barrage of refused requests (missing/bad/stale signature, replay, oversize body, wrong content type,
 JSON with unexpected types, path traversal in IDs) must leave the data dir holding only the receiver's
-own replay cache, and the Prefect server with no new flow run and no document event.
+own replay cache (and the update queue with the one accepted update), and the Prefect server with no new
+flow run and no document event.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from fastapi.testclient import TestClient
 from unichunk.deployments.service.webhook import PrefectEventSink, create_app
 from unichunk.deployments.service.webhook_security import sign
 from unichunk.deployments.settings import ServiceSettings
+from unichunk.index.update_queue import UpdateQueue
+from unichunk.sinks.config import SinkSettings
 
 SECRET = "fault-test-secret"
 
@@ -95,7 +98,11 @@ def test_refused_webhooks_touch_no_store_and_start_no_run(tmp_path, monkeypatch,
             assert 400 <= response.status_code < 500, (body[:80], response.status_code, response.text)
     time.sleep(1)
     stored = sorted(p.relative_to(data_dir).as_posix() for p in data_dir.rglob("*") if p.is_file())
-    assert stored and all(p.startswith("webhook/replay.db") for p in stored), stored
+    # The receiver's own records only: its replay cache, and the update queue holding the accepted one.
+    assert stored and all(p.startswith(("webhook/replay.db", "webhook/updates.db")) for p in stored), stored
+    assert [u.entry for u in UpdateQueue.of(SinkSettings(data_dir=data_dir)).entries()] == [
+        first.json()["event_id"]
+    ]
     assert _flow_run_count(prefect_api_url) == runs_before
     accepted = first.json()["event_id"]
     deadline = time.monotonic() + 60  # the server stores events asynchronously: wait for the accepted one

@@ -19,6 +19,7 @@ from unichunk.chunking.ids import derive_document_id
 from unichunk.deployments.service.webhook import WEBHOOKS_REJECTED, PrefectEventSink, create_app
 from unichunk.deployments.service.webhook_security import event_id_for, sign
 from unichunk.deployments.settings import ServiceSettings
+from unichunk.index.update_queue import UpdateQueue
 from unichunk.sinks.config import SinkSettings
 
 SECRET = "test-secret-for-the-receiver"
@@ -294,11 +295,22 @@ def test_prefect_down_answers_503_and_the_retry_goes_through(
         assert response.status_code == 503, response.text
         health = down.get("/health")
         assert health.status_code == 503 and health.json()["status"] == "unavailable"
+    queue = UpdateQueue.of(SinkSettings())
+    assert queue.entries() == []  # refused: no run may apply it on its behalf
     # Not remembered as accepted: once Prefect is back, the very same delivery is taken.
     with TestClient(create_app(settings, PrefectEventSink(prefect_api_url))) as up:
-        assert post(up, body, headers).status_code == 202
+        accepted = post(up, body, headers)
+        assert accepted.status_code == 202
         health = up.get("/health")
         assert health.status_code == 200 and health.json()["status"] == "ok"
+    # Accepted: queued under the event's id (its run's `entry`), pending until a run applies it.
+    (queued,) = queue.entries()
+    assert (queued.entry, queued.state, queued.source_system) == (
+        accepted.json()["event_id"],
+        "pending",
+        SOURCE,
+    )
+    assert queued.path == str(settings.source_root.resolve() / "a.md")  # type: ignore[union-attr]
 
 
 def test_a_receiver_without_secret_refuses_everything(tmp_path: Path, prefect_api_url: str) -> None:
