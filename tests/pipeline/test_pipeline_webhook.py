@@ -288,7 +288,8 @@ def test_rejections_emit_no_event(client: TestClient, prefect_api_url: str, sour
 def test_prefect_down_answers_503_and_the_retry_goes_through(
     settings: ServiceSettings, prefect_api_url: str
 ) -> None:
-    body = json.dumps(payload(listed(settings.source_root, f"down-{uuid.uuid4().hex[:8]}.md"))).encode()
+    name = listed(settings.source_root, f"down-{uuid.uuid4().hex[:8]}.md")
+    body = json.dumps(payload(name)).encode()
     headers = signed_headers(body, delivery=f"dlv-{uuid.uuid4().hex}")
     with TestClient(create_app(settings, PrefectEventSink("http://127.0.0.1:9/api", timeout=2))) as down:
         response = post(down, body, headers)
@@ -310,7 +311,7 @@ def test_prefect_down_answers_503_and_the_retry_goes_through(
         "pending",
         SOURCE,
     )
-    assert queued.path == str(settings.source_root.resolve() / "a.md")  # type: ignore[union-attr]
+    assert queued.path == str(settings.source_root.resolve() / name)  # type: ignore[union-attr]
 
 
 def test_a_receiver_without_secret_refuses_everything(tmp_path: Path, prefect_api_url: str) -> None:
