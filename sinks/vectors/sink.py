@@ -219,8 +219,11 @@ class VectorSink(Sink):
                     work_progress.done(embedded=len(part))
             except EmbedderError as exc:
                 raise SinkError(self.name, f"embedding failed: {exc}") from exc
-            cache.put({key: _pack(vector) for key, vector in fresh.items()})
-            vectors.update(fresh)
+            packed = {key: _pack(vector) for key, vector in fresh.items()}
+            cache.put(packed)
+            # as float32, like reused ones: a vector is the same whichever way it came (the stores keep
+            # float32 anyway)
+            vectors.update((key, _unpack(blob) or fresh[key]) for key, blob in packed.items())
             payload = {c.chunk_id: vectors[key] for c, key in zip(all_chunks, keys, strict=True)}
             stats = {
                 "embedded_chunks": float(len(todo)),
