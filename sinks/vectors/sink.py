@@ -193,7 +193,7 @@ class VectorSink(Sink):
             work_progress.queued(len(documents), len(all_chunks))
             texts = [c.embed_text for c in all_chunks]
             tokens = self.embedder.count_tokens(texts) if texts else []
-            truncated = self._report_truncation(all_chunks, tokens)
+            truncated = self._report_truncation(all_chunks, texts, tokens)
             keys = [text_key(t) for t in texts]
             cache = self.result_cache()
             vectors = {key: vector for key, blob in cache.get(keys).items() if (vector := _unpack(blob))}
@@ -455,11 +455,15 @@ class VectorSink(Sink):
         simply names that directory's collection.
         """
 
-    def _report_truncation(self, chunks: list[Chunk], tokens: list[int]) -> int:
-        """Count (metric) embed texts longer than the embedder's max input (`tokens`: each text's count);
-        one WARNING per document naming its truncated chunks, so a long document does not bury the log
-        under one line per chunk."""
+    def _report_truncation(
+        self, chunks: list[Chunk], texts: list[str], tokens: list[int] | None = None
+    ) -> int:
+        """Count (metric) embed texts longer than the embedder's max input (`tokens`: each text's count,
+        when the caller has them); one WARNING per document naming its truncated chunks, so a long document
+        does not bury the log under one line per chunk."""
         limit = self.embedder.max_tokens
+        if tokens is None:
+            tokens = self.embedder.count_tokens(texts)
         over: dict[str, list[tuple[str, int]]] = {}
         for chunk, count in zip(chunks, tokens, strict=True):
             if count > limit:
