@@ -22,7 +22,7 @@ from unichunk.sinks import progress as work_progress
 
 Listener = Callable[[str, int, int], None]  # (stage, done, total)
 
-LOG_SECONDS = 15.0  # a progress line in the flow log at most this often (the first one at once)
+LOG_SECONDS = 15.0  # a progress line in the flow log at most this often (the first at the first chunks done)
 
 _listeners: list[Listener] = []
 _trackers: list[ChunkProgress] = []
@@ -89,10 +89,11 @@ class ChunkProgress:
                 self.reused += event.reused
             if self._started is None:
                 self._started = self.clock()
+            if event.kind != "done":
+                return
             done, total = self.done, self.estimate()
             line = self._due_line()
-        if event.kind == "done":
-            _tell("chunks", done, total)
+        _tell("chunks", done, total)
         if line is not None and self.logger is not None:
             with suppress(Exception):
                 self.logger.info(line)

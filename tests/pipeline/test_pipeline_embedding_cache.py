@@ -158,3 +158,29 @@ def test_progress_counts_chunks_before_the_first_batch_is_done(pipeline_env: Pat
     assert len(done) >= 3 and done == sorted(done) and done[0] < done[-1] == summary.embedded + summary.reused
     assert chunks[-1][2] == summary.chunks_written["vectors"]
     close_all_sinks()
+
+
+def test_the_chunk_estimate_follows_the_documents_and_the_log_says_rate_and_eta() -> None:
+    from unichunk.engine.progress import ChunkProgress
+    from unichunk.sinks.progress import ChunkEvent
+
+    now = [100.0]
+    lines: list[str] = []
+    logger = type("Log", (), {"info": lambda self, line: lines.append(line)})()
+    tracker = ChunkProgress(logger, clock=lambda: now[0])
+    tracker.documents(2, 10)  # two unchanged documents, skipped before any batch
+    tracker.event(ChunkEvent("queued", documents=4, chunks=40))  # the first batch: 10 chunks a document
+    assert tracker.estimate() == 40 + 4 * 10  # four more documents to come at 10 chunks each
+    tracker.event(ChunkEvent("done", reused=8))
+    now[0] += 10
+    tracker.event(ChunkEvent("done", embedded=32))
+    tracker.documents(6, 10)  # the batch is prepared
+    tracker.event(ChunkEvent("queued", documents=4, chunks=20))  # the last batch: smaller documents
+    assert tracker.estimate() == 60  # every document queued: the estimate is what was queued
+    assert lines[0] == "progress: 8 of ~80 chunks (0 embedded, 8 reused), 2 of 10 documents"
+    now[0] += 20
+    tracker.event(ChunkEvent("done", embedded=10))
+    assert lines[-1] == (
+        "progress: 50 of ~60 chunks (42 embedded, 8 reused), 6 of 10 documents; 1.7 chunks/s, ETA 6s"
+    )
+    assert len(lines) == 2  # the middle event came within LOG_SECONDS of the first line
