@@ -72,7 +72,8 @@ class RateColumn(ProgressColumn):
 
 
 def progress() -> Progress:
-    # The ETA and the rate are taken over the last 10 s: a run's pace changes as the machine's load does.
+    # The ETA and the rate are taken over the last 2 minutes: a batch's embedding calls may be half a
+    # minute apart on a loaded machine, and a shorter window would hold one step only (no rate at all).
     return Progress(
         TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
@@ -83,7 +84,7 @@ def progress() -> Progress:
         TimeRemainingColumn(),
         console=err_console,
         transient=True,
-        speed_estimate_period=10.0,
+        speed_estimate_period=120.0,
     )
 
 
@@ -116,7 +117,6 @@ class ProgressBar:
         shown = self._bar.tasks[0].description
         if shown == "chunks" and stage == "documents":
             return
-        if shown != stage:
-            self._bar.reset(self._task, description=stage, completed=done, total=total)
-        else:
-            self._bar.update(self._task, completed=done, total=total)
+        if shown != stage:  # from 0, so the first count is a step the rate is measured from
+            self._bar.reset(self._task, description=stage, completed=0, total=total)
+        self._bar.update(self._task, completed=done, total=total)
