@@ -73,12 +73,23 @@ def _document(text: str) -> Document:
     return Document(text=text, source_system="bench", source_id=SOURCE_ID)
 
 
-def changed_texts(service: ChunkingService, strategy: str, before: str, after: str, embed) -> tuple[int, int]:  # type: ignore[no-untyped-def]
-    """(chunks of the edited document, its distinct embedded texts the original's chunks lacked)."""
-    settings = default_strategy(strategy)
-    old = {c.embed_text for c in service.chunk(_document(before), settings, embed)}
-    new = service.chunk(_document(after), settings, embed)
-    return len(new), len({c.embed_text for c in new} - old)
+def chunk_figures(text: str) -> dict[str, list[tuple[int, int]]]:
+    """Per strategy, for every edit: (chunks of the edited document, its distinct embedded texts the
+    original's chunks lacked)."""
+    from unichunk.sinks.vectors.minilm import MiniLMEmbedder
+
+    embed = MiniLMEmbedder().embed  # what `semantic` measures sentences with
+    service = ChunkingService()
+    figures: dict[str, list[tuple[int, int]]] = {}
+    for strategy in STRATEGIES:
+        settings = default_strategy(strategy)
+        old = {c.embed_text for c in service.chunk(_document(text), settings, embed)}
+        figures[strategy] = []
+        for position in POSITIONS:
+            for edit in EDITS:
+                new = service.chunk(_document(edited(text, position, edit)), settings, embed)
+                figures[strategy].append((len(new), len({c.embed_text for c in new} - old)))
+    return figures
 
 
 def anchored_windows(text: str, size: int = 176, overlap: int = 88, *, one_in: int = 1) -> list[str]:
@@ -127,21 +138,6 @@ def anchored_figures(text: str, one_in: int) -> list[tuple[int, int]]:
             new = anchored_windows(edited(text, position, edit), one_in=one_in)
             figures.append((len(new), len(set(new) - old)))
     return figures
-
-
-def chunk_figures(text: str) -> dict[str, list[tuple[int, int]]]:
-    from unichunk.sinks.vectors.minilm import MiniLMEmbedder
-
-    embed = MiniLMEmbedder().embed  # what `semantic` measures sentences with
-    service = ChunkingService()
-    return {
-        strategy: [
-            changed_texts(service, strategy, text, edited(text, position, edit), embed)
-            for position in POSITIONS
-            for edit in EDITS
-        ]
-        for strategy in STRATEGIES
-    }
 
 
 def run_figures(text: str) -> dict[str, tuple[int, int, int, float]]:
