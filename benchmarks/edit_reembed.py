@@ -2,7 +2,8 @@
 
 The document is the start of the eval set's `state_of_the_union.md` (read in place, never copied), cut at a
 paragraph boundary where `auto` makes 40 chunks: Markdown without headings, so no section boundary
-anchors the windows, the hardest case for `auto`'s half-overlapping windows. Nine edits, each of one
+anchors the windows, the hardest case for `auto`'s half-overlapping windows (`--document operations`:
+the start of this repository's docs/operations.md instead, Markdown with headings). Nine edits, each of one
 paragraph: at 10 %, 50 % and 90 % of the document, a few words changed, a sentence added, or its last
 sentence removed.
 
@@ -12,7 +13,7 @@ Two measurements:
 - real runs: for every strategy, `ingest` (vectors only, embedded defaults, MiniLM), the middle
   sentence-added edit, `ingest` again: the second run's `embedded` and `reused` from its summary.
 
-`python -m benchmarks.edit_reembed [--chunks 40] [--no-runs]`
+`python -m benchmarks.edit_reembed [--chunks 40] [--no-runs] [--document speech|operations]`
 """
 
 from __future__ import annotations
@@ -35,16 +36,16 @@ EDITS = ("reword", "add sentence", "drop sentence")
 SOURCE_ID = "speech.md"
 
 
-def base_text(corpora: Path, chunks: int) -> str:
-    """The corpus's start, cut at the first paragraph boundary where `auto` makes `chunks` chunks."""
-    text = (corpora / "state_of_the_union.md").read_text(encoding="utf-8")
+def base_text(source: Path, chunks: int) -> str:
+    """The start of `source`, cut at the first paragraph boundary where `auto` makes `chunks` chunks."""
+    text = source.read_text(encoding="utf-8")
     paragraphs = text.split("\n\n")
     service = ChunkingService()
     for end in range(1, len(paragraphs) + 1):
         piece = "\n\n".join(paragraphs[:end]) + "\n"
         if len(service.chunk(_document(piece), default_strategy("auto"))) >= chunks:
             return piece
-    raise SystemExit(f"the corpus makes fewer than {chunks} auto chunks")
+    raise SystemExit(f"{source} makes fewer than {chunks} auto chunks")
 
 
 def edited(text: str, position: float, edit: str) -> str:
@@ -171,11 +172,22 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--chunks", type=int, default=40, help="auto chunks of the document (default 40)")
     parser.add_argument("--no-runs", action="store_true", help="chunk texts only, no ingest runs")
+    parser.add_argument(
+        "--document",
+        choices=("speech", "operations"),
+        default="speech",
+        help="speech: the eval set's state_of_the_union.md (no headings, the default); operations: this "
+        "repository's docs/operations.md (Markdown with headings)",
+    )
     args = parser.parse_args(argv)
-    eval_dir = find_eval_dir()
-    if eval_dir is None:
-        raise SystemExit("the eval data is needed (UNICHUNK_EVAL_DIR or ../shared/eval)")
-    text = base_text(eval_dir / "corpora", args.chunks)
+    if args.document == "operations":
+        source = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
+    else:
+        eval_dir = find_eval_dir()
+        if eval_dir is None:
+            raise SystemExit("the eval data is needed (UNICHUNK_EVAL_DIR or ../shared/eval)")
+        source = eval_dir / "corpora" / "state_of_the_union.md"
+    text = base_text(source, args.chunks)
     print(f"document: {len(text):,} characters, {text.count(chr(10) * 2) + 1} paragraphs")
     figures = chunk_figures(text)
     header = " | ".join(f"{p:.0%} {e}" for p in POSITIONS for e in EDITS)

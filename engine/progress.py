@@ -52,8 +52,8 @@ def listening(listener: Listener) -> Iterator[None]:
 
 class ChunkProgress:
     """Counts a run's chunks as the vector sink reports them, estimates the run's total, and tells the
-    listeners ("chunks", done, estimate) and the flow log (`logger`: every `LOG_SECONDS`, with the rate
-    since the first chunk and the ETA).
+    listeners ("chunks", done, estimate) and the flow log (`logger`: every `LOG_SECONDS`, with the
+    embedding rate since the first chunk and the ETA).
 
     The estimate: the chunks queued so far, plus the documents not yet queued times the chunks per
     document seen so far. Documents are counted as done only after their batch is prepared, so those
@@ -109,11 +109,14 @@ class ChunkProgress:
         return max(self.done, self.chunks_queued + round(unqueued * per_document))
 
     def rate(self) -> float | None:
-        """Chunks per second since the first chunk event (None until some time has passed)."""
-        if self._started is None:
+        """Chunk texts embedded per second since the first chunk event (None before one is): the pace of
+        the model, which sets the ETA. Reused vectors cost nothing, so counting them would make the first
+        seconds of a re-run look thousands of times faster than the rest will be; the ETA is therefore
+        pessimistic by the reuse still to come."""
+        if self._started is None or not self.embedded:
             return None
         elapsed = self.clock() - self._started
-        return self.done / elapsed if elapsed > 0 and self.done else None
+        return self.embedded / elapsed if elapsed > 0 else None
 
     def line(self) -> str:
         """`progress: 640 of ~4,021 chunks (512 embedded, 128 reused), 20 of 302 documents; 4.1 chunks/s,

@@ -181,6 +181,6 @@ def test_the_chunk_estimate_follows_the_documents_and_the_log_says_rate_and_eta(
     now[0] += 20
     tracker.event(ChunkEvent("done", embedded=10))
     assert lines[-1] == (
-        "progress: 50 of ~60 chunks (42 embedded, 8 reused), 6 of 10 documents; 1.7 chunks/s, ETA 6s"
+        "progress: 50 of ~60 chunks (42 embedded, 8 reused), 6 of 10 documents; 1.4 chunks/s, ETA 7s"
     )
     assert len(lines) == 2  # the middle event came within LOG_SECONDS of the first line
