@@ -188,6 +188,7 @@ class _Writing:
     futures: dict[str, PrefectFuture[int]]
     submitted: datetime
     seconds: dict[str, dict[str, float]]
+    stats: dict[str, dict[str, float]]  # each sink's prepare stats (the vector sink's: embedded, reused)
 
 
 @dataclass
@@ -237,6 +238,20 @@ def process_items(
     A store whose server stops answering ends the run at once (`unichunk.engine.run_stop`): raised as
     `StoreUnreachable` once the batch it failed is undone.
     """
+    with progress.tracking(get_run_logger()):  # chunk-level progress, rate and ETA (bar and flow log)
+        _process_items(items, run, summary, stores, batch_size=batch_size, dry_run=dry_run, stop=stop)
+
+
+def _process_items(
+    items: Sequence[SourceItem],
+    run: RunConfig,
+    summary: IngestSummary,
+    stores: RunStores,
+    *,
+    batch_size: int,
+    dry_run: bool,
+    stop: RunStop | None,
+) -> None:
     stop = stop or RunStop()
     status = run.status_store(readonly=dry_run)
     rows = status.get_many(item.document_id for item in items)
@@ -389,7 +404,8 @@ def _run_batches(
                     if good
                     else {}
                 )
-                writing = _Writing(label, by_id, result, good, failed, futures, submitted, seconds)
+                stats = {n: o.prepared.stats for n, o in outcomes.items() if good and o.prepared}
+                writing = _Writing(label, by_id, result, good, failed, futures, submitted, seconds, stats)
             tally.advance(len(batch))
     finally:
         # Also when a later batch raised: the writes already running are waited for and recorded (or
@@ -482,6 +498,8 @@ def _settle(
         processed, written = [], {}
     for name, count in written.items():
         summary.chunks_written[name] = summary.chunks_written.get(name, 0) + count
+    if "vectors" in written:
+        summary.count_vectors(writing.stats.get("vectors", {}))
     for phase in writing.seconds.values():
         for name, seconds in phase.items():
             summary.sink_seconds[name] = round(summary.sink_seconds.get(name, 0.0) + seconds, 3)

@@ -315,6 +315,14 @@ class IngestSummary(BaseModel):
     deleted: int = 0
     chunked: int = 0
     chunks_written: dict[str, int] = Field(default_factory=dict)
+    embedded: int = Field(
+        0, description="Chunk texts embedded in this run (each distinct text of a batch once)."
+    )
+    reused: int = Field(
+        0,
+        description="Vectors written without embedding: from the embedding cache (same embedder, same "
+        "text) or another chunk of the batch; embedded + reused = the vectors written.",
+    )
     sink_seconds: dict[str, float] = Field(
         default_factory=dict, description="Seconds each sink spent preparing and writing (task wall time)."
     )
@@ -338,10 +346,22 @@ class IngestSummary(BaseModel):
         self.chunked += part.chunked
         for name, count in part.chunks_written.items():
             self.chunks_written[name] = self.chunks_written.get(name, 0) + count
+        self.embedded += part.embedded
+        self.reused += part.reused
         for name, seconds in part.sink_seconds.items():
             self.sink_seconds[name] = round(self.sink_seconds.get(name, 0.0) + seconds, 3)
         self.would_process.extend(part.would_process)
         self.would_delete.extend(part.would_delete)
+
+    def count_vectors(self, stats: dict[str, float]) -> None:
+        """Count in the vector sink's stats of a batch it wrote (`VectorSink.prepare`)."""
+        self.embedded += int(stats.get("embedded_chunks", 0))
+        self.reused += int(stats.get("reused_chunks", 0))
+
+    def _vectors_note(self) -> str:
+        if not (self.embedded or self.reused):
+            return ""
+        return f" ({self.embedded} embedded, {self.reused} reused)"
 
     def line(self) -> str:
         """One log line, for the flow log and the CLI."""
@@ -355,7 +375,7 @@ class IngestSummary(BaseModel):
         return (
             f"{self.flow}{self._shards_note()}: {self.listed} listed, {self.processed} processed ({self.chunked} chunked), "
             f"{self.skipped} unchanged, {len(self.failed)} failed{self._unreadable_note()}, {self.deleted} "
-            f"deleted; chunks written: {written}; {self.duration_seconds:.1f} s"
+            f"deleted; chunks written: {written}{self._vectors_note()}; {self.duration_seconds:.1f} s"
         )
 
     def _shards_note(self) -> str:

@@ -124,6 +124,7 @@ def ingest_markdown(
         rows = [
             ("listed", summary.listed),
             ("processed", f"{summary.processed} ({summary.chunked} chunked)"),
+            ("vectors embedded / reused", f"{summary.embedded} / {summary.reused}"),
             ("unchanged", summary.skipped),
             ("failed", len(summary.failed)),
             ("known unreadable", len(summary.unreadable)),

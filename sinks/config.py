@@ -113,6 +113,14 @@ class SinkSettings(BaseSettings):
         "every chunk within it. MiniLM's is fixed: 256 word pieces.",
     )
 
+    result_cache_entries: int = Field(
+        200_000,
+        ge=0,
+        description="Embeddings and graph extractions kept per kind, keyed by model and exact text, so an "
+        "edit re-embeds only changed chunks and a rebuild reuses the rest (`unichunk.sinks.result_cache`; "
+        "least recently used go first; 0: off).",
+    )
+
     # BM25 (keywords)
     bm25_stemming: bool = Field(True, description="English Snowball stemming in the BM25 analyzer.")
     bm25_stopwords: bool = Field(True, description="Drop English stopwords in the BM25 analyzer.")

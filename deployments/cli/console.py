@@ -21,6 +21,8 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
@@ -74,16 +76,30 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     console.print(table)
 
 
+class RateColumn(ProgressColumn):
+    """`12.5 chunks/s`: the task's speed over the last seconds, in its own unit (its description)."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        if speed is None:
+            return Text("", style="dim")
+        return Text(f"{speed:.1f} {task.description}/s", style="dim")
+
+
 def progress() -> Progress:
+    # The ETA and the rate are taken over the last 2 minutes: a batch's embedding calls may be half a
+    # minute apart on a loaded machine, and a shorter window would hold one step only (no rate at all).
     return Progress(
         TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
+        RateColumn(),
         TimeElapsedColumn(),
         TextColumn("eta", style="dim"),
         TimeRemainingColumn(),
         console=err_console,
         transient=True,
+        speed_estimate_period=120.0,
     )
 
 
@@ -108,5 +124,14 @@ class ProgressBar:
                 self._bar = self._task = None
 
     def update(self, stage: str, done: int, total: int) -> None:
-        if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, description=stage, completed=done, total=total)
+        """Move the bar; a new stage (documents, then chunks) starts it afresh, so its rate and ETA are
+        that stage's. The chunk total is an estimate the run refines, so it may move too. Once chunks are
+        counted, documents are not shown again (they move in steps of a whole batch)."""
+        if self._bar is None or self._task is None:
+            return
+        shown = self._bar.tasks[0].description
+        if shown == "chunks" and stage == "documents":
+            return
+        if shown != stage:  # from 0, so the first count is a step the rate is measured from
+            self._bar.reset(self._task, description=stage, completed=0, total=total)
+        self._bar.update(self._task, completed=done, total=total)

@@ -7,8 +7,11 @@ extractor runs spaCy NER offline; `unichunk.sinks.graph.llm_extraction.LLMExtrac
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import threading
 import unicodedata
+import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -95,6 +98,47 @@ class EntityExtractor(ABC):
     def extract(self, chunks: Sequence[Chunk]) -> list[Extraction]:
         """Extract from a batch of chunks (batching lets models use their fast paths)."""
 
+    @property
+    def fingerprint(self) -> str | None:
+        """What makes an extraction from a chunk's text (model, its version, settings, prompt): the graph
+        sink caches extractions by it and the exact text (`unichunk.sinks.result_cache`). None: an
+        extractor that cannot say is never cached."""
+        return None
+
+
+# Bumped when the extraction code changes what it makes of the same model output: cached results go.
+EXTRACTION_VERSION = "1"
+
+
+def pack_extraction(extraction: Extraction) -> bytes:
+    """An extraction as the cache keeps it, without its chunk ID (the same text in another chunk reuses
+    it): zlib-compressed JSON, which holds any text exactly."""
+    body = {
+        "e": [[e.name, e.type, e.description] for e in extraction.entities],
+        "r": [[r.source, r.target, r.keywords, r.description, r.weight] for r in extraction.relations],
+    }
+    return zlib.compress(json.dumps(body, separators=(",", ":")).encode("ascii"))
+
+
+def unpack_extraction(blob: bytes, chunk_id: str) -> Extraction:
+    """The extraction `pack_extraction` kept, for the chunk `chunk_id`."""
+    body = json.loads(zlib.decompress(blob))
+    return Extraction(
+        chunk_id,
+        tuple(ExtractedEntity(str(n), str(t), str(d), chunk_id) for n, t, d in body["e"]),
+        tuple(
+            ExtractedRelation(str(a), str(b), str(k), str(d), float(w), chunk_id)
+            for a, b, k, d, w in body["r"]
+        ),
+    )
+
+
+def _package_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
 
 # What relation keywords read (`_keywords_between`: a token's POS and lemma) and nothing else does:
 # en_core_web_sm's shared tok2vec feeds only the tagger (and the parser, excluded); its NER and senter
@@ -168,6 +212,15 @@ class SpacyExtractor(EntityExtractor):
         self.model = model
         self.labels = frozenset(labels)
         self.batch_size = batch_size
+
+    @property
+    def fingerprint(self) -> str:
+        """The model package and its version, spaCy's version and the labels kept (known without loading
+        the model)."""
+        return (
+            f"spacy|{self.model}|{_package_version(self.model)}|spacy {_package_version('spacy')}|"
+            f"{','.join(sorted(self.labels))}|v{EXTRACTION_VERSION}"
+        )
 
     def extract(self, chunks: Sequence[Chunk]) -> list[Extraction]:
         if not chunks:

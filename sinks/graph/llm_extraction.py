@@ -14,9 +14,11 @@ import re
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from unichunk.chunking.ids import sha256_hex
 from unichunk.chunking.models import Chunk
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.graph.extraction import (
+    EXTRACTION_VERSION,
     EntityExtractor,
     ExtractedEntity,
     ExtractedRelation,
@@ -158,6 +160,15 @@ class LLMExtractor(EntityExtractor):
         self.max_concurrency = max(1, max_concurrency)
         self._client = OpenAICompatibleClient(
             base_url, api_key, timeout=timeout, policy=RetryPolicy(retries, backoff, max_backoff)
+        )
+
+    @property
+    def fingerprint(self) -> str:
+        """The endpoint, the model, the entity types and the prompt (temperature is always 0)."""
+        prompt = sha256_hex(build_messages("", self.entity_types)[0]["content"])[:16]
+        return (
+            f"llm|{self._client.url('chat/completions')}|{self.model}|{','.join(self.entity_types)}|"
+            f"{prompt}|v{EXTRACTION_VERSION}"
         )
 
     @classmethod

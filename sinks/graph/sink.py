@@ -42,8 +42,11 @@ from unichunk.sinks.graph.extraction import (
     SpacyExtractor,
     display_name,
     entity_key,
+    pack_extraction,
+    unpack_extraction,
 )
 from unichunk.sinks.graph.llm_extraction import LLMExtractor
+from unichunk.sinks.result_cache import ResultCache
 
 ESCAPED = "backslash"  # `content_encoding` of content stored escaped (see the module docstring)
 _ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
@@ -73,8 +76,10 @@ class KnowledgeGraphSink(Sink):
         store_content: bool = True,
         batch_size: int = 1000,
         generation: str | None = None,
+        cache: ResultCache | None = None,
     ) -> None:
         self.backend = backend
+        self.cache = cache  # extractions by (extractor fingerprint, chunk text); None: none kept
         self.generation = generation  # recorded on every Chunk node
         self.extractor = extractor or SpacyExtractor()
         self.store_content = store_content
@@ -93,21 +98,20 @@ class KnowledgeGraphSink(Sink):
         cls, settings: SinkSettings, *, extractor: EntityExtractor | None = None
     ) -> KnowledgeGraphSink:
         """Backend and extractor as configured (Neo4j / FalkorDB URL / embedded FalkorDB; spaCy / LLM)."""
-        if extractor is None and settings.extractor == "llm":
-            extractor = LLMExtractor.from_settings(settings)
-        return cls(open_backend(settings), extractor, generation=settings.generation)
+        if extractor is None:
+            extractor = (
+                LLMExtractor.from_settings(settings) if settings.extractor == "llm" else SpacyExtractor()
+            )
+        fingerprint = extractor.fingerprint
+        cache = ResultCache.open(settings, "extractions", fingerprint) if fingerprint else None
+        return cls(open_backend(settings), extractor, generation=settings.generation, cache=cache)
 
     # -- writing -----------------------------------------------------------------------------------
 
     def prepare(self, batch: Sequence[DocumentChunks]) -> Prepared:
         documents, chunks = group_batch(self.name, batch)
         everything = [c for doc_chunks in chunks.values() for c in doc_chunks]
-        try:
-            extractions = self.extractor.extract(everything)
-        except Exception as exc:
-            raise SinkError(self.name, f"entity extraction failed: {exc}") from exc
-        if [x.chunk_id for x in extractions] != [c.chunk_id for c in everything]:
-            raise SinkError(self.name, "the extractor did not return one extraction per chunk, in order")
+        extractions, extracted = self._extract(everything)
         by_chunk = dict(zip((c.chunk_id for c in everything), extractions, strict=True))
         payload = {
             doc_id: _aggregate([by_chunk[c.chunk_id] for c in doc_chunks])
@@ -116,8 +120,35 @@ class KnowledgeGraphSink(Sink):
         stats = {
             "entity_mentions": float(sum(len(g.mentions) for g in payload.values())),
             "relations": float(sum(len(g.relations) for g in payload.values())),
+            "extracted_chunks": float(extracted),
+            "reused_chunks": float(len(everything) - extracted),
         }
         return Prepared(self.name, documents, chunks, payload, stats)
+
+    def _extract(self, chunks: list[Chunk]) -> tuple[list[Extraction], int]:
+        """One extraction per chunk, in order, and how many distinct texts were extracted now: the cache's
+        extractions are reused (rebound to each chunk's ID), and a text several chunks share is extracted
+        once."""
+        cache = self.cache
+        held: dict[str, bytes] = cache.get([c.content_hash for c in chunks]) if cache is not None else {}
+        todo: dict[str, Chunk] = {}
+        for chunk in chunks:
+            if chunk.content_hash not in held and chunk.content_hash not in todo:
+                todo[chunk.content_hash] = chunk
+        try:
+            made = self.extractor.extract(list(todo.values()))
+        except Exception as exc:
+            raise SinkError(self.name, f"entity extraction failed: {exc}") from exc
+        if [x.chunk_id for x in made] != [c.chunk_id for c in todo.values()]:
+            raise SinkError(self.name, "the extractor did not return one extraction per chunk, in order")
+        fresh = {key: pack_extraction(x) for key, x in zip(todo, made, strict=True)}
+        if cache is not None:
+            cache.put(fresh)
+        by_text = held | fresh
+        own = {x.chunk_id: x for x in made}  # a chunk extracted now keeps its extraction as made
+        return [
+            own.get(c.chunk_id) or unpack_extraction(by_text[c.content_hash], c.chunk_id) for c in chunks
+        ], len(todo)
 
     def write(self, prepared: Prepared) -> int:
         """Store the whole batch with each kind of statement sent once (cut at `batch_size` rows).

@@ -22,6 +22,12 @@ class Embedder(ABC):
 
     name: str
     max_tokens: int
+    # How the vectors are computed ("torch", an ONNX variant, "http"): part of `fingerprint`, because two
+    # backends of one model need not give the same vectors (a quantised one does not).
+    backend: str = "python"
+    # Texts per `embed` call when the sink reports progress between calls (None: `embedding_batch_size`):
+    # a local model sorts and pads per call, so the sink sorts first and small calls cost nothing.
+    progress_step: int | None = None
 
     @property
     @abstractmethod
@@ -35,6 +41,12 @@ class Embedder(ABC):
     @abstractmethod
     def count_tokens(self, texts: list[str]) -> list[int]:
         """Input length of each text as the model sees it (its own tokenizer, special tokens included)."""
+
+    @property
+    def fingerprint(self) -> str:
+        """What makes a vector: model, size and backend. The embedding cache (`unichunk.sinks.result_cache`)
+        keys vectors by it and the exact text, so another model, size or backend reuses nothing."""
+        return f"{type(self).__qualname__}|{self.name}|{self.dimension}|{self.backend}"
 
     def embed_query(self, text: str) -> list[float]:
         """Vector for a search query (symmetric models embed queries like documents)."""

@@ -62,6 +62,8 @@ class MiniLMEmbedder(Embedder):
 
     name = MODEL_NAME
     max_tokens = _MAX_SEQ_LENGTH
+    backend = "torch"
+    progress_step = 32  # the sink sorts texts by length first, so 32-text calls pad as little as 256
 
     def __init__(self, batch_size: int | None = None, model_batch_size: int | None = None) -> None:
         defaults = SinkSettings.model_fields  # the defaults live in the settings, written once

@@ -48,6 +48,14 @@ class OpenAICompatibleEmbedder(Embedder):
             base_url, api_key, timeout=timeout, policy=RetryPolicy(max_retries, backoff, max_backoff)
         )
 
+    backend = "http"
+
+    @property
+    def fingerprint(self) -> str:
+        """The endpoint, the model and the requested size (not probed: the model's own size is fixed), so
+        the same model name served elsewhere (Ollama, vLLM) shares no cached vector with OpenAI's."""
+        return f"openai|{self.url}|{self.model}|{self._dimensions or 'native'}"
+
     @property
     def dimension(self) -> int:
         """The configured size, else probed once with a one-text request."""

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 import threading
 import time
 import uuid
 from abc import abstractmethod
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -27,6 +29,7 @@ from typing import Any
 
 from unichunk.chunking.ids import sha256_hex
 from unichunk.chunking.models import Chunk, Document
+from unichunk.sinks import progress as work_progress
 from unichunk.sinks.base import (
     NO_CONTENT_HASH,
     DocumentChunks,
@@ -47,6 +50,7 @@ from unichunk.sinks.metrics import (
     SINK_CHUNKS_WRITTEN,
     SINK_OPERATION_SECONDS,
 )
+from unichunk.sinks.result_cache import ResultCache, text_key
 from unichunk.sinks.vectors.base import Embedder, EmbedderError
 from unichunk.sinks.vectors.embedders import make_embedder
 
@@ -158,6 +162,7 @@ class VectorSink(Sink):
         self._release_client: Callable[[], None] | None = None
         self._collection_verified = False  # vectors fit the embedder
         self._collection_ready = False  # exists, verified, indexes created
+        self._cache: ResultCache | None = None
         try:
             self._store_open()
         except BaseException:
@@ -173,30 +178,67 @@ class VectorSink(Sink):
     # --- the Sink interface -------------------------------------------------------------------------
 
     def prepare(self, batch: Sequence[DocumentChunks]) -> Prepared:
-        """Embed every chunk (in `embedding_batch_size` batches) and count truncations; writes nothing."""
+        """Vectors for every chunk, writing nothing to the store: those the cache holds for this embedder
+        and text are reused, every other distinct text is embedded once (`embedding_batch_size` texts per
+        call, at most the embedder's `progress_step`, longest first so each call pads little), and each
+        call's progress is reported (`unichunk.sinks.progress`). Counts truncations.
+
+        `stats`: `embedded_chunks` (distinct texts embedded now) + `reused_chunks` (vectors from the cache,
+        or from another chunk of the batch with the same text) = the batch's chunks, so a run's `embedded`
+        and `reused` add up to the vectors it writes."""
         documents, chunks = group_batch(self.name, batch)
         with self._operation("prepare"):
             with self._lock:
                 self._check_collection(create=False)
             all_chunks = [c for doc_chunks in chunks.values() for c in doc_chunks]
+            work_progress.queued(len(documents), len(all_chunks))
             texts = [c.embed_text for c in all_chunks]
+            tokens = self.embedder.count_tokens(texts) if texts else []
+            truncated = self._report_truncation(all_chunks, texts, tokens)
+            keys = [text_key(t) for t in texts]
+            cache = self.result_cache()
+            vectors = {key: vector for key, blob in cache.get(keys).items() if (vector := _unpack(blob))}
+            todo: dict[str, int] = {}  # each distinct text not held: its first chunk's position
+            for position, key in enumerate(keys):
+                if key not in vectors and key not in todo:
+                    todo[key] = position
+            reused = len(all_chunks) - len(todo)
+            work_progress.done(reused=reused)
+            order = sorted(todo.values(), key=lambda p: -tokens[p])
             size = self.settings.embedding_batch_size
-            vectors: list[list[float]] = []
-            truncated = 0
+            step = min(size, self.embedder.progress_step or size)
+            fresh: dict[str, list[float]] = {}
             try:
-                for start in range(0, len(texts), size):
-                    part = texts[start : start + size]
-                    truncated += self._report_truncation(all_chunks[start : start + size], part)
-                    vectors.extend(self.embedder.embed(part))
+                for start in range(0, len(order), step):
+                    part = order[start : start + step]
+                    made = self.embedder.embed([texts[p] for p in part])
+                    if len(made) != len(part):
+                        raise SinkError(
+                            self.name, f"embedder returned {len(made)} vectors for {len(part)} texts"
+                        )
+                    fresh.update((keys[p], vector) for p, vector in zip(part, made, strict=True))
+                    work_progress.done(embedded=len(part))
             except EmbedderError as exc:
                 raise SinkError(self.name, f"embedding failed: {exc}") from exc
-            if len(vectors) != len(all_chunks):
-                raise SinkError(
-                    self.name, f"embedder returned {len(vectors)} vectors for {len(all_chunks)} chunks"
-                )
-            payload = {c.chunk_id: v for c, v in zip(all_chunks, vectors, strict=True)}
-            stats = {"embedded_chunks": float(len(all_chunks)), "truncated_chunks": float(truncated)}
+            packed = {key: _pack(vector) for key, vector in fresh.items()}
+            cache.put(packed)
+            # as float32, like reused ones: a vector is the same whichever way it came (the stores keep
+            # float32 anyway)
+            vectors.update((key, _unpack(blob) or fresh[key]) for key, blob in packed.items())
+            payload = {c.chunk_id: vectors[key] for c, key in zip(all_chunks, keys, strict=True)}
+            stats = {
+                "embedded_chunks": float(len(todo)),
+                "reused_chunks": float(reused),
+                "truncated_chunks": float(truncated),
+            }
             return Prepared(self.name, documents, chunks, payload=payload, stats=stats)
+
+    def result_cache(self) -> ResultCache:
+        """The embedding cache of this data dir for this embedder (opened on first use: a reader never
+        touches it)."""
+        if self._cache is None:
+            self._cache = ResultCache.open(self.settings, "vectors", self.embedder.fingerprint)
+        return self._cache
 
     def write(self, prepared: Prepared) -> int:
         """Upsert the prepared points (durably), then delete each document's points not among them."""
@@ -414,14 +456,19 @@ class VectorSink(Sink):
         simply names that directory's collection.
         """
 
-    def _report_truncation(self, chunks: list[Chunk], texts: list[str]) -> int:
-        """Count (metric) embed texts longer than the embedder's max input; one WARNING per document
-        naming its truncated chunks, so a long document does not bury the log under one line per chunk."""
+    def _report_truncation(
+        self, chunks: list[Chunk], texts: list[str], tokens: list[int] | None = None
+    ) -> int:
+        """Count (metric) embed texts longer than the embedder's max input (`tokens`: each text's count,
+        when the caller has them); one WARNING per document naming its truncated chunks, so a long document
+        does not bury the log under one line per chunk."""
         limit = self.embedder.max_tokens
+        if tokens is None:
+            tokens = self.embedder.count_tokens(texts)
         over: dict[str, list[tuple[str, int]]] = {}
-        for chunk, tokens in zip(chunks, self.embedder.count_tokens(texts), strict=True):
-            if tokens > limit:
-                over.setdefault(chunk.document_id, []).append((chunk.chunk_id, tokens))
+        for chunk, count in zip(chunks, tokens, strict=True):
+            if count > limit:
+                over.setdefault(chunk.document_id, []).append((chunk.chunk_id, count))
         for document_id, found in over.items():
             shown = ", ".join(chunk_id for chunk_id, _ in found[:3]) + (" ..." if len(found) > 3 else "")
             logger.warning(
@@ -475,6 +522,26 @@ def chunk_payload(
         "ingested_at": ingested_at,
         "metadata": dict(chunk.metadata),
     }
+
+
+def _pack(vector: list[float]) -> bytes:
+    """A vector as the cache keeps it: float32, little-endian (what the stores keep too, so a reused vector
+    is stored exactly as the freshly embedded one was)."""
+    packed = array("f", vector)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _unpack(blob: bytes) -> list[float] | None:
+    """The vector `_pack` made (None for a blob that cannot be one: then it is embedded again)."""
+    if not blob or len(blob) % 4:
+        return None
+    packed = array("f")
+    packed.frombytes(blob)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tolist()
 
 
 def _content_hash(content: Any) -> str:

@@ -82,6 +82,9 @@ def test_an_ingest_reindex_and_rebuild_show_their_names_artifacts_logs_and_failu
         assert row in markdown, markdown
     for sink, count in summary.chunks_written.items():
         assert f"| {sink} | {count} |" in markdown, markdown
+    # what was embedded and what reused: together the vectors written
+    assert summary.embedded + summary.reused == summary.chunks_written["vectors"] > 0
+    assert f"| vectors embedded / reused | {summary.embedded} / {summary.reused} |" in markdown, markdown
     assert escape_markdown(BAD) in markdown and BAD not in markdown  # escaped, never interpreted
     table = json.loads(artifacts["ingest-failures"]["data"])
     assert table["document"] == [BAD] and table["status"] == ["failed"]  # plain text in the table
@@ -93,6 +96,9 @@ def test_an_ingest_reindex_and_rebuild_show_their_names_artifacts_logs_and_failu
     written = [line for line in batches if "seconds (prepare+write)" in line]
     assert len(written) >= 2, batches
     assert all("chunks written graph=" in line and "vectors " in line for line in written), written
+    # progress in chunks, in the flow log of the run (what a served run shows in the UI)
+    progress = [log["message"] for log in logs if log["message"].startswith("progress: ")]
+    assert progress and all(" chunks (" in line and " documents" in line for line in progress), progress
     assert not any("TypeError" in log["message"] for log in logs)
 
     # The nightly reindex: the bad file is known unreadable now, so the run completes and says so.

@@ -38,6 +38,7 @@ RECORD_FILES = (
     "generations.sqlite3",
     "leases.sqlite3",
     "sources.sqlite3",
+    "result_cache.sqlite3",
 )
 
 
@@ -89,6 +90,7 @@ def test_ingest_reingest_delete_and_verify_keep_nothing_in_the_data_dir(
     assert _schemas(server_records) == {
         "unichunk",
         "unichunk_chunk_cache",
+        "unichunk_result_cache",  # the graph's extractions by (extractor, text): outlives generations
         f"unichunk__{live.generation_id}",
         f"unichunk_keywords__{live.generation_id}",
     }

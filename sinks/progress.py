@@ -1,0 +1,53 @@
+"""How far the vector sink's `prepare` has got, chunk by chunk, for whoever shows a run's progress.
+
+A batch's vectors can take minutes; the engine (`unichunk.engine.progress`) turns these events into a bar
+and log lines with a rate and an ETA. The sinks cannot import the engine (a lower layer), so it listens
+here. No listener, no cost; a failing listener never fails a batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ChunkEvent:
+    """`queued`: a prepare began on `documents` documents holding `chunks` chunks; `done`: `embedded` more
+    chunk texts were embedded and `reused` more vectors were taken from the cache."""
+
+    kind: str  # "queued" or "done"
+    documents: int = 0
+    chunks: int = 0
+    embedded: int = 0
+    reused: int = 0
+
+
+Listener = Callable[[ChunkEvent], None]
+
+_listeners: list[Listener] = []
+
+
+def emit(event: ChunkEvent) -> None:
+    for listener in list(_listeners):
+        with suppress(Exception):  # a broken display must never break a batch
+            listener(event)
+
+
+def queued(documents: int, chunks: int) -> None:
+    emit(ChunkEvent("queued", documents=documents, chunks=chunks))
+
+
+def done(*, embedded: int = 0, reused: int = 0) -> None:
+    if embedded or reused:
+        emit(ChunkEvent("done", embedded=embedded, reused=reused))
+
+
+@contextmanager
+def listening(listener: Listener) -> Iterator[None]:
+    _listeners.append(listener)
+    try:
+        yield
+    finally:
+        _listeners.remove(listener)
