@@ -33,6 +33,7 @@ from unichunk.sinks.base import (
     group_batch,
 )
 from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.device import resolve_device
 from unichunk.sinks.graph import cypher
 from unichunk.sinks.graph.backends import GraphBackend, open_backend
 from unichunk.sinks.graph.cypher import MAX_HOPS, UNKNOWN_TYPE
@@ -91,6 +92,8 @@ class KnowledgeGraphSink(Sink):
         """Backend and extractor as configured (Neo4j / FalkorDB URL / embedded FalkorDB; spaCy / LLM)."""
         if extractor is None and settings.extractor == "llm":
             extractor = LLMExtractor.from_settings(settings)
+        elif extractor is None:
+            extractor = SpacyExtractor(device=resolve_device(settings.device))
         return cls(open_backend(settings), extractor, generation=settings.generation)
 
     # -- writing -----------------------------------------------------------------------------------

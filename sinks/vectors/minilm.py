@@ -34,9 +34,9 @@ from unichunk.chunking.config import MINILM_MAX_TOKENS, MINILM_TOKENIZER
 from unichunk.chunking.config import MINILM_MODEL_NAME as MODEL_NAME
 from unichunk.chunking.embedding_fit import embedding_counter
 from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.device import DeviceError, DeviceSetting, resolve_device
 from unichunk.sinks.metrics import EMBEDDER_SECONDS
 from unichunk.sinks.vectors.base import Embedder, EmbedderError
-from unichunk.sinks.vectors.device import DeviceSetting, resolve_device
 from unichunk.sinks.vectors.minilm_onnx import OnnxRunner, cuda_provider_available, import_runtime
 from unichunk.sinks.vectors.onnx_export import VARIANTS, Variant, ensure_model, weights_sha256
 
@@ -207,7 +207,10 @@ def load_backend(
 ) -> _Runner:
     """The backend asked for, on the device the setting resolves to; ONNX falls back to torch with one
     log line where it cannot run."""
-    device = resolve_device(device_setting)
+    try:
+        device = resolve_device(device_setting)
+    except DeviceError as exc:
+        raise EmbedderError(str(exc)) from exc
     if backend == "torch" and variant_name is None:
         return _TorchRunner(device)
     variant = VARIANTS[variant_name or (INT8_VARIANT if backend == "onnx-int8" else "fp32")]

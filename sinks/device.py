@@ -1,4 +1,4 @@
-"""Which device the models run on: `UNICHUNK_DEVICE` = auto (a CUDA GPU when one is usable), cpu or cuda.
+"""Which device the models (MiniLM, spaCy) run on: `UNICHUNK_DEVICE` = auto (a CUDA GPU when one is usable), cpu or cuda.
 
 `auto` looks without cost first: a torch wheel built for CPU only (its version ends in `+cpu`) has no CUDA,
 so torch is not imported just to learn that; otherwise torch answers (`torch.cuda.is_available()`), or
@@ -14,11 +14,17 @@ from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import Literal
 
-from unichunk.sinks.vectors.base import EmbedderError
+from unichunk.chunking.errors import UnichunkError
 
 logger = logging.getLogger(__name__)
 
 Device = Literal["cpu", "cuda"]
+
+
+class DeviceError(UnichunkError):
+    """`UNICHUNK_DEVICE=cuda` where no CUDA device is usable; the message says what was found."""
+
+
 DeviceSetting = Literal["auto", "cpu", "cuda"]
 
 
@@ -50,7 +56,7 @@ def resolve_device(setting: DeviceSetting = "auto") -> Device:
         return "cpu"
     found = torch_cuda_available() or onnx_cuda_available()
     if setting == "cuda" and not found:
-        raise EmbedderError(
+        raise DeviceError(
             "UNICHUNK_DEVICE=cuda, but neither torch nor onnxruntime sees a CUDA device "
             f"(torch {_installed('torch')}, onnxruntime {_installed('onnxruntime')}): install CUDA builds "
             "or set UNICHUNK_DEVICE=auto"
