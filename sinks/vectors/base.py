@@ -36,6 +36,13 @@ class Embedder(ABC):
     def count_tokens(self, texts: list[str]) -> list[int]:
         """Input length of each text as the model sees it (its own tokenizer, special tokens included)."""
 
+    @property
+    def fingerprint(self) -> str:
+        """Which vectors `embed` returns, stable across processes and runs: equal fingerprints give the
+        same vectors for the same text (what an embedding cache may key by). By default the model name
+        and dimension; `MiniLMEmbedder` adds its weights' hash and the int8 recipe where it runs one."""
+        return f"{self.name}:{self.dimension}"
+
     def embed_query(self, text: str) -> list[float]:
         """Vector for a search query (symmetric models embed queries like documents)."""
         return self.embed([text])[0]
