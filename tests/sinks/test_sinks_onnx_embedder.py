@@ -37,7 +37,7 @@ TEXTS = [
     "a\u200bb\tc\x00d",
     "Rust has three rules of ownership. " * 6,
 ]
-INT8_MIN_COSINE = 0.985  # measured minimum 0.992 on 150 eval chunks (benchmarks.embedder_speed)
+INT8_MIN_COSINE = 0.98  # measured minimum 0.988 on 150 eval chunks (benchmarks.embedder_speed), 0.9855 here
 INT8_EMPTY_COSINE = 0.97  # the empty text ([CLS] [SEP] alone) is int8's worst case: 0.978 measured
 EMPTY = TEXTS.index("")
 HAS_CUDA = torch_cuda_available() or onnx_cuda_available()
