@@ -98,8 +98,9 @@ class SinkSettings(BaseSettings):
     )
     embedding_backend: Literal["onnx", "onnx-int8", "torch"] = Field(
         "onnx",
-        description="How MiniLM runs: `onnx` (ONNX Runtime, fp32: torch's vectors, 2.4x its throughput on "
-        "a loaded 2-core CPU), `onnx-int8` (int8 per-channel weights: 3.8x, vectors at cosine 0.994, "
+        description="How MiniLM runs: `onnx` (ONNX Runtime, fp32: torch's vectors, about its throughput on "
+        "a quiet 2-core CPU, 2.4x on a busy one, no torch import), `onnx-int8` (int8 per-channel weights: "
+        "1.7x quiet, 3.8x busy, vectors at cosine 0.994, "
         "retrieval within about 1.3 points; a distinct embedder, so an index rebuilds) or `torch` "
         "(sentence-transformers). `onnx*` falls back to torch, with one log line, where ONNX Runtime is "
         'missing or the export fails (benchmarks/README.md, "Embedder backends").',

