@@ -103,7 +103,9 @@ class CachedEmbedder(Embedder):
         self.db = None
         if cache_dir is not None:
             cache_dir.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(cache_dir / f"{inner.name}.sqlite")
+            # keyed by the vectors' fingerprint where the embedder has one (int8 MiniLM is not torch's)
+            key = re.sub(r"[^\w.@+-]", "_", getattr(inner, "fingerprint", inner.name))
+            self.db = sqlite3.connect(cache_dir / f"{key}.sqlite")
             self.db.execute("CREATE TABLE IF NOT EXISTS v (sha TEXT PRIMARY KEY, vec BLOB NOT NULL)")
 
     @property
@@ -262,11 +264,12 @@ def parse_configs(spec: str, embed: Embed, quick: bool = False) -> list[Config]:
     return list({label: (label, b, c) for label, b, c in configs}.values())
 
 
-def configurations(quick: bool, spec: str | None, embed: Embed) -> list[Config]:
+def configurations(quick: bool, spec: str | None, embed: Embed, with_baselines: bool = True) -> list[Config]:
     """(label, is_baseline, chunker): ours (`spec`, by default `default`; `--quick`: auto and semantic),
-    then the baselines, always."""
+    then the baselines (always from the command line; `benchmarks.embedder_speed` compares embedders
+    on ours alone)."""
     configs = parse_configs(spec or ("auto,semantic" if quick else "default"), embed, quick)
-    return configs + baselines(quick, embed)
+    return configs + (baselines(quick, embed) if with_baselines else [])
 
 
 # -- scoring -----------------------------------------------------------------------------------------------
@@ -371,7 +374,11 @@ def run(
     cache_dir: Path | None,
     spec: str | None = None,
     headline_only: bool = False,
+    embedder: Embedder | None = None,
+    with_baselines: bool = True,
 ) -> Results:
+    """Every configuration scored; `embedder` (default: MiniLM as configured by default) embeds chunks
+    and questions."""
     corpora = load_corpora(corpora_dir)
     questions = load_questions(questions_file, corpora)
     if quick:
@@ -381,12 +388,14 @@ def run(
     results.chars_per_token = sum(len(d.text) for d in corpora.values()) / sum(
         len(s) - 1 for s in starts.values()
     )
-    embedder = CachedEmbedder(MiniLMEmbedder(), cache_dir)
+    embedder = CachedEmbedder(embedder or MiniLMEmbedder(), cache_dir)
     seen: dict[tuple, str] = {}
     with tempfile.TemporaryDirectory(prefix="bench_retrieval_") as tmp:
         setting = Setting(questions, {name: d.document_id for name, d in corpora.items()}, TokenMeter(starts),
                           results.token_grid, embedder, QdrantClient(":memory:"), Path(tmp), headline_only)  # fmt: skip
-        for number, (label, baseline, chunker) in enumerate(configurations(quick, spec, embedder.embed)):
+        for number, (label, baseline, chunker) in enumerate(
+            configurations(quick, spec, embedder.embed, with_baselines)
+        ):
             started = time.perf_counter()
             chunked = {name: chunker(doc) for name, doc in corpora.items()}
             chunking_seconds = time.perf_counter() - started

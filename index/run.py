@@ -32,8 +32,13 @@ def generation_id_for(fingerprint: str) -> str:
 
 
 def index_settings(settings: SinkSettings) -> dict[str, object]:
-    """The sink settings that change what gets stored (with the chunking settings: an index generation)."""
-    return {
+    """The sink settings that change what gets stored (with the chunking settings: an index generation).
+
+    MiniLM's backend counts only where it changes the vectors: torch and ONNX fp32 give the same vectors
+    (cosine 1.0000), so an index built with either is the same generation; int8 adds a key, so switching
+    to it (or back) builds a new generation explicitly. Absent otherwise, so existing fingerprints stay."""
+    variant = {"embedding_variant": "int8"} if settings.embedding_variant_suffix() else {}
+    return variant | {
         "embedder": settings.embedder,
         "embedding_model": settings.embedding_model if settings.embedder == "openai" else None,
         "embedding_dimensions": settings.embedding_dimensions if settings.embedder == "openai" else None,

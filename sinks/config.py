@@ -105,6 +105,25 @@ class SinkSettings(BaseSettings):
         "length-sorted texts pad least on CPU (measured: 256 per call in batches of 8 took 0.67x the "
         "time of one batch of 64 per call).",
     )
+    embedding_backend: Literal["onnx", "onnx-int8", "torch"] = Field(
+        "onnx",
+        description="How MiniLM runs: `onnx` (ONNX Runtime, fp32: torch's vectors, about its throughput on "
+        "a quiet 2-core CPU, 2.4x on a busy one, no torch import), `onnx-int8` (int8 per-channel weights: "
+        "1.7x quiet, 3.8x busy, vectors at cosine 0.994, "
+        "retrieval within about 1.3 points; a distinct embedder, so an index rebuilds) or `torch` "
+        "(sentence-transformers). `onnx*` falls back to torch, with one log line, where ONNX Runtime is "
+        'missing or the export fails (benchmarks/README.md, "Embedder backends").',
+    )
+    model_cache_dir: Path = Field(
+        Path("~/.cache/unichunk"),
+        description="Where the ONNX export of MiniLM is kept (made offline from the bundled weights on "
+        "first use, keyed by their hash and the library versions); shared by every data dir.",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="Where MiniLM (torch, or ONNX Runtime's CUDA provider) and spaCy run: `auto` is a CUDA "
+        "GPU when torch or onnxruntime sees one, else the CPU; `cuda` fails clearly without one.",
+    )
     embedding_max_tokens: int = Field(
         8191,
         ge=32,
@@ -167,7 +186,12 @@ class SinkSettings(BaseSettings):
         (`ChunkStrategy.semantic_model`): boundaries measured by another model are other chunks."""
         if self.embedder == "openai":
             return f"openai:{self.embedding_model}:{self.embedding_dimensions or ''}"
-        return MINILM_MODEL_NAME
+        return MINILM_MODEL_NAME + self.embedding_variant_suffix()
+
+    def embedding_variant_suffix(self) -> str:
+        """'' where MiniLM's vectors are torch's (torch, ONNX fp32: the same embedder for an existing index),
+        '+int8' where they are the int8 model's (other vectors: a distinct embedder, an explicit rebuild)."""
+        return "+int8" if self.embedder == "minilm" and self.embedding_backend == "onnx-int8" else ""
 
     @property
     def qdrant_path(self) -> Path:

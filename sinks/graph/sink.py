@@ -33,6 +33,7 @@ from unichunk.sinks.base import (
     group_batch,
 )
 from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.device import resolve_device
 from unichunk.sinks.graph import cypher
 from unichunk.sinks.graph.backends import GraphBackend, open_backend
 from unichunk.sinks.graph.cypher import MAX_HOPS, UNKNOWN_TYPE
@@ -98,10 +99,10 @@ class KnowledgeGraphSink(Sink):
         cls, settings: SinkSettings, *, extractor: EntityExtractor | None = None
     ) -> KnowledgeGraphSink:
         """Backend and extractor as configured (Neo4j / FalkorDB URL / embedded FalkorDB; spaCy / LLM)."""
-        if extractor is None:
-            extractor = (
-                LLMExtractor.from_settings(settings) if settings.extractor == "llm" else SpacyExtractor()
-            )
+        if extractor is None and settings.extractor == "llm":
+            extractor = LLMExtractor.from_settings(settings)
+        elif extractor is None:
+            extractor = SpacyExtractor(device=resolve_device(settings.device))
         fingerprint = extractor.fingerprint
         cache = ResultCache.open(settings, "extractions", fingerprint) if fingerprint else None
         return cls(open_backend(settings), extractor, generation=settings.generation, cache=cache)

@@ -1,6 +1,6 @@
 """Choose the configured embedder: the offline MiniLM default or an OpenAI-compatible endpoint.
 
-Both implementation modules import cheaply (MiniLM loads torch and its weights on first use, not on
+Both implementation modules import cheaply (MiniLM loads its runtime and weights on first use, not on
 import), so choosing the OpenAI embedder never loads torch.
 """
 
@@ -25,5 +25,9 @@ def make_embedder(settings: SinkSettings) -> Embedder:
             max_tokens=settings.embedding_max_tokens,
         )
     return MiniLMEmbedder(
-        batch_size=settings.embedding_batch_size, model_batch_size=settings.embedding_model_batch_size
+        batch_size=settings.embedding_batch_size,
+        model_batch_size=settings.embedding_model_batch_size,
+        backend=settings.embedding_backend,
+        device=settings.device,
+        cache_dir=settings.model_cache_dir,
     )

