@@ -106,13 +106,13 @@ class SinkSettings(BaseSettings):
         "time of one batch of 64 per call).",
     )
     embedding_backend: Literal["onnx", "onnx-int8", "torch"] = Field(
-        "onnx",
-        description="How MiniLM runs: `onnx` (ONNX Runtime, fp32: torch's vectors, about its throughput on "
-        "a quiet 2-core CPU, 2.4x on a busy one, no torch import), `onnx-int8` (int8 per-channel weights: "
-        "1.7x quiet, 3.8x busy, vectors at cosine 0.994, "
-        "retrieval within about 1.3 points; a distinct embedder, so an index rebuilds) or `torch` "
-        "(sentence-transformers). `onnx*` falls back to torch, with one log line, where ONNX Runtime is "
-        'missing or the export fails (benchmarks/README.md, "Embedder backends").',
+        "torch",
+        description="How MiniLM runs: `torch` (sentence-transformers; on CUDA where `UNICHUNK_DEVICE` picks "
+        "it), `onnx` (ONNX Runtime, fp32: torch's vectors, as fast as torch on a quiet 2-core CPU, slower on "
+        "16 cores, faster only on a busy machine; no torch import once exported) or `onnx-int8` (int8 "
+        "per-channel weights: faster on 2 cores, vectors at cosine 0.994, retrieval within about 1.3 points; "
+        "a distinct embedder, so an index rebuilds). `onnx*` falls back to torch, with one log line, where "
+        'ONNX Runtime is missing or the export fails (benchmarks/README.md, "Embedder backends").',
     )
     model_cache_dir: Path = Field(
         Path("~/.cache/unichunk"),
