@@ -26,6 +26,7 @@ from unichunk.engine import progress
 from unichunk.engine.leases import RunLeases, when_leased
 from unichunk.engine.params import FailedDocument, IngestSummary, names
 from unichunk.engine.reports import failed_state, failure_message, publish_ingest
+from unichunk.engine.stop import interrupted, stopping, wait_or_stop
 from unichunk.engine.store_access import exclusive_store_access
 from unichunk.index import metrics
 from unichunk.index.chunk_batch import ChunkBatchResult
@@ -33,7 +34,7 @@ from unichunk.index.chunk_cache import ChunkKey
 from unichunk.index.generations import ensure_live_alias, expired_generations
 from unichunk.index.run import RunConfig
 from unichunk.index.sink_writes import PrepareOutcome, optimize_sinks, record_outcome
-from unichunk.index.status import DocumentStatus, Failure
+from unichunk.index.status import DocumentStatus, Failure, pending_fields
 from unichunk.sinks.base import SINK_NAMES, Sink
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.pool import flow_sinks
@@ -310,16 +311,22 @@ def _run_batches(
     tally: _Progress,
 ) -> list[SourceItem]:
     """Chunk, prepare and write `items` in overlapping batches; returns the documents deferred because
-    another run held them. Every lease this takes is released by the time it returns or raises."""
+    another run held them. Every lease this takes is released by the time it returns or raises.
+
+    Once a stop is asked for (`unichunk.engine.stop`) no batch is taken or written: the one being prepared
+    is abandoned, the one being written is settled, the documents chunked but not written go back to
+    `pending` (the next run does them), and `RunInterrupted` is raised."""
     deferred: list[SourceItem] = []
+    unwritten: list[str] = []  # chunked (so marked processing), writes not yet submitted
     batches = _leased_batches(items, batch_size, leases, deferred)
     upcoming = _chunk_next(batches, tally, run, dry_run)
     writing: _Writing | None = None
     try:
-        while upcoming is not None:
+        while upcoming is not None and not stopping():
             batch, label, future = upcoming
             result = future.result()
-            upcoming = _chunk_next(batches, tally, run, dry_run)
+            unwritten = [] if dry_run else [key.document_id for key in result.keys]
+            upcoming = None if stopping() else _chunk_next(batches, tally, run, dry_run)
             by_id = {item.document_id: item for item in batch}
             summary.skipped += len(result.skipped)
             metrics.DOCUMENTS.labels(outcome="skipped").inc(len(result.skipped))
@@ -336,6 +343,8 @@ def _run_batches(
                 if writing is not None:
                     previous, writing = writing, None
                     _settle(previous, run, summary, leases)
+                if stopping():
+                    break
                 submitted = datetime.now(UTC)
                 futures = (
                     {
@@ -346,6 +355,7 @@ def _run_batches(
                     else {}
                 )
                 writing = _Writing(label, by_id, result, good, failed, futures, submitted, seconds)
+                unwritten = []
             tally.advance(len(batch))
     finally:
         # Also when a later batch raised: the writes already running are waited for and recorded (or
@@ -354,11 +364,30 @@ def _run_batches(
             if writing is not None:
                 _settle(writing, run, summary, leases)
         finally:
+            if upcoming is not None and (leases is not None or stopping()):
+                upcoming[2].wait()  # its chunk task writes status rows: let it end before letting go
+            if stopping() and not dry_run:
+                _put_back(run, unwritten + _chunked(upcoming))
             if leases is not None:
-                if upcoming is not None:  # its chunk task writes status rows: let it end before letting go
-                    upcoming[2].wait()
                 leases.release(leases.held)
+    if stopping():
+        raise interrupted()
     return deferred
+
+
+def _chunked(upcoming: tuple[list[SourceItem], str, PrefectFuture[ChunkBatchResult]] | None) -> list[str]:
+    """The documents a finished chunk task marked processing (none if it failed: it recorded why)."""
+    if upcoming is None or not upcoming[2].state.is_completed():
+        return []
+    return [key.document_id for key in upcoming[2].result().keys]
+
+
+def _put_back(run: RunConfig, document_ids: list[str]) -> None:
+    """The documents chunked but not written when the run stopped: `pending` again, for the next run (the
+    stores still hold their previous version, which their rows still name)."""
+    if document_ids:
+        reason = "not written: the run was stopped"
+        run.status_store().upsert_many([(d, pending_fields(reason)) for d in document_ids])
 
 
 def _chunk_next(
@@ -525,6 +554,7 @@ def _prepare_all(
     futures = {name: prepare_sink.submit(name, quote(keys), quote(run)) for name in names}
     outcomes: dict[str, PrepareOutcome] = {}
     for name, future in futures.items():
+        wait_or_stop(future)  # a stop abandons the batch: `RunInterrupted`, never a failed document
         try:
             outcomes[name] = outcome = future.result()
         except Exception as exc:  # the sink itself is broken (cannot open, store down): the batch fails

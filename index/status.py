@@ -337,6 +337,12 @@ def processing_fields(**fields: Any) -> dict[str, Any]:
     return {"state": "processing", **fields}
 
 
+def pending_fields(reason: str, **fields: Any) -> dict[str, Any]:
+    """The columns of a row whose document was chunked but not written, because the run stopped (`reason`):
+    the next run does it; `chunk_ids` of the last success stay, as the sinks still hold those chunks."""
+    return {"state": "pending", "error": reason, "failure": None, **fields}
+
+
 def processed_fields(chunk_ids: list[str], **fields: Any) -> dict[str, Any]:
     """The columns of a row whose document every sink now holds as `chunk_ids`."""
     return {

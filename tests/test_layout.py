@@ -134,8 +134,12 @@ def test_the_live_generation_is_resolved_in_one_module() -> None:
 # needs only for the `semantic` strategy, while every run computes its fingerprint there), the Neo4j driver
 # (0.15-0.55 s: `unichunk.sinks.graph.backends` imports it for a Neo4j backend only, never in FalkorDB runs),
 # Prefect and the flows (`unichunk.pipeline` loads them when a write runs one, so reads and the CLI's
-# start-up do not pay for them; `unichunk.deployments.cli.flow_runs` configures Prefect's logging first).
+# start-up do not pay for them; `unichunk.deployments.cli.flow_runs` configures Prefect's logging first),
+# Prefect in the stop and crash-marking helpers (`unichunk.engine.stop`, `unichunk.engine.run_records`: the CLI's
+# signal handlers and `Pipeline.status` import them, and load Prefect only when a run or a dead run needs it).
 LAZY_IMPORTERS = {
+    "unichunk.engine.stop",
+    "unichunk.engine.run_records",
     "unichunk.pipeline",
     "unichunk.deployments.cli.flow_runs",
     "unichunk.index.run",

@@ -46,6 +46,7 @@ from unichunk.sinks.metrics import (
     SINK_CHUNKS_WRITTEN,
     SINK_OPERATION_SECONDS,
 )
+from unichunk.sinks.stop import STOP
 from unichunk.sinks.vectors.base import Embedder, EmbedderError
 from unichunk.sinks.vectors.embedders import make_embedder
 
@@ -63,6 +64,10 @@ def point_id(chunk_id: str) -> str:
     """The Qdrant point ID of a chunk: uuid5 of its chunk ID, as a string."""
     return str(uuid.uuid5(POINT_NAMESPACE, chunk_id))
 
+
+# Texts per embedder call at most: one call is what a stopped run may still wait for (under a second of
+# MiniLM on a quiet 2-core CPU); sorted by length first, such calls pad no more than bigger ones.
+STOP_STEP = 32
 
 ENGINE_DIRS = {"local": "qdrant", "edge": "qdrant_edge"}
 """Each embedded engine's directory under a generation (or data_dir): an engine never reads the other's files."""
@@ -172,7 +177,8 @@ class VectorSink(Sink):
     # --- the Sink interface -------------------------------------------------------------------------
 
     def prepare(self, batch: Sequence[DocumentChunks]) -> Prepared:
-        """Embed every chunk (in `embedding_batch_size` batches) and count truncations; writes nothing."""
+        """Embed every chunk (at most `embedding_batch_size`, and `STOP_STEP`, texts per embedder call) and
+        count truncations; writes nothing. Raises `StopRequested` between calls once a stop is asked for."""
         documents, chunks = group_batch(self.name, batch)
         with self._operation("prepare"):
             with self._lock:
@@ -180,19 +186,25 @@ class VectorSink(Sink):
             all_chunks = [c for doc_chunks in chunks.values() for c in doc_chunks]
             texts = [c.embed_text for c in all_chunks]
             size = self.settings.embedding_batch_size
-            vectors: list[list[float]] = []
-            truncated = 0
+            truncated = self._report_truncation(all_chunks, texts)
+            # Longest first, so each call pads little though calls are small: a stop asked for meanwhile
+            # (`STOP`, checked before each call) ends the batch within one call (`STOP_STEP` texts).
+            order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+            step = min(size, STOP_STEP)
+            vectors: list[list[float]] = [[] for _ in texts]
             try:
-                for start in range(0, len(texts), size):
-                    part = texts[start : start + size]
-                    truncated += self._report_truncation(all_chunks[start : start + size], part)
-                    vectors.extend(self.embedder.embed(part))
+                for start in range(0, len(order), step):
+                    STOP.check()
+                    part = order[start : start + step]
+                    made = self.embedder.embed([texts[i] for i in part])
+                    if len(made) != len(part):
+                        raise SinkError(
+                            self.name, f"embedder returned {len(made)} vectors for {len(part)} texts"
+                        )
+                    for i, vector in zip(part, made, strict=True):
+                        vectors[i] = vector
             except EmbedderError as exc:
                 raise SinkError(self.name, f"embedding failed: {exc}") from exc
-            if len(vectors) != len(all_chunks):
-                raise SinkError(
-                    self.name, f"embedder returned {len(vectors)} vectors for {len(all_chunks)} chunks"
-                )
             payload = {c.chunk_id: v for c, v in zip(all_chunks, vectors, strict=True)}
             stats = {"embedded_chunks": float(len(all_chunks)), "truncated_chunks": float(truncated)}
             return Prepared(self.name, documents, chunks, payload=payload, stats=stats)
