@@ -134,7 +134,7 @@ def run_stores(run: RunConfig, dry_run: bool) -> Iterator[RunStores]:
     with ExitStack() as exits:
         stores = RunStores(run, dry_run, exits)
         yield stores
-        if stores.opened:
+        if stores.opened and not stopping():  # a stopped run leaves it to the next one
             optimize_after_run(stores.opened)
 
 
