@@ -4,7 +4,8 @@
 
 Each try: a fresh data dir, a generated corpus (60 documents of about 20 chunks), the real CLI in its own
 session; once a batch is chunked and not yet written (status rows `processing`: its embedding runs), the
-signal is sent and the seconds to exit are measured, with the exit code and the Prefect flow run's state.
+signal is sent and the seconds to exit are measured, with the exit code, the Prefect flow run's state and
+the seconds until that state was set (`state_final_after`).
 The data dir's local Prefect server is started once and reused (its start-up is not what is measured).
 """
 
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -67,13 +69,20 @@ def one_try(base: Path, signum: int, batch_size: int, env: dict[str, str]) -> di
         if status is not None and status.counts().get("processing"):
             break
         time.sleep(0.05)
-    sent = time.monotonic()
+    sent, sent_at = time.monotonic(), datetime.now(UTC)
     os.killpg(proc.pid, signum)
     code = proc.wait()
     seconds = time.monotonic() - sent
     api = env["PREFECT_API_URL"]
     runs = httpx.post(f"{api}/flow_runs/filter", json={"sort": "START_TIME_DESC", "limit": 1}).json()
-    return {"seconds": round(seconds, 2), "exit": code, "state": runs[0]["state_type"] if runs else None}
+    state = runs[0]["state"] if runs else None
+    final = datetime.fromisoformat(state["timestamp"]) if state else None  # when it became final
+    return {
+        "seconds": round(seconds, 2),
+        "state_final_after": round((final - sent_at).total_seconds(), 2) if final else None,
+        "exit": code,
+        "state": runs[0]["state_type"] if runs else None,
+    }
 
 
 def main() -> None:
