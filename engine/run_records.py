@@ -29,20 +29,22 @@ def records_dir(data_dir: Path) -> Path:
 
 @contextmanager
 def recording_flow_run(data_dir: Path) -> Iterator[None]:
-    """For a flow's body: this flow run's process recorded under the data dir, the record removed at the end."""
+    """For a flow's body: this flow run's process recorded under the data dir (when it exists: the local
+    Prefect server's folder is in it), the record removed at the end."""
     from prefect.runtime import flow_run
 
     run_id = flow_run.get_id()
-    if not run_id:
+    if not run_id or not Path(data_dir).is_dir():  # a dry run creates no data dir, nor does this
         yield
         return
     folder = records_dir(data_dir)
-    record = folder / f"{run_id}.json"
+    path = folder / f"{run_id}.json"
+    record: Path | None = path
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps(asdict(ProcessIdentity.current())))
-    except OSError:  # a read-only data dir still runs (a dry run): only the crash marking is lost
-        record = None  # type: ignore[assignment]
+        folder.mkdir(exist_ok=True)
+        path.write_text(json.dumps(asdict(ProcessIdentity.current())))
+    except OSError:  # a read-only data dir still runs: only the crash marking is lost
+        record = None
     try:
         yield
     finally:
