@@ -28,20 +28,21 @@ def records_dir(data_dir: Path) -> Path:
 
 
 @contextmanager
-def recording_flow_run(data_dir: Path) -> Iterator[None]:
-    """For a flow's body: this flow run's process recorded under the data dir (when it exists: the local
-    Prefect server's folder is in it), the record removed at the end."""
+def recording_flow_run(data_dir: Path, *, create: bool = True) -> Iterator[None]:
+    """For a flow's body: this flow run's process recorded under the data dir, the record removed at the
+    end. Without `create` (a dry run, which creates no data dir) nothing is recorded in a data dir that does
+    not exist yet."""
     from prefect.runtime import flow_run
 
     run_id = flow_run.get_id()
-    if not run_id or not Path(data_dir).is_dir():  # a dry run creates no data dir, nor does this
+    if not run_id or not (create or Path(data_dir).is_dir()):
         yield
         return
     folder = records_dir(data_dir)
     path = folder / f"{run_id}.json"
     record: Path | None = path
     try:
-        folder.mkdir(exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(asdict(ProcessIdentity.current())))
     except OSError:  # a read-only data dir still runs: only the crash marking is lost
         record = None

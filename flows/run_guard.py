@@ -28,7 +28,8 @@ def guarded(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with signals_stop_runs(), recording_flow_run(flow_settings().data_dir):
+        dry_run = any(getattr(given, "dry_run", False) is True for given in (*args, *kwargs.values()))
+        with signals_stop_runs(), recording_flow_run(flow_settings().data_dir, create=not dry_run):
             try:
                 return fn(*args, **kwargs)
             except RunInterrupted as exc:
