@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 
 from unichunk.index.generations import live_status
+from unichunk.local_stack import down
 from unichunk.sinks.config import SinkSettings
 
 UNICHUNK = str(Path(sys.executable).parent / "unichunk")
@@ -73,6 +74,7 @@ def one_try(base: Path, signum: int, batch_size: int, env: dict[str, str]) -> di
     os.killpg(proc.pid, signum)
     code = proc.wait()
     seconds = time.monotonic() - sent
+    down(data, echo=False)  # the embedded FalkorDB the run started for its data dir
     api = env["PREFECT_API_URL"]
     runs = httpx.post(f"{api}/flow_runs/filter", json={"sort": "START_TIME_DESC", "limit": 1}).json()
     state = runs[0]["state"] if runs else None
