@@ -28,6 +28,7 @@ from unichunk.engine.leases import RunLeases, when_leased
 from unichunk.engine.params import FailedDocument, IngestSummary, names
 from unichunk.engine.reports import failed_state, failure_message, publish_ingest
 from unichunk.engine.run_stop import RunStop
+from unichunk.engine.stop import stopping, wait_or_stop
 from unichunk.engine.store_access import exclusive_store_access
 from unichunk.engine.vanished import delete_vanished_items
 from unichunk.index import metrics
@@ -150,7 +151,7 @@ def run_stores(run: RunConfig, dry_run: bool) -> Iterator[RunStores]:
     with ExitStack() as exits:
         stores = RunStores(run, dry_run, exits)
         yield stores
-        if stores.opened:
+        if stores.opened and not stopping():  # a stopped run leaves it to the next one
             optimize_after_run(stores.opened)
 
 
@@ -359,10 +360,12 @@ def _run_batches(
     """Chunk, prepare and write `items` in overlapping batches; returns the documents deferred because
     another run held them. Every lease this takes is released by the time it returns or raises.
 
-    Once `stop` is requested no further batch is written: the documents chunked but not written go back to
-    `pending` (the next run does them), and the reason is raised."""
+    Once `stop` is requested (a store is down, the disk is full, or a signal asked this process to stop:
+    `unichunk.engine.stop`) no batch is taken or written: the one being prepared is abandoned, the one being
+    written is settled, the documents chunked but not written go back to `pending` (the next run does them),
+    and the reason is raised."""
     deferred: list[SourceItem] = []
-    unwritten: list[str] = []  # chunked (marked processing) but not written, when the run stops
+    unwritten: list[str] = []  # chunked (so marked processing), writes not yet submitted
     batches = _leased_batches(items, batch_size, leases, deferred)
     upcoming = _chunk_next(batches, tally, run, dry_run)
     writing: _Writing | None = None
@@ -370,7 +373,8 @@ def _run_batches(
         while upcoming is not None and not stop.requested:
             batch, label, future = upcoming
             result = future.result()
-            upcoming = _chunk_next(batches, tally, run, dry_run)
+            unwritten = [] if dry_run else [key.document_id for key in result.keys]
+            upcoming = None if stop.requested else _chunk_next(batches, tally, run, dry_run)
             by_id = {item.document_id: item for item in batch}
             summary.skipped += len(result.skipped)
             metrics.DOCUMENTS.labels(outcome="skipped").inc(len(result.skipped))
@@ -392,8 +396,7 @@ def _run_batches(
                         check_batch_room(run, outcomes, label, len(good))
                     except DiskFull as exc:  # the disk will not empty itself: no further batch
                         stop.request(exc)
-                if stop.requested:  # a store is down or the disk is full: this batch is not written
-                    unwritten.extend(key.document_id for key in result.keys)
+                if stop.requested:  # a store is down, the disk is full or a stop was asked: not written
                     break
                 submitted = datetime.now(UTC)
                 futures = (
@@ -406,6 +409,7 @@ def _run_batches(
                 )
                 stats = {n: o.prepared.stats for n, o in outcomes.items() if good and o.prepared}
                 writing = _Writing(label, by_id, result, good, failed, futures, submitted, seconds, stats)
+                unwritten = []
             tally.advance(len(batch))
     finally:
         # Also when a later batch raised: the writes already running are waited for and recorded (or
@@ -435,7 +439,7 @@ def _put_back(run: RunConfig, document_ids: list[str], stop: RunStop) -> None:
     """The documents chunked but not written when the run stopped: `pending`, with why, for the next run
     (the stores still hold their previous version, which their rows still name)."""
     if document_ids:
-        reason = f"not written: the run stopped: {stop.reason}"
+        reason = f"not written: the run stopped: {stop.why}"
         with suppress(DiskFull):  # no room even for that: the rows stay `processing`, which is redone too
             run.status_store().upsert_many([(d, pending_fields(reason)) for d in document_ids])
 
@@ -621,6 +625,7 @@ def _prepare_all(
     futures = {name: prepare_sink.submit(name, quote(keys), quote(run)) for name in names}
     outcomes: dict[str, PrepareOutcome] = {}
     for name, future in futures.items():
+        wait_or_stop(future)  # a stop abandons the batch: `RunInterrupted`, never a failed document
         try:
             outcomes[name] = outcome = future.result()
         except Exception as exc:  # the sink itself is broken (cannot open, store down): the batch fails

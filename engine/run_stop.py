@@ -1,13 +1,18 @@
 """Why a run stops taking batches before its list is done, asked once and checked between batches.
 
 Something that makes every later batch pointless (a store whose server stopped answering, after the write
-task's retries; a stop asked for from outside) `request`s the stop with the error that ends the run. The
+task's retries; a disk too full for the next batch) `request`s the stop with the error that ends the run; a
+stop asked of the whole process (the first Ctrl-C or SIGTERM, `unichunk.sinks.stop.STOP`) counts as one
+too, and ends the run with `RunInterrupted`. The
 batch loop (`unichunk.engine.batches`) checks it before it writes the next batch: the batches already
 written stay, the one that failed is undone, those chunked but not written go back to `pending` for the
 next run, and the reason is raised once the loop has let go of everything it held.
 """
 
 from __future__ import annotations
+
+from unichunk.engine.stop import interrupted
+from unichunk.sinks.stop import STOP
 
 
 class RunStop:
@@ -18,7 +23,11 @@ class RunStop:
 
     @property
     def requested(self) -> bool:
-        return self.reason is not None
+        return self.reason is not None or STOP.requested
+
+    @property
+    def why(self) -> str:
+        return str(self.reason) if self.reason is not None else "a stop was asked for"
 
     def request(self, reason: BaseException) -> None:
         if self.reason is None:
@@ -27,3 +36,5 @@ class RunStop:
     def raise_if_requested(self) -> None:
         if self.reason is not None:
             raise self.reason
+        if STOP.requested:
+            raise interrupted()

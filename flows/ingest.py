@@ -11,6 +11,8 @@ from unichunk.engine.params import IngestParams, IngestSummary
 from unichunk.engine.run_names import ingest_run_name
 from unichunk.engine.shards import cancel_shard_runs
 from unichunk.engine.sources import list_sources, sync_in_shards, sync_listed
+from unichunk.engine.stop import RunInterrupted
+from unichunk.flows.run_guard import guarded
 from unichunk.flows.run_settings import flow_metrics, flow_settings, flow_strategy
 from unichunk.index.generations import target_for_ingest
 from unichunk.index.run import RunConfig
@@ -32,19 +34,23 @@ def sync_source(flow_name: str, params: IngestParams) -> tuple[IngestSummary, Ru
             problems = sync_in_shards(listed, run, summary, params)
         else:
             with run_stores(run, params.dry_run) as stores:
-                sync_listed(
-                    listed,
-                    run,
-                    summary,
-                    stores,
-                    batch_size=params.batch_size,
-                    dry_run=params.dry_run,
-                    delete=params.delete_missing,
-                )
+                try:
+                    sync_listed(
+                        listed,
+                        run,
+                        summary,
+                        stores,
+                        batch_size=params.batch_size,
+                        dry_run=params.dry_run,
+                        delete=params.delete_missing,
+                    )
+                except RunInterrupted as exc:  # with what this run wrote before it stopped
+                    raise RunInterrupted(exc.signum, summary.processed) from None
     return summary, run, problems
 
 
 @flow(name="ingest", flow_run_name=ingest_run_name, on_cancellation=[cancel_shard_runs])
+@guarded
 def ingest(params: IngestParams) -> IngestSummary | State:
     """Ingest a directory or a list of files into every sink; Failed if any document failed."""
     summary, _, problems = sync_source("ingest", params)

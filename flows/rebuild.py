@@ -32,6 +32,7 @@ from unichunk.engine.params import (
 from unichunk.engine.reports import failed_state, publish_rebuild
 from unichunk.engine.run_names import rebuild_run_name
 from unichunk.engine.sources import Listed, list_sources, sync_listed
+from unichunk.flows.run_guard import guarded
 from unichunk.flows.run_settings import flow_metrics, flow_settings, flow_strategy
 from unichunk.index.generations import generation_counts, live_generation, registry_of
 from unichunk.index.run import RunConfig
@@ -121,6 +122,7 @@ def readiness_problems(summary: RebuildSummary, max_document_loss: float) -> lis
 
 
 @flow(name="rebuild", flow_run_name=rebuild_run_name)
+@guarded
 def rebuild(params: RebuildParams) -> RebuildSummary | State:
     """Build the generation of the params' chunking + the sink settings, verify it, switch to it."""
     logger = get_run_logger()

@@ -12,11 +12,13 @@ from unichunk.engine.params import IngestParams, IngestSummary
 from unichunk.engine.run_names import reindex_run_name
 from unichunk.engine.shards import cancel_shard_runs
 from unichunk.flows.ingest import sync_source
+from unichunk.flows.run_guard import guarded
 from unichunk.flows.run_settings import flow_metrics
 from unichunk.tasks.alignment import repair_alignment, verify_alignment_task
 
 
 @flow(name="reindex", flow_run_name=reindex_run_name, on_cancellation=[cancel_shard_runs])
+@guarded
 def reindex(params: IngestParams) -> IngestSummary | State:
     """Scan like `ingest`, verify every sink against the status table (chunk IDs and each chunk's content
     hash) and repair mismatches, then drop retired index generations whose retention ran out. With

@@ -136,8 +136,12 @@ def test_the_live_generation_is_resolved_in_one_module() -> None:
 # onnxruntime (~0.5 s), onnx (~0.9 s) and torch with transformers for the one-time export (seconds:
 # `unichunk.sinks.vectors.minilm_onnx`, `.onnx_export`, `unichunk.sinks.device`, which learns from torch's
 # version alone that a CPU build has no CUDA), Prefect and the flows (`unichunk.pipeline` loads them when a write runs one, so reads and the CLI's
-# start-up do not pay for them; `unichunk.deployments.cli.flow_runs` configures Prefect's logging first).
+# start-up do not pay for them; `unichunk.deployments.cli.flow_runs` configures Prefect's logging first),
+# Prefect in the stop and crash-marking helpers (`unichunk.engine.stop`, `unichunk.engine.run_records`: the CLI's
+# signal handlers and `Pipeline.status` import them, and load Prefect only when a run or a dead run needs it).
 LAZY_IMPORTERS = {
+    "unichunk.engine.stop",
+    "unichunk.engine.run_records",
     "unichunk.pipeline",
     "unichunk.deployments.cli.flow_runs",
     "unichunk.index.run",

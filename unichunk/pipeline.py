@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -38,6 +38,7 @@ from unichunk.engine.params import (
     RebuildSummary,
     SourceParams,
 )
+from unichunk.engine.run_records import orphaned
 from unichunk.errors import NotFound, UsageError
 from unichunk.flows.run_settings import caller_settings
 from unichunk.index.alignment import AlignmentReport, verify_live
@@ -75,6 +76,7 @@ from unichunk.retrieval.search import SearchOptions, search
 from unichunk.sinks.base import SINK_NAMES, SearchFilter, SinkName, StoredChunk
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.pool import release_sinks
+from unichunk.stopping import mark_crashed_runs
 
 __all__ = ["DEFAULT_BUDGET", "Pipeline", "Readers", "ReadersProvider", "run_result", "source_params"]
 
@@ -393,7 +395,9 @@ class Pipeline:
         )
 
     def status(self, *, failed_only: bool = False) -> IndexStatus:
-        """The index generations and the live one's documents (only the failed ones if asked)."""
+        """The index generations and the live one's documents (only the failed ones if asked). Flow runs of
+        this data dir whose process was killed are marked Crashed in Prefect first, when its server runs."""
+        self._mark_crashed()
         store = self._status()
         return IndexStatus(
             **self.generations().model_dump(),
@@ -439,8 +443,24 @@ class Pipeline:
             caller_settings(self.settings, self.strategy, self._metrics),
             listening(self._progress) if self._progress else nullcontext(),
         ):
+            mark_crashed_runs(self.settings.data_dir)  # a run killed outright shows Crashed, not Running
             run = getattr(importlib.import_module(module), name)
             return run_result(run(*args, return_state=True))
+
+    def _mark_crashed(self) -> None:
+        """`mark_crashed_runs` against PREFECT_API_URL or the data dir's local server if it runs (none is
+        started for this: the next run, which starts one, marks them then); never in the way of a read."""
+        if not orphaned(self.settings.data_dir):
+            return
+        url = os.environ.get("PREFECT_API_URL") or (
+            local.api_url if (local := local_stack.recorded_prefect(self.settings.data_dir)) else None
+        )
+        if url is None:
+            return
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        with suppress(Exception), temporary_settings(updates={PREFECT_API_URL: url}):
+            mark_crashed_runs(self.settings.data_dir)
 
     @contextmanager
     def _reading(self, names: tuple[SinkName, ...]) -> Iterator[Readers]:

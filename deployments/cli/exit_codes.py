@@ -4,7 +4,9 @@ that `--help` and docs/operations.md show (`tests/deployments/test_cli_exit_code
 2 covers `GenerationMismatch` (settings that differ from the live index generation) because nothing is
 broken and retrying will not help: the user chooses between `unichunk rebuild` and the old settings.
 1 covers a named document or generation that does not exist: nothing to retry as is, as `rm` of a
-missing file. 130 is 128 + SIGINT, what shells report for Ctrl-C (Click's own handling would exit 1).
+missing file. 130 and 143 are 128 + SIGINT and 128 + SIGTERM, what shells report for a process those
+signals ended (Click's own handling of Ctrl-C would exit 1); a run stops gracefully on the first one
+(`unichunk.stopping`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class ExitCode(IntEnum):
     USAGE = 2
     INFRASTRUCTURE = 3
     INTERRUPTED = 130
+    TERMINATED = 143
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,12 @@ MEANINGS = (
         "a store, model or service unreachable or failing, the Prefect API unreachable, a crashed run, an "
         "unexpected error",
     ),
-    Meaning(ExitCode.INTERRUPTED, "interrupted with Ctrl-C", "the next run redoes what it left"),
+    Meaning(
+        ExitCode.INTERRUPTED,
+        "interrupted with Ctrl-C",
+        "the batch being written is finished, the run shows Cancelled; the next run does what it left",
+    ),
+    Meaning(ExitCode.TERMINATED, "stopped by SIGTERM", "as for Ctrl-C"),
 )
 
 # Errors that mean "the command cannot run as given"; anything else that ends a command is exit 3.

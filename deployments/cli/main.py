@@ -68,6 +68,7 @@ from unichunk.settings import (
     SinkName,
     SinkSettings,
 )
+from unichunk.stopping import stop_on_signals
 
 if TYPE_CHECKING:
     from unichunk.pipeline import Pipeline
@@ -120,8 +121,12 @@ _BAR = ProgressBar()
 def _flow_runs() -> Iterator[None]:
     """What each flow run of the CLI's Pipeline runs inside: its Prefect server and a readable terminal,
     under the progress bar."""
-    with prefect_api(), _BAR.shown():
+    with stop_on_signals(_say_stopping), prefect_api(), _BAR.shown():
         yield
+
+
+def _say_stopping(line: str) -> None:
+    err_console.print(line, style="yellow")
 
 
 def _pipeline(

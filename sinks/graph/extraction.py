@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from unichunk.chunking.errors import UnichunkError
 from unichunk.chunking.models import Chunk
+from unichunk.sinks.stop import STOP
 
 if TYPE_CHECKING:
     from spacy.language import Language
@@ -243,10 +244,12 @@ class SpacyExtractor(EntityExtractor):
         if longest >= nlp.max_length:
             nlp.max_length = longest + 1  # NER without the parser stays linear in memory
         tagging = deferred_pipes(nlp)
-        docs = list(nlp.pipe((c.content for c in chunks), batch_size=self.batch_size, disable=tagging))
+        docs = list(
+            STOP.checked(nlp.pipe((c.content for c in chunks), batch_size=self.batch_size, disable=tagging))
+        )
         paired = [doc for doc in docs if self._names_a_pair(doc)]
         for name in tagging:  # in pipeline order; the tagger reads tok2vec's doc.tensor
-            paired = list(nlp.get_pipe(name).pipe(paired, batch_size=self.batch_size))
+            paired = list(STOP.checked(nlp.get_pipe(name).pipe(paired, batch_size=self.batch_size)))
         return [self._from_doc(chunk.chunk_id, doc) for chunk, doc in zip(chunks, docs, strict=True)]
 
     def _names_a_pair(self, doc: object) -> bool:

@@ -25,9 +25,6 @@ class Embedder(ABC):
     # How the vectors are computed ("torch", an ONNX variant, "http"): part of `fingerprint`, because two
     # backends of one model need not give the same vectors (a quantised one does not).
     backend: str = "python"
-    # Texts per `embed` call when the sink reports progress between calls (None: `embedding_batch_size`):
-    # a local model sorts and pads per call, so the sink sorts first and small calls cost nothing.
-    progress_step: int | None = None
 
     @property
     @abstractmethod

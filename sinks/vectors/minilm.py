@@ -85,7 +85,6 @@ class MiniLMEmbedder(Embedder):
 
     name = MODEL_NAME
     max_tokens = _MAX_SEQ_LENGTH
-    progress_step = 32  # the sink sorts texts by length first, so 32-text calls pad as little as 256
 
     def __init__(
         self,

@@ -51,6 +51,7 @@ from unichunk.sinks.metrics import (
     SINK_OPERATION_SECONDS,
 )
 from unichunk.sinks.result_cache import ResultCache, text_key
+from unichunk.sinks.stop import STOP
 from unichunk.sinks.vectors.base import Embedder, EmbedderError
 from unichunk.sinks.vectors.embedders import make_embedder
 
@@ -68,6 +69,11 @@ def point_id(chunk_id: str) -> str:
     """The Qdrant point ID of a chunk: uuid5 of its chunk ID, as a string."""
     return str(uuid.uuid5(POINT_NAMESPACE, chunk_id))
 
+
+# Texts per embedder call at most: one call is what a stopped run may still wait for (under a second of
+# MiniLM on a quiet 2-core CPU) and how often progress moves; sorted by length first, such calls pad no more
+# than bigger ones.
+STOP_STEP = 32
 
 ENGINE_DIRS = {"local": "qdrant", "edge": "qdrant_edge"}
 """Each embedded engine's directory under a generation (or data_dir): an engine never reads the other's files."""
@@ -179,9 +185,10 @@ class VectorSink(Sink):
 
     def prepare(self, batch: Sequence[DocumentChunks]) -> Prepared:
         """Vectors for every chunk, writing nothing to the store: those the cache holds for this embedder
-        and text are reused, every other distinct text is embedded once (`embedding_batch_size` texts per
-        call, at most the embedder's `progress_step`, longest first so each call pads little), and each
-        call's progress is reported (`unichunk.sinks.progress`). Counts truncations.
+        and text are reused, every other distinct text is embedded once (at most `embedding_batch_size` and
+        `STOP_STEP` texts per call, longest first so each call pads little), and each call's progress is
+        reported (`unichunk.sinks.progress`). Counts truncations. Raises `StopRequested` between calls once
+        a stop is asked for.
 
         `stats`: `embedded_chunks` (distinct texts embedded now) + `reused_chunks` (vectors from the cache,
         or from another chunk of the batch with the same text) = the batch's chunks, so a run's `embedded`
@@ -206,10 +213,11 @@ class VectorSink(Sink):
             work_progress.done(reused=reused)
             order = sorted(todo.values(), key=lambda p: -tokens[p])
             size = self.settings.embedding_batch_size
-            step = min(size, self.embedder.progress_step or size)
+            step = min(size, STOP_STEP)
             fresh: dict[str, list[float]] = {}
             try:
                 for start in range(0, len(order), step):
+                    STOP.check()
                     part = order[start : start + step]
                     made = self.embedder.embed([texts[p] for p in part])
                     if len(made) != len(part):

@@ -1,0 +1,89 @@
+"""A run asked to stop (the first Ctrl-C or SIGTERM of a CLI run) ends within seconds, leaving nothing half-written.
+
+The request is one process-wide flag, `unichunk.sinks.stop.STOP` (set by `unichunk.stopping`'s signal
+handlers). The batch loop (`unichunk.engine.batches`) checks it between batches, and while it waits for a
+batch's prepare tasks (`wait_or_stop`): the batch being prepared is abandoned (its model work sees the flag
+too and ends within one sub-batch), the one being written is settled (two-phase, undone on failure) and
+recorded, the documents chunked but not written go back to `pending`, the leases are released, and
+`RunInterrupted` is raised. The flows turn it into a Cancelled flow run (`cancelled`), so the Prefect UI
+never shows a stopped run as Running.
+
+Prefect's flow engine puts its own SIGTERM handler in place for the length of a flow run (it raises
+`TerminationSignal` wherever the main thread is, and marks the run Crashed); `signals_stop_runs` puts the
+application's handler back over it for the flow's body, so SIGTERM stops a CLI run as Ctrl-C does.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from unichunk.chunking.errors import UnichunkError
+from unichunk.sinks.stop import STOP
+
+if TYPE_CHECKING:  # Prefect loads with the flows, not with the CLI's handlers (`unichunk.stopping`)
+    from prefect.futures import PrefectFuture
+    from prefect.states import State
+
+POLL_SECONDS = 0.2  # how often a wait for a prepare task looks at the flag
+
+
+class RunInterrupted(UnichunkError):
+    """The run stopped because it was asked to (`signum`: SIGINT, SIGTERM): what it wrote stays, recorded;
+    what it did not write is left `pending` for the next run."""
+
+    def __init__(self, signum: int | None, written: int | None = None) -> None:
+        self.signum = signum
+        self.written = written
+        name = signal.Signals(signum).name if signum else "a stop request"
+        done = "" if written is None else f"{written} document(s) written by this run; "
+        super().__init__(f"stopped by {name}: {done}the documents not written are done by the next run")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # the flow's Cancelled state carries it
+        return (type(self), (self.signum, self.written))
+
+
+def stopping() -> bool:
+    """Whether a stop was asked for (no new batch is taken once it was)."""
+    return STOP.requested
+
+
+def interrupted() -> RunInterrupted:
+    return RunInterrupted(STOP.signum)
+
+
+def wait_or_stop(future: PrefectFuture[Any]) -> None:
+    """Wait for `future` unless a stop is asked for (before or meanwhile): then raise `RunInterrupted` at
+    once, whatever the task did (it is abandoned: a prepare touches no store, and ends by itself within one
+    sub-batch of its model work)."""
+    while not STOP.requested:
+        if future.wrapped_future.done():  # type: ignore[attr-defined]
+            return
+        future.wait(timeout=POLL_SECONDS)
+    raise interrupted()
+
+
+def cancelled(exc: RunInterrupted) -> State:
+    """The flow run's final state for a run that stopped when asked: Cancelled, carrying `exc` (the
+    caller's `run_result` raises it, and the CLI exits 130 or 143)."""
+    from prefect.states import Cancelled
+
+    return Cancelled(message=str(exc), data=exc)
+
+
+@contextmanager
+def signals_stop_runs() -> Iterator[None]:
+    """For a flow's body: the application's stop handler (`STOP.handler`, when a CLI command installed
+    one) answers SIGTERM instead of Prefect's crash bridge; restored afterwards."""
+    handler = STOP.handler
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,66 @@
+"""A stop asked of this process (the first Ctrl-C or SIGTERM of a CLI run), checked by the long model work.
+
+Embedding or extracting one batch can take minutes on a busy laptop CPU, and Prefect's task runner waits
+for a running task before its flow can end, so the model work itself checks `STOP` between small
+sub-batches (`STOP.check()`), and a stopped run ends within one sub-batch instead of one batch. The flag
+lives here, in the lowest layer that checks it (the sinks may not import the engine); the batch loop
+checks it too (`unichunk.engine.stop`), and the application layer sets it from its signal handlers
+(`unichunk.stopping`). Nothing here touches a store: a prepare that stops has written nothing.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class StopRequested(BaseException):
+    """Raised inside model work once a stop is asked for. A BaseException, as KeyboardInterrupt is: it
+    passes every `except Exception` (a sink's per-document isolation, a task's retries) on its way out, so
+    a stopped batch is abandoned, never recorded as failed."""
+
+
+class StopFlag:
+    """Whether this process has been asked to stop its runs, and by which signal (the first one counts)."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.signum: int | None = None
+        # The signal handler a CLI command installed (`unichunk.stopping`), which the flows put back over
+        # Prefect's own SIGTERM handler for their body (`unichunk.engine.stop.signals_stop_runs`).
+        self.handler: Callable[[int, Any], None] | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self._event.is_set()
+
+    def request(self, signum: int = signal.SIGINT) -> bool:
+        """Ask for a stop; True the first time (the caller announces it), False after."""
+        if self._event.is_set():
+            return False
+        self.signum = signum
+        self._event.set()
+        return True
+
+    def clear(self) -> None:
+        """Forget a stop once the command that asked for it is done (in-process callers run on)."""
+        self._event.clear()
+        self.signum = None
+
+    def check(self) -> None:
+        """Raise `StopRequested` if a stop was asked for: called between sub-batches of model work."""
+        if self._event.is_set():
+            raise StopRequested(self.signum)
+
+    def checked(self, items: Iterable[T]) -> Iterator[T]:
+        """`items`, checking for a stop before each (for a lazy pipeline such as spaCy's `nlp.pipe`)."""
+        for item in items:
+            self.check()
+            yield item
+
+
+STOP = StopFlag()

@@ -1,0 +1,160 @@
+"""Runs that stop when asked: real signals sent to a real `unichunk ingest` while it embeds a batch.
+
+The first SIGINT or SIGTERM: exit 130 or 143, the Prefect flow run Cancelled (asked of the real API), no
+row left `processing`, the stores aligned with the status table, and the next run converges. A second
+SIGINT: exit 130 at once, the stores still consistent (the next run converges). SIGKILL: the next
+`unichunk status` marks the flow run Crashed. The signal is sent once the run has chunked a batch and
+not written it (rows `processing`: its prepare, the embedding, runs), never after a guessed sleep; the
+only time bound is a generous one on the process exiting. Ctrl-C-to-exit seconds: benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from fault_checks import assert_converged
+
+from unichunk.engine.params import IngestParams, SourceParams
+from unichunk.flows.ingest import ingest
+from unichunk.index.generations import live_status
+from unichunk.index.status import StatusStore
+from unichunk.sinks.config import SinkSettings
+
+DOCS = 24
+BATCH = 6
+UNICHUNK = str(Path(sys.executable).parent / "unichunk")
+
+
+def _corpus(root: Path) -> Path:
+    """`DOCS` documents of about 20 chunks each: one batch's embedding takes a while on a CPU."""
+    root.mkdir(parents=True, exist_ok=True)
+    people = ["Alice Martin", "Bruno Costa", "Chen Wei", "Dara Okafor", "Emil Novak"]
+    for n in range(DOCS):
+        sections = [
+            f"## Part {p}\n\n"
+            + " ".join(
+                f"{people[(n + p + s) % 5]} reviewed shard {n}-{p}-{s} of the cluster in week {s}, "
+                f"noting latency {n * p + s} ms and {p + s} replicas."
+                for s in range(12)
+            )
+            for p in range(20)
+        ]
+        (root / f"doc_{n:03d}.md").write_text(f"# Report {n}\n\n" + "\n\n".join(sections) + "\n")
+    return root
+
+
+def _start(corpus: Path, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [UNICHUNK, "ingest", str(corpus), "--batch-size", str(BATCH)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _wait_embedding(status: StatusStore, proc: subprocess.Popen, log: Path) -> None:
+    """Until a batch is chunked and not written (rows `processing`): its prepare is running."""
+    deadline = time.monotonic() + 600
+    while not status.counts().get("processing"):
+        assert proc.poll() is None, f"the run ended early ({proc.returncode}): {log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, "the run never started a batch"
+        time.sleep(0.05)
+
+
+def _exit(proc: subprocess.Popen, log: Path) -> int:
+    try:
+        return proc.wait(timeout=300)  # generous: the point is that it exits, and with which code
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        pytest.fail(f"the run did not exit after the signal: {log.read_text()[-3000:]}")
+
+
+def _flow_run(corpus: Path) -> dict:
+    """The real Prefect API's record of the CLI's ingest run of `corpus`."""
+    api = os.environ["PREFECT_API_URL"]
+    runs = httpx.post(f"{api}/flow_runs/filter", json={"sort": "START_TIME_DESC", "limit": 50}).json()
+    found = [
+        r for r in runs if r["parameters"].get("params", {}).get("source", {}).get("root") == str(corpus)
+    ]
+    assert found, "no flow run of this ingest"
+    return found[0]
+
+
+def _next_run_converges(corpus: Path, data_dir: Path) -> None:
+    state = ingest(IngestParams(source=SourceParams(root=str(corpus)), batch_size=BATCH), return_state=True)
+    assert state.is_completed(), state.message
+    counts = live_status(SinkSettings(data_dir=data_dir)).counts()
+    assert counts.get("processed") == DOCS and not counts.get("processing") and not counts.get("failed")
+    assert assert_converged(data_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_first_signal_mid_embedding_stops_cancelled_and_the_next_run_converges(
+    fault_env, tmp_path, signum, code
+):
+    corpus = _corpus(tmp_path / "corpus")
+    log = tmp_path / "ingest.log"
+    proc = _start(corpus, log)
+    status = live_status(SinkSettings(data_dir=fault_env))
+    _wait_embedding(status, proc, log)
+    os.killpg(proc.pid, signum)
+    assert _exit(proc, log) == code, log.read_text()[-3000:]
+    output = log.read_text()
+    assert "stopping (" in output and "stopped:" in output
+    assert "terminate called" not in output
+
+    run = _flow_run(corpus)
+    assert run["state_type"] == "CANCELLED", run["state"]
+    counts = status.counts()
+    assert not counts.get("processing") and not counts.get("failed"), counts
+    assert counts.get("processed", 0) < DOCS  # it did stop early
+    assert_converged(fault_env)  # verify: what was written is whole, nothing half-written
+    _next_run_converges(corpus, fault_env)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_second_ctrl_c_exits_at_once_and_the_stores_stay_consistent(fault_env, tmp_path):
+    corpus = _corpus(tmp_path / "corpus")
+    log = tmp_path / "ingest.log"
+    proc = _start(corpus, log)
+    status = live_status(SinkSettings(data_dir=fault_env))
+    _wait_embedding(status, proc, log)
+    os.killpg(proc.pid, signal.SIGINT)
+    while "stopping (" not in log.read_text() and proc.poll() is None:  # the first one taken: now again
+        time.sleep(0.05)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+    assert _exit(proc, log) == 130, log.read_text()[-3000:]
+    assert "terminate called" not in log.read_text()
+    _next_run_converges(corpus, fault_env)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_a_run_killed_outright_is_marked_crashed_by_the_next_status(fault_env, tmp_path):
+    corpus = _corpus(tmp_path / "corpus")
+    log = tmp_path / "ingest.log"
+    proc = _start(corpus, log)
+    status = live_status(SinkSettings(data_dir=fault_env))
+    _wait_embedding(status, proc, log)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert _flow_run(corpus)["state_type"] == "RUNNING"  # what the UI showed for good before
+
+    shown = subprocess.run([UNICHUNK, "status"], capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr
+    run = _flow_run(corpus)
+    assert run["state_type"] == "CRASHED", run["state"]
+    assert f"pid {proc.pid}" in run["state"]["message"]
+    _next_run_converges(corpus, fault_env)
