@@ -24,7 +24,8 @@ Listener = Callable[[str, int, int], None]  # (stage, done, total)
 
 LOG_SECONDS = 15.0  # a progress line in the flow log at most this often (the first at the first chunks done)
 
-_listeners: list[Listener] = []
+_listeners: work_progress.Listeners[[str, int, int]] = work_progress.Listeners()
+listening = _listeners.listening
 _trackers: list[ChunkProgress] = []
 
 
@@ -32,22 +33,7 @@ def report(stage: str, done: int, total: int) -> None:
     if stage == "documents":
         for tracker in list(_trackers):
             tracker.documents(done, total)
-    _tell(stage, done, total)
-
-
-def _tell(stage: str, done: int, total: int) -> None:
-    for listener in list(_listeners):
-        with suppress(Exception):  # a broken display must never break a run
-            listener(stage, done, total)
-
-
-@contextmanager
-def listening(listener: Listener) -> Iterator[None]:
-    _listeners.append(listener)
-    try:
-        yield
-    finally:
-        _listeners.remove(listener)
+    _listeners.tell(stage, done, total)
 
 
 class ChunkProgress:
@@ -93,7 +79,7 @@ class ChunkProgress:
                 return
             done, total = self.done, self.estimate()
             line = self._due_line()
-        _tell("chunks", done, total)
+        _listeners.tell("chunks", done, total)
         if line is not None and self.logger is not None:
             with suppress(Exception):
                 self.logger.info(line)

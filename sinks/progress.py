@@ -10,6 +10,30 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from typing import Generic, ParamSpec
+
+P = ParamSpec("P")
+
+
+class Listeners(Generic[P]):
+    """Callbacks told of progress, process-wide (a run's parameters must be JSON, so a callback cannot be
+    one): a failing listener is ignored, as a broken display must never break a run."""
+
+    def __init__(self) -> None:
+        self._listeners: list[Callable[P, None]] = []
+
+    def tell(self, *args: P.args, **kwargs: P.kwargs) -> None:
+        for listener in list(self._listeners):
+            with suppress(Exception):
+                listener(*args, **kwargs)
+
+    @contextmanager
+    def listening(self, listener: Callable[P, None]) -> Iterator[None]:
+        self._listeners.append(listener)
+        try:
+            yield
+        finally:
+            self._listeners.remove(listener)
 
 
 @dataclass(frozen=True)
@@ -24,15 +48,9 @@ class ChunkEvent:
     reused: int = 0
 
 
-Listener = Callable[[ChunkEvent], None]
-
-_listeners: list[Listener] = []
-
-
-def emit(event: ChunkEvent) -> None:
-    for listener in list(_listeners):
-        with suppress(Exception):  # a broken display must never break a batch
-            listener(event)
+_listeners: Listeners[[ChunkEvent]] = Listeners()
+emit = _listeners.tell
+listening = _listeners.listening
 
 
 def queued(documents: int, chunks: int) -> None:
@@ -42,12 +60,3 @@ def queued(documents: int, chunks: int) -> None:
 def done(*, embedded: int = 0, reused: int = 0) -> None:
     if embedded or reused:
         emit(ChunkEvent("done", embedded=embedded, reused=reused))
-
-
-@contextmanager
-def listening(listener: Listener) -> Iterator[None]:
-    _listeners.append(listener)
-    try:
-        yield
-    finally:
-        _listeners.remove(listener)
