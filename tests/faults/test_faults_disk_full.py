@@ -117,8 +117,13 @@ def _fill(data_dir: Path, filler: Path, leave: int) -> None:
 
 
 def _revise(corpus: Path) -> None:
+    """Longer versions (about 10 KB each), so a batch of 4 needs far more than the few KiB the run's own
+    records take before it opens the stores (status rows, the run's process record, the caches)."""
     for n in range(DOCUMENTS):
-        (corpus / f"doc_{n:04d}.txt").write_text(f"Report {n} revised: the {REVISED} left Osaka at dawn.\n")
+        notes = " ".join(f"Note {i} of report {n} lists item {i * 7} for review." for i in range(250))
+        (corpus / f"doc_{n:04d}.txt").write_text(
+            f"Report {n} revised: the {REVISED} left Osaka at dawn. {notes}\n"
+        )
 
 
 def _converged(data_dir: Path) -> None:
@@ -147,9 +152,10 @@ def test_a_full_disk_refuses_the_batch_and_the_next_run_converges(small_disk: Pa
         row.document_id: row.chunk_ids for row in live_status(SinkSettings(data_dir=data_dir)).rows()
     }
 
-    # Room to open every store, less than a batch of 4 documents needs (about 40 KiB by the estimate).
+    # Room to open every store and write the run's records, less than a batch of 4 revised documents needs
+    # (over 500 KiB by the estimate).
     filler = data_dir.parent / "filler"
-    _fill(data_dir, filler, MARGIN + 8 * 1024)
+    _fill(data_dir, filler, MARGIN + 256 * 1024)
     _revise(corpus)
     refused = _unichunk("ingest", str(corpus), "--batch-size", "4")
     line = _refused(refused, data_dir)
