@@ -40,17 +40,22 @@ def recording_flow_run(data_dir: Path, *, create: bool = True) -> Iterator[None]
         return
     folder = records_dir(data_dir)
     path = folder / f"{run_id}.json"
-    record: Path | None = path
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(asdict(ProcessIdentity.current())))
-    except OSError:  # a read-only data dir still runs: only the crash marking is lost
-        record = None
+    record: Path | None = None
+    for _ in range(2):  # twice: another run's end may remove the empty folder between mkdir and write
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(asdict(ProcessIdentity.current())))
+            record = path
+            break
+        except OSError:  # a read-only data dir still runs: only the crash marking is lost
+            continue
     try:
         yield
     finally:
         if record is not None:
             record.unlink(missing_ok=True)
+            with suppress(OSError):  # an empty folder goes too: a server-mode data dir keeps nothing
+                folder.rmdir()
 
 
 def orphaned(data_dir: Path) -> list[tuple[Path, ProcessIdentity]]:

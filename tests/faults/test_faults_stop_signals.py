@@ -82,7 +82,9 @@ def _flow_run(corpus: Path) -> dict:
     api = os.environ["PREFECT_API_URL"]
     runs = httpx.post(f"{api}/flow_runs/filter", json={"sort": "START_TIME_DESC", "limit": 50}).json()
     found = [
-        r for r in runs if r["parameters"].get("params", {}).get("source", {}).get("root") == str(corpus)
+        r
+        for r in runs
+        if ((r["parameters"].get("params") or {}).get("source") or {}).get("root") == str(corpus)
     ]
     assert found, "no flow run of this ingest"
     return found[0]
