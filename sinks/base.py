@@ -29,8 +29,11 @@ DocumentChunks = tuple[Document, Sequence[Chunk]]
 SinkName = Literal["vectors", "keywords", "graph"]
 SINK_NAMES: tuple[SinkName, ...] = get_args(SinkName)
 
-# A search filter: field -> value or list of values (any of them). Every store filters on `document_id`.
+# A search filter: field -> value or list of values (any of them). Every store filters on `document_id`
+# and on `labels` (LABELS_FILTER: a chunk matches when it carries at least one of the listed access labels,
+# `unichunk.chunking.access_labels`; an empty list matches nothing).
 SearchFilter = Mapping[str, str | Sequence[str]]
+LABELS_FILTER = "labels"
 
 # What `content_hashes` reports for a chunk whose content a store does not hold in readable form (absent, or
 # an encoding it cannot decode): it matches no chunk ID's hash, so the alignment check reports it altered.

@@ -17,6 +17,7 @@ served run needs the same data dir.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -26,6 +27,7 @@ from types import TracebackType
 from typing import Any
 
 from unichunk import local_stack
+from unichunk.access import OWNER, Principal
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.chunking.ids import derive_document_id
 from unichunk.chunking.models import Document
@@ -133,6 +135,15 @@ class Pipeline:
         self._flow_context = flow_context
         self._progress = progress
         self._opened: list[tuple[SinkSettings, tuple[SinkName, ...]]] = []
+        self.principal: Principal = OWNER
+
+    def scoped(self, principal: Principal) -> Pipeline:
+        """This Pipeline as `principal` sees it: the same settings and open stores, every read filtered to
+        what the principal may read and every write refused unless it may write (`unichunk.access`). The
+        doors call it once per request with the principal their caller's token names."""
+        view = copy.copy(self)
+        view.principal = principal
+        return view
 
     # --- writes -----------------------------------------------------------------------------------------
 
