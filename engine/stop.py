@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from unichunk.chunking.errors import UnichunkError
-from unichunk.sinks.stop import STOP
+from unichunk.sinks.stop import STOP, StopRequested
 
 if TYPE_CHECKING:  # Prefect loads with the flows, not with the CLI's handlers (`unichunk.stopping`)
     from prefect.futures import PrefectFuture
@@ -62,7 +62,10 @@ def wait_or_stop(future: PrefectFuture[Any]) -> None:
     while not STOP.requested:
         if future.wrapped_future.done():  # type: ignore[attr-defined]
             return
-        future.wait(timeout=POLL_SECONDS)
+        try:
+            future.wait(timeout=POLL_SECONDS)
+        except StopRequested:  # the task saw the stop first; Prefect's wait re-raises what it let through
+            break
     raise interrupted()
 
 

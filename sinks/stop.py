@@ -6,6 +6,11 @@ sub-batches (`STOP.check()`), and a stopped run ends within one sub-batch instea
 lives here, in the lowest layer that checks it (the sinks may not import the engine); the batch loop
 checks it too (`unichunk.engine.stop`), and the application layer sets it from its signal handlers
 (`unichunk.stopping`). Nothing here touches a store: a prepare that stops has written nothing.
+
+Loading a model (importing torch, transformers and spaCy, reading the weights) takes seconds and cannot be
+interrupted, so `STOP.unless_stopped` runs a load in a daemon thread and stops waiting for it once a stop is
+asked: the task returns at once and the load is left behind (`STOP.abandoned`). The command then exits
+without waiting for it (`unichunk.stopping.leave`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ class StopFlag:
         # The signal handler a CLI command installed (`unichunk.stopping`), which the flows put back over
         # Prefect's own SIGTERM handler for their body (`unichunk.engine.stop.signals_stop_runs`).
         self.handler: Callable[[int, Any], None] | None = None
+        self.abandoned: list[threading.Thread] = []  # loads left running by `unless_stopped`
 
     @property
     def requested(self) -> bool:
@@ -55,6 +61,37 @@ class StopFlag:
         """Raise `StopRequested` if a stop was asked for: called between sub-batches of model work."""
         if self._event.is_set():
             raise StopRequested(self.signum)
+
+    def unless_stopped(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """`fn(*args, **kwargs)`, which cannot check for a stop itself (a model load), run in a daemon thread
+        and waited for until it returns or a stop is asked: then `StopRequested`, and the thread is left
+        in `abandoned`. Without a stop handler installed (no CLI command runs) it is simply called."""
+        if self.handler is None:
+            return fn(*args, **kwargs)
+        self.check()
+        outcome: list[Any] = []
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                outcome.append(fn(*args, **kwargs))
+            except BaseException as exc:  # handed to the waiting thread, which raises it
+                failure.append(exc)
+
+        worker = threading.Thread(target=run, name=f"load-{getattr(fn, '__name__', 'model')}", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.1)
+            if self._event.is_set() and worker.is_alive():
+                self.abandoned.append(worker)
+                raise StopRequested(self.signum)
+        if failure:
+            raise failure[0]
+        return outcome[0]
+
+    def abandoned_work(self) -> bool:
+        """Whether a load left behind by a stop still runs (the process should not wait for it)."""
+        return any(thread.is_alive() for thread in self.abandoned)
 
     def checked(self, items: Iterable[T]) -> Iterator[T]:
         """`items`, checking for a stop before each (for a lazy pipeline such as spaCy's `nlp.pipe`)."""

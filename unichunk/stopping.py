@@ -12,6 +12,11 @@ Exiting with `os._exit` also keeps the C++ threads of torch and qdrant-edge from
 run, which is what printed "terminate called without an active exception" and aborted (exit -6) when the
 interpreter shut down in the middle of a batch.
 
+A model load cannot be interrupted; a stop leaves it running in a daemon thread (`STOP.unless_stopped`), and
+`leave` ends the command without waiting for it: the run is settled by then (Cancelled, rows put back), so
+what is left to do is only to flush what was printed and logged and exit with `os._exit`, for the same
+reason as the second signal.
+
 `mark_crashed_runs` marks Crashed the runs of a data dir whose process was killed outright
 (`unichunk.engine.run_records`).
 """
@@ -31,7 +36,7 @@ from unichunk.engine.run_records import mark_crashed, orphaned
 from unichunk.engine.stop import RunInterrupted
 from unichunk.sinks.stop import STOP
 
-__all__ = ["RunInterrupted", "exit_status", "mark_crashed_runs", "stop_on_signals", "stopping_line"]
+__all__ = ["RunInterrupted", "exit_status", "leave", "mark_crashed_runs", "stop_on_signals", "stopping_line"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -78,6 +83,24 @@ def stop_on_signals(announce: Callable[[str], None]) -> Iterator[None]:
             signal.signal(signum, old)
         STOP.handler = None
         STOP.clear()
+
+
+def leave(status: int) -> None:
+    """End a command whose run was stopped with `status`: at once (`os._exit`) when a model load it left
+    behind still runs, after flushing the terminal and Prefect's log and event queues; otherwise return
+    (the caller exits as usual)."""
+    if not STOP.abandoned_work():
+        return
+    with suppress(Exception):
+        from prefect.events.worker import EventsWorker
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=2)
+        EventsWorker.drain_all(timeout=2)
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(Exception):
+            stream.flush()
+    os._exit(status)
 
 
 def mark_crashed_runs(data_dir: Path) -> list[str]:

@@ -22,7 +22,7 @@ from unichunk.deployments.cli.exit_codes import ExitCode, exit_code_for
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.errors import UnichunkError, UsageError
 from unichunk.settings import ChunkStrategy, SinkSettings
-from unichunk.stopping import RunInterrupted, exit_status
+from unichunk.stopping import RunInterrupted, exit_status, leave
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -129,6 +129,7 @@ def friendly_errors(fn: F) -> F:
             raise typer.Exit(ExitCode.INTERRUPTED) from None
         except RunInterrupted as exc:  # a run stopped by the first Ctrl-C or SIGTERM (`unichunk.stopping`)
             fail(("stopped:", "yellow"), " ", str(exc).split(": ", 1)[-1])
+            leave(exit_status(exc.signum))  # a model load left running is not waited for
             raise typer.Exit(exit_status(exc.signum)) from None
         except Exception as exc:
             if debug():

@@ -7,6 +7,7 @@ extractor runs spaCy NER offline; `unichunk.sinks.graph.llm_extraction.LLMExtrac
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import json
 import logging
@@ -169,7 +170,9 @@ def load_spacy(model: str = DEFAULT_SPACY_MODEL, device: str = "cpu") -> Languag
     with _NLP_LOCK:
         nlp = _NLP_CACHE.get(model)
         if nlp is None:
-            import spacy  # slow to import: only processes that extract pay for it
+            # slow to import (thinc brings torch): only processes that extract pay for it, and a stop
+            # asked meanwhile does not wait for it (`STOP.unless_stopped`)
+            spacy = STOP.unless_stopped(importlib.import_module, "spacy")
 
             if device == "cuda":
                 on_gpu = spacy.prefer_gpu()
@@ -177,7 +180,7 @@ def load_spacy(model: str = DEFAULT_SPACY_MODEL, device: str = "cpu") -> Languag
                     "spaCy on %s (UNICHUNK_DEVICE resolved to cuda)", "GPU" if on_gpu else "CPU: no cupy"
                 )
             try:
-                nlp = spacy.load(model, exclude=["parser"])
+                nlp = STOP.unless_stopped(spacy.load, model, exclude=["parser"])
             except OSError as exc:
                 raise ExtractionError(f"spaCy model {model!r} is not installed: {exc}") from exc
             if "senter" in nlp.component_names and "senter" not in nlp.pipe_names:

@@ -37,6 +37,7 @@ from unichunk.chunking.embedding_fit import embedding_counter
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.device import DeviceError, DeviceSetting, resolve_device
 from unichunk.sinks.metrics import EMBEDDER_SECONDS
+from unichunk.sinks.stop import STOP
 from unichunk.sinks.vectors.base import Embedder, EmbedderError
 from unichunk.sinks.vectors.minilm_onnx import OnnxRunner, cuda_provider_available, import_runtime
 from unichunk.sinks.vectors.onnx_export import VARIANTS, Variant, ensure_model, weights_sha256
@@ -153,9 +154,10 @@ class MiniLMEmbedder(Embedder):
     def _load(self) -> _Runner:
         with self._runner_lock:
             if self._runner is None:
-                self._runner = load_backend(
-                    self.backend, self.device_setting, self.cache_dir, self.variant, self.runtime_module
-                )
+                self._runner = STOP.unless_stopped(
+                    load_backend,
+                    self.backend, self.device_setting, self.cache_dir, self.variant, self.runtime_module,
+                )  # fmt: skip
                 logger.info("%s runs as %s on %s", MODEL_NAME, self._runner.kind, self._runner.device)
             return self._runner
 
