@@ -77,7 +77,8 @@ def search_page(query: str, found: SearchResult | None, error: str | None = None
             f'<span class="score">score {hit.score:.4f}</span>'
             f'<div class="headings">{_headings(hit.heading_chain)}</div>'
             f'<p class="snippet">{escape(snippet)}</p>'
-            f'<div class="muted">chars {hit.start_char}–{hit.end_char} · '
+            f'<div class="muted">{escape(hit.path or hit.source_id or hit.document_id)} · '
+            f"chars {hit.start_char}–{hit.end_char} · "
             f"{escape(', '.join(f'{k} #{v}' for k, v in hit.ranks.items()))}</div></li>"
         )
     return page(f"Search: {query}", form + f'<ol class="hits">{"".join(items)}</ol>')
