@@ -21,9 +21,12 @@ WIN, LOSS = "#2ca02c", "#d62728"
 UNITS = ("chars", "tokens")
 METRICS = ("recall", "precision", "iou")
 
-STYLE = """
+PAGE_STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1100px;
  padding:0 1em;color:#222}
+"""
+# The report's own rules (the service's /ui embeds the report in its pages with these)
+STYLE = """
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#f4f4f4}td.text,th.text{text-align:left}
@@ -42,7 +45,7 @@ def render_html(report: Mapping[str, Any]) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>unichunk evaluation: {escape(str(report.get('questions_file', '')))}</title>",
-        f"<style>{STYLE}</style></head><body>",
+        f"<style>{PAGE_STYLE}{STYLE}</style></head><body>",
         report_body(report, labels),
         "</body></html>",
     ]

@@ -114,14 +114,19 @@ def segments(chunks: Sequence[ChunkRecord], highlight: tuple[int, int] | None) -
         cuts.update((c.start_char, c.end_char))
     if highlight:
         cuts.update(max(0, min(length, x)) for x in highlight)
-    points = sorted(cuts)
+    starting: dict[int, list[int]] = {}
+    ending: dict[int, list[int]] = {}
+    for c in chunks:
+        if c.start_char < c.end_char:
+            starting.setdefault(c.start_char, []).append(c.chunk_index)
+            ending.setdefault(c.end_char, []).append(c.chunk_index)
+    active: set[int] = set()  # one sweep over the cuts: a long document's view stays linear
     out = []
-    for a, b in pairwise(points):
-        if a == b:
-            continue
-        covering = tuple(c.chunk_index for c in chunks if c.start_char <= a and b <= c.end_char)
+    for a, b in pairwise(sorted(cuts)):
+        active.difference_update(ending.get(a, ()))
+        active.update(starting.get(a, ()))
         hit = highlight is not None and highlight[0] <= a and b <= highlight[1]
-        out.append(Segment(a, b, covering, hit))
+        out.append(Segment(a, b, tuple(sorted(active)), hit))
     return "".join(text), out
 
 
