@@ -64,3 +64,23 @@ def graph_context(
     )
     names = (direct_names + others)[:max_entities]
     return GraphContext(tuple(entities[n] for n in names), tuple(kept))
+
+
+def graph_by_chunk(graph: GraphReader, chunk_ids: Sequence[str]) -> dict[str, GraphContext]:
+    """What the graph holds for each of `chunk_ids`: the entities it took from that chunk and the relations
+    stated in it (one read for all of them), for a view that shows each chunk's share of the graph."""
+    wanted = list(dict.fromkeys(chunk_ids))
+    if not wanted:
+        return {}
+    direct = graph.context_for_chunks(wanted)
+    entities: dict[str, list[GraphEntity]] = {c: [] for c in wanted}
+    relations: dict[str, list[GraphRelation]] = {c: [] for c in wanted}
+    for e in sorted(direct.entities, key=lambda e: e.name):
+        for c in dict.fromkeys(e.source_chunk_ids):
+            if c in entities:
+                entities[c].append(e)
+    for r in sorted(direct.relations, key=lambda r: (-r.weight, r.source, r.target)):
+        for c in dict.fromkeys(r.source_chunk_ids):
+            if c in relations:
+                relations[c].append(r)
+    return {c: GraphContext(tuple(entities[c]), tuple(relations[c])) for c in wanted}

@@ -7,11 +7,12 @@ neighbours, merge by offsets, token budget), add what the graph learnt from the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from unichunk.retrieval.context import DEFAULT_BUDGET, AssembledContext, assemble_context, document_records
 from unichunk.retrieval.fusion import Hit
-from unichunk.retrieval.graph_context import graph_context
+from unichunk.retrieval.graph_context import graph_by_chunk, graph_context
 from unichunk.retrieval.ranking import Mode, RetrievalSettings, retrieve
 from unichunk.retrieval.readers import Readers
 from unichunk.retrieval.results import (
@@ -76,6 +77,13 @@ def search(readers: Readers, query: str, k: int = 5, options: SearchOptions | No
         context=None if context is None else _context(context),
         graph=None if graph is None else _graph(graph),
     )
+
+
+def chunk_graphs(readers: Readers, chunk_ids: Sequence[str]) -> dict[str, GraphResult]:
+    """Each chunk's entities and relations in the graph (`graph_by_chunk`); empty without a graph store."""
+    if readers.graph is None:
+        return {c: GraphResult() for c in dict.fromkeys(chunk_ids)}
+    return {c: _graph(g) for c, g in graph_by_chunk(readers.graph, chunk_ids).items()}
 
 
 def _hit(rank: int, hit: Hit, record: StoredChunk | None) -> SearchHit:

@@ -73,8 +73,8 @@ from unichunk.results import (
 from unichunk.retrieval.context import DEFAULT_BUDGET, Piece, merge_pieces
 from unichunk.retrieval.ranking import Mode
 from unichunk.retrieval.readers import SEARCH_SINKS, Readers, open_readers
-from unichunk.retrieval.results import SearchResult
-from unichunk.retrieval.search import SearchOptions, search
+from unichunk.retrieval.results import GraphResult, SearchResult
+from unichunk.retrieval.search import SearchOptions, chunk_graphs, search
 from unichunk.sinks.base import SINK_NAMES, SearchFilter, SinkName, StoredChunk
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.pool import release_sinks
@@ -347,6 +347,12 @@ class Pipeline:
             chunks = [] if store is None else store.chunks_at(document_id, range(row.chunk_count))
         ordered = sorted(chunks, key=lambda c: c.chunk_index)
         return DocumentChunks(document=_document_info(row), chunks=[_record(c) for c in ordered])
+
+    def chunk_graphs(self, chunk_ids: Sequence[str]) -> dict[str, GraphResult]:
+        """What the graph holds for each of these chunks (the entities taken from it, the relations stated
+        in it), by chunk ID in the order asked: the per-chunk view of a document (the service's `/ui`)."""
+        with self._reading(("graph",)) as readers:
+            return chunk_graphs(readers, chunk_ids)
 
     def documents(self, document_ids: Iterable[str]) -> dict[str, DocumentInfo]:
         """The live records of these documents (unknown ones left out), by ID: one indexed read."""

@@ -18,7 +18,7 @@ from unichunk.lazy_names import lazy_names
 if TYPE_CHECKING:
     from unichunk.engine.params import FailedDocument, IngestSummary, RebuildSummary
     from unichunk.index.alignment import AlignmentReport
-    from unichunk.retrieval.results import SearchHit, SearchResult
+    from unichunk.retrieval.results import GraphResult, SearchHit, SearchResult
     from unichunk.sinks.base import StoredChunk
 
 
@@ -117,6 +117,7 @@ _ELSEWHERE = {
     "IngestSummary": "unichunk.engine.params",
     "RebuildSummary": "unichunk.engine.params",
     "AlignmentReport": "unichunk.index.alignment",
+    "GraphResult": "unichunk.retrieval.results",
     "SearchHit": "unichunk.retrieval.results",
     "SearchResult": "unichunk.retrieval.results",
     "StoredChunk": "unichunk.sinks.base",
@@ -137,6 +138,7 @@ __all__ = [
     "GenerationInfo",
     "GenerationSwitch",
     "Generations",
+    "GraphResult",
     "IndexStatus",
     "IngestSummary",
     "RebuildSummary",

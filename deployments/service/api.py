@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Annotated, Any, Protocol
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Response, Security
+from fastapi.security import HTTPBearer
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -32,6 +33,8 @@ from unichunk.warm_stores import WarmStores
 
 SinksProvider = Callable[[], Mapping[str, object]]
 DELETE_DEPLOYMENT = "delete-document/delete-document"
+# The API's scheme as the OpenAPI document declares it (Swagger UI's "Authorize" sends it)
+BEARER_SCHEME = HTTPBearer(auto_error=False, description="UNICHUNK_API_TOKEN, when the service has one.")
 SERVED_BY = "x-unichunk-served-by"  # response header naming the answering service (the CLI checks it)
 
 
@@ -58,10 +61,8 @@ def open_stores(provider: SinksProvider | None, settings: ServiceSettings) -> Re
     return ProvidedStores(provider) if provider is not None else WarmStores(settings.service_busy_wait)
 
 
-def create_search_router(stores: ReaderSource, settings: ServiceSettings | None = None) -> APIRouter:
-    """The API routes, reading `stores`; every route takes the bearer token when one is configured."""
-    settings = settings or ServiceSettings()
-    router = APIRouter(dependencies=[Depends(bearer_auth(settings))])
+def service_pipeline(stores: ReaderSource, settings: ServiceSettings) -> Pipeline:
+    """A Pipeline reading `stores`: a busy or unavailable store is a 503 (with Retry-After when busy)."""
     retry_after = str(max(1, math.ceil(settings.service_busy_wait)))
 
     @contextmanager
@@ -75,7 +76,15 @@ def create_search_router(stores: ReaderSource, settings: ServiceSettings | None 
             raise HTTPException(503, f"store unavailable: {exc}") from exc
 
     provider: ReadersProvider = readers
-    pipeline = Pipeline(readers=provider)
+    return Pipeline(readers=provider)
+
+
+def create_search_router(stores: ReaderSource, settings: ServiceSettings | None = None) -> APIRouter:
+    """The API routes, reading `stores`; every route takes the bearer token when one is configured."""
+    settings = settings or ServiceSettings()
+    # HTTPBearer (no auto error: `bearer_auth` answers) declares the scheme in the OpenAPI document
+    router = APIRouter(dependencies=[Depends(bearer_auth(settings)), Security(BEARER_SCHEME)])
+    pipeline = service_pipeline(stores, settings)
 
     @router.get("/search", response_model=SearchResult)
     def search_endpoint(

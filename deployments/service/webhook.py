@@ -36,12 +36,19 @@ from prefect.settings import get_current_settings
 from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
-from unichunk.deployments.service.api import SinksProvider, create_search_router, open_stores
+from unichunk.deployments.service.api import (
+    SinksProvider,
+    create_search_router,
+    open_stores,
+    service_pipeline,
+)
 from unichunk.deployments.service.api_docs import WITHOUT_OPEN_DOCS, add_api_docs
-from unichunk.deployments.service.auth import bearer_auth, listen_refusal
+from unichunk.deployments.service.auth import listen_refusal
 from unichunk.deployments.service.discovery import announce, withdraw
 from unichunk.deployments.service.http_metrics import HttpMetrics
 from unichunk.deployments.service.prefect_outage import prefect_reachability
+from unichunk.deployments.service.ui import create_ui_router
+from unichunk.deployments.service.ui_auth import token_check
 from unichunk.deployments.service.webhook_security import (
     WebhookRejected,
     authenticate,
@@ -296,14 +303,16 @@ def create_app(
         if isinstance(stores, WarmStores):
             stores.close()
 
-    # OpenAPI at /docs, /redoc and /openapi.json, behind the API's token (`api_docs`)
+    # OpenAPI at /docs and /openapi.json, and the web UI at /ui, behind the API's token (`api_docs`, `ui`)
     app = FastAPI(title="unichunk service", lifespan=lifespan, **WITHOUT_OPEN_DOCS)
-    add_api_docs(app, bearer_auth(settings))
+    check = token_check(settings)
+    add_api_docs(app, check)
     app.add_middleware(HttpMetrics)
     app.state.replay = replay
     app.state.events = events
     app.state.stores = stores
     app.include_router(create_search_router(stores, settings))
+    app.include_router(create_ui_router(service_pipeline(stores, settings), check, data_dir))
 
     @app.exception_handler(WebhookRejected)
     async def _rejected(_request: Request, exc: WebhookRejected) -> JSONResponse:

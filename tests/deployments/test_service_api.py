@@ -80,10 +80,28 @@ def test_any_wrong_authorization_header_is_a_401(client: TestClient, header: str
 
 
 def test_openapi_docs_are_served_with_the_token(client: TestClient) -> None:
-    assert client.get("/docs").status_code == 401
-    assert client.get("/docs", headers=_auth()).status_code == 200
-    paths = client.get("/openapi.json", headers=_auth()).json()["paths"]
+    refused = client.get("/docs", follow_redirects=False)  # a browser: to the login form, and back
+    assert refused.status_code == 303 and refused.headers["location"] == "/ui/login?next=%2Fdocs"
+    assert client.get("/openapi.json").status_code == 401
+    page = client.get("/docs", headers=_auth())
+    assert page.status_code == 200
+    assert "https://" not in page.text and "http://" not in page.text  # Swagger UI from the service
+    for asset in ("swagger-ui-bundle.js", "swagger-ui.css"):
+        assert f"/docs/assets/{asset}" in page.text
+        assert client.get(f"/docs/assets/{asset}", headers=_auth()).status_code == 200
+    assert client.get("/docs/assets/index.html", headers=_auth()).status_code == 404
+    schema = client.get("/openapi.json", headers=_auth()).json()
+    paths = schema["paths"]
     assert {"/search", "/documents/{document_id}", "/status", "/health"} <= set(paths)
+    # the bearer scheme is declared, and required by the data routes, not by the probes
+    assert schema["components"]["securitySchemes"]["HTTPBearer"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "UNICHUNK_API_TOKEN, when the service has one.",
+    }
+    assert paths["/search"]["get"]["security"] == [{"HTTPBearer": []}]
+    assert paths["/documents/{document_id}"]["delete"]["security"] == [{"HTTPBearer": []}]
+    assert "security" not in paths["/health"]["get"]
 
 
 def test_document_filter_narrows_every_retriever(client: TestClient) -> None:

@@ -110,11 +110,23 @@ def test_any_query_string_is_results_or_a_4xx(port: int, query: str) -> None:
 
 
 def test_with_a_token_only_health_and_metrics_are_open(port: int) -> None:
-    for path in ("/docs", "/redoc", "/openapi.json", "/search?q=crane", "/status", "/documents/x"):
+    for path in (
+        "/openapi.json",
+        "/docs/assets/swagger-ui-bundle.js",
+        "/search?q=crane",
+        "/status",
+        "/documents/x",
+    ):
         assert _get(port, path)[0] == 401, path
         assert _get(port, path, {"Authorization": "Bearer wrong"})[0] == 401, path
+    for page in ("/docs", "/ui", "/ui/evaluation", "/ui/documents/x"):  # a browser is sent to the login form
+        assert _get(port, page)[0] == 303, page
+        assert _get(port, page, {"Authorization": "Bearer wrong"})[0] == 303, page
+        assert _get(port, page, {"Cookie": "unichunk_token=wrong"})[0] == 303, page
     assert _get(port, "/docs", AUTH)[0] == 200
-    assert _get(port, "/redoc", AUTH)[0] == 200
+    assert _get(port, "/ui", AUTH)[0] == 200
+    assert _get(port, "/docs", {"Cookie": f"unichunk_token={TOKEN}"})[0] == 200
+    assert _get(port, "/redoc", AUTH)[0] == 404  # no ReDoc: it has no packaged build to serve offline
     status, schema = _get(port, "/openapi.json", AUTH)
     assert status == 200 and b'"/search"' in schema and b'"/health"' in schema
     assert _get(port, "/metrics")[0] == 200

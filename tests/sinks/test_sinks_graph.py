@@ -445,3 +445,25 @@ def test_an_entity_whose_parallel_lists_disagree_still_takes_writes(
     assert lists == [{"t": 3, "d": 3}]
     sink.delete("doc_a")  # trimming works on the repaired lists
     assert sink_entity_sources(sink, "Tim Cook") == (chunks_b[2].chunk_id,)
+
+
+def test_each_chunk_gets_its_own_share_of_the_graph(sink: KnowledgeGraphSink, make_doc) -> None:
+    """`retrieval.graph_context.graph_by_chunk` (the /ui document view): per chunk, exactly the entities
+    taken from it and the relations stated in it, in one read; an unknown chunk gets nothing."""
+    from unichunk.retrieval.graph_context import graph_by_chunk
+
+    doc, chunks = make_doc("doc_a", DOC_A)
+    sink.write(sink.prepare([(doc, chunks)]))
+    ids = [c.chunk_id for c in chunks]
+    shares = graph_by_chunk(sink, [*ids, "no-such-chunk"])
+    assert list(shares) == [*ids, "no-such-chunk"]
+    for chunk_id in ids:
+        alone = sink.context_for_chunks([chunk_id])
+        assert {e.name for e in shares[chunk_id].entities} == {e.name for e in alone.entities}
+        assert all(chunk_id in r.source_chunk_ids for r in shares[chunk_id].relations)
+        assert {(r.source, r.target) for r in shares[chunk_id].relations} == {
+            (r.source, r.target) for r in alone.relations
+        }
+    assert {e.name for e in shares[ids[2]].entities} == {"satya nadella", "microsoft", "redmond"}
+    assert shares["no-such-chunk"] == GraphContext()
+    assert graph_by_chunk(sink, []) == {}

@@ -1,0 +1,78 @@
+"""How a browser carries the API token: a cookie set by `/ui/login`, checked by the API's own bearer check.
+
+Browsers send no `Authorization` header on navigation, so `/ui` and the OpenAPI pages also take the token
+from an HttpOnly, SameSite=Strict cookie that the login form sets (SameSite=Strict: no other site's page
+can make the browser send it). The cookie's value is checked by handing it to the bearer check of
+`unichunk.deployments.service.auth` as the request's `Authorization` header: the one call into auth.py
+(`bearer_auth`), so whatever that check becomes (constant-time comparison today, a token-to-principal
+lookup tomorrow) the browser gets it too. Without a configured token that check admits everyone and no
+login is asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from urllib.parse import quote
+
+from fastapi import HTTPException, Request
+
+from unichunk.deployments.service.auth import bearer_auth
+from unichunk.deployments.settings import ServiceSettings
+
+COOKIE = "unichunk_token"
+LOGIN_PATH = "/ui/login"
+
+TokenCheck = Callable[[Request], None]
+
+
+def with_bearer(request: Request, token: str) -> Request:
+    """The same request as if it had carried `Authorization: Bearer <token>`."""
+    headers = [(k, v) for k, v in request.scope["headers"] if k.lower() != b"authorization"]
+    headers.append((b"authorization", b"Bearer " + token.encode("utf-8", "replace")))
+    return Request({**request.scope, "headers": headers})
+
+
+def token_check(settings: ServiceSettings) -> TokenCheck:
+    """The API's bearer check (401 when the token is missing or wrong; a no-op without a token)."""
+    return bearer_auth(settings)
+
+
+def browser_auth(check: TokenCheck, *, redirect: bool = False) -> TokenCheck:
+    """A dependency admitting a request whose bearer header or token cookie passes `check`. A refused
+    page request (`redirect`) is sent to the login form, coming back to where it was going."""
+
+    def admit(request: Request) -> None:
+        cookie = request.cookies.get(COOKIE)
+        asked = (
+            request if request.headers.get("authorization") or not cookie else with_bearer(request, cookie)
+        )
+        try:
+            check(asked)
+        except HTTPException as exc:
+            if not redirect or exc.status_code != 401:
+                raise
+            target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            raise HTTPException(
+                303, "log in first", headers={"Location": f"{LOGIN_PATH}?next={quote(target, safe='')}"}
+            ) from None
+
+    return admit
+
+
+def token_accepted(check: TokenCheck, request: Request, token: str) -> bool:
+    """Whether `token` passes `check` (the login form's question)."""
+    try:
+        check(with_bearer(request, token))
+    except HTTPException:
+        return False
+    return True
+
+
+def token_required(check: TokenCheck, request: Request) -> bool:
+    """Whether the service has a token at all: the check refuses a request that carries none."""
+    headers = [(k, v) for k, v in request.scope["headers"] if k.lower() != b"authorization"]
+    try:
+        check(Request({**request.scope, "headers": headers}))
+    except HTTPException:
+        return True
+    return False
