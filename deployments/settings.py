@@ -63,6 +63,18 @@ class ServiceSettings(BaseSettings):
         description="Bearer token the service's API routes (/search, /documents, /status) require "
         "(`Authorization: Bearer ...`); unset = open, allowed only when the service listens on loopback.",
     )
+    token: SecretStr | None = Field(
+        None,
+        description="The caller's own access token (`unichunk tokens create`) that the CLI sends to a running "
+        "service and the MCP server runs its tools as; unset: UNICHUNK_API_TOKEN, else none (the owner, "
+        "in-process).",
+    )
+    webhook_secrets: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description='One webhook HMAC secret per source, a JSON object (`{"docs": "...", "crm": "..."}`): a '
+        "delivery signed with a source's secret may only name that source (else 403). "
+        "UNICHUNK_WEBHOOK_SECRET, if also set, still signs for any source (a single-source setup).",
+    )
     service_url: str | None = Field(
         None,
         description="URL of a running `unichunk serve` the CLI's search/status/delete talk to (unset: the "

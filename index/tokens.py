@@ -24,7 +24,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from unichunk.chunking.access_labels import normalise_labels
-from unichunk.chunking.errors import UnichunkError
+from unichunk.index.errors import TokenError
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.database import Database, open_database
 
@@ -48,10 +48,6 @@ CREATE TABLE IF NOT EXISTS tokens (
 )"""
 ]
 _COLUMNS = "id, name, hash, labels, may_write, admin, created_at, revoked_at"
-
-
-class TokenError(UnichunkError, ValueError):
-    """A token request the caller must change: a bad or taken name, no such token."""
 
 
 @dataclass(frozen=True)

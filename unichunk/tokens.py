@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from unichunk.access import Principal
-from unichunk.index.tokens import TOKEN_PREFIX, TokenError, TokenRecord, TokenStore
+from unichunk.index.errors import TokenError
+from unichunk.index.tokens import TOKEN_PREFIX, TokenRecord, TokenStore
 from unichunk.sinks.config import SinkSettings
 
 __all__ = ["ADMIN_TOKEN_NAME", "TOKEN_PREFIX", "TokenError", "TokenRecord", "Tokens", "principal_of"]
