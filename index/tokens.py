@@ -153,6 +153,10 @@ class TokenStore:
             )
         return next(record for record in self.all() if record.id == row[0])
 
+    def any_live(self) -> bool:
+        """Whether any token is not revoked."""
+        return bool(self._rows("SELECT id FROM tokens WHERE revoked_at IS NULL LIMIT 1"))
+
     def resolve(self, token: str) -> TokenRecord | None:
         """The live token `token` is, or None (malformed, unknown, wrong secret, revoked): one indexed
         look-up by id and a constant-time comparison of hashes, on every call, so a revocation holds at once."""

@@ -72,6 +72,11 @@ class Tokens:
         """Revoke a token by id or name; a running service refuses it from its next request."""
         return self.store.revoke(id_or_name)
 
+    def required(self) -> bool:
+        """Whether callers must show a token: an admin token is configured, or a live token is stored
+        (until then a loopback-only service is open, its caller the owner)."""
+        return bool(self._admin) or self.store.any_live()
+
     def principal(self, token: str) -> Principal | None:
         """Who `token` is: the admin token's principal, a live stored token's, or None (refuse: 401)."""
         given = token.encode("utf-8", "surrogatepass")

@@ -5,8 +5,9 @@ Each route parses its query, asks a `unichunk.Pipeline` whose readers are the se
 routes are listed in docs/operations.md ("The service"). `DELETE /documents/{id}` is the one piece of
 Prefect orchestration done here: it starts the `delete-document` deployment's run, because the served
 runner, not this process, must write (under the store lock). Retrieval blocks, so the endpoints are sync
-functions FastAPI runs in its thread pool. Every route takes the bearer token
-(`unichunk.deployments.service.auth`).
+functions FastAPI runs in its thread pool. Every route resolves the bearer token to the caller's
+`Principal` (`unichunk.deployments.service.auth`) and runs as `pipeline.scoped(principal)`: reads filtered
+to what it may read, writes refused unless it may write (`AccessDenied`: 403).
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from unichunk.deployments.service.auth import bearer_auth
+from unichunk.access import AccessDenied, Principal
+from unichunk.deployments.service.auth import principal_auth
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.errors import DiskFull, NotFound, SinkError, StoreBusy, UsageError
 from unichunk.interface import Mode
 from unichunk.pipeline import DEFAULT_BUDGET, Pipeline, Readers, ReadersProvider, run_result
 from unichunk.request_limits import MAX_QUERY_CHARS
 from unichunk.results import DocumentChunks, IndexStatus, SearchResult
+from unichunk.tokens import Tokens
 from unichunk.warm_stores import WarmStores
 
 SinksProvider = Callable[[], Mapping[str, object]]
@@ -58,10 +61,17 @@ def open_stores(provider: SinksProvider | None, settings: ServiceSettings) -> Re
     return ProvidedStores(provider) if provider is not None else WarmStores(settings.service_busy_wait)
 
 
-def create_search_router(stores: ReaderSource, settings: ServiceSettings | None = None) -> APIRouter:
-    """The API routes, reading `stores`; every route takes the bearer token when one is configured."""
+def create_search_router(
+    stores: ReaderSource, settings: ServiceSettings | None = None, tokens: Tokens | None = None
+) -> APIRouter:
+    """The API routes, reading `stores`; each runs as the principal its bearer token names (`tokens`:
+    default, the data dir's and the configured admin token)."""
     settings = settings or ServiceSettings()
-    router = APIRouter(dependencies=[Depends(bearer_auth(settings))])
+    if tokens is None:
+        admin = settings.api_token.get_secret_value() if settings.api_token else None
+        tokens = Tokens(admin_token=admin)
+    router = APIRouter()
+    caller_of = Depends(principal_auth(tokens))  # a default, not an annotation: the routes are local
     retry_after = str(max(1, math.ceil(settings.service_busy_wait)))
 
     @contextmanager
@@ -95,10 +105,11 @@ def create_search_router(stores: ReaderSource, settings: ServiceSettings | None 
         document: Annotated[
             list[str] | None, Query(description="Only these document IDs (repeatable).")
         ] = None,
+        caller: Principal = caller_of,
     ) -> SearchResult:
         response.headers[SERVED_BY] = "unichunk-serve"
         try:
-            return pipeline.search(
+            return pipeline.scoped(caller).search(
                 q,
                 k,
                 mode=mode,
@@ -113,15 +124,19 @@ def create_search_router(stores: ReaderSource, settings: ServiceSettings | None 
             raise HTTPException(422, f"q: {exc}") from exc
 
     @router.get("/documents/{document_id:path}", response_model=DocumentChunks)
-    def document_endpoint(document_id: str) -> DocumentChunks:
+    def document_endpoint(document_id: str, caller: Principal = caller_of) -> DocumentChunks:
         try:
-            return pipeline.document(document_id)
+            return pipeline.scoped(caller).document(document_id)
         except NotFound as exc:
             raise HTTPException(404, str(exc)) from exc
 
     @router.delete("/documents/{document_id:path}")
-    def delete_endpoint(document_id: str, response: Response, wait: bool = False) -> dict[str, Any]:
-        if not pipeline.knows(document_id):
+    def delete_endpoint(
+        document_id: str, response: Response, wait: bool = False, caller: Principal = caller_of
+    ) -> dict[str, Any]:
+        if not caller.may_write:  # the served run writes, not `Pipeline.delete`: refused here
+            raise AccessDenied("deleting needs a token that may write (`unichunk tokens create --write`)")
+        if not pipeline.scoped(caller).knows(document_id):
             raise HTTPException(404, f"no such document: {document_id} (`unichunk status` lists them)")
         with _prefect_api():
             run = run_deployment(
@@ -143,8 +158,8 @@ def create_search_router(stores: ReaderSource, settings: ServiceSettings | None 
         return body
 
     @router.get("/status", response_model=IndexStatus)
-    def status_endpoint(failed: bool = False) -> IndexStatus:
-        return pipeline.status(failed_only=failed)
+    def status_endpoint(failed: bool = False, caller: Principal = caller_of) -> IndexStatus:
+        return pipeline.scoped(caller).status(failed_only=failed)
 
     return router
 

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from unichunk.deployments.service.api import SinksProvider, create_search_router, open_stores
 from unichunk.deployments.service.api_docs import WITHOUT_OPEN_DOCS, add_api_docs
-from unichunk.deployments.service.auth import bearer_auth, listen_refusal
+from unichunk.deployments.service.auth import bearer_auth, listen_refusal, refuse_denied_access
 from unichunk.deployments.service.discovery import announce, withdraw
 from unichunk.deployments.service.http_metrics import HttpMetrics
 from unichunk.deployments.service.prefect_outage import prefect_reachability
@@ -58,6 +58,7 @@ from unichunk.deployments.settings import ServiceSettings
 from unichunk.pipeline import Pipeline
 from unichunk.replay_cache import open_replay_cache
 from unichunk.settings import SinkSettings
+from unichunk.tokens import Tokens
 from unichunk.update_queue import UpdateQueue, open_update_queue
 from unichunk.warm_stores import WarmStores
 
@@ -284,6 +285,8 @@ def create_app(
     # run finds its update applied, or applies it with every other one waiting.
     updates = open_update_queue(records) if settings.webhook_batching else None
     index = Pipeline(records)  # which documents a `deleted` event may name: the live ones
+    admin_token = settings.api_token.get_secret_value() if settings.api_token else None
+    tokens = Tokens(records, admin_token=admin_token)  # who each API request is (`auth`)
 
     stores = open_stores(search_sinks, settings)
 
@@ -298,12 +301,13 @@ def create_app(
 
     # OpenAPI at /docs, /redoc and /openapi.json, behind the API's token (`api_docs`)
     app = FastAPI(title="unichunk service", lifespan=lifespan, **WITHOUT_OPEN_DOCS)
-    add_api_docs(app, bearer_auth(settings))
+    add_api_docs(app, bearer_auth(tokens))
     app.add_middleware(HttpMetrics)
+    refuse_denied_access(app)
     app.state.replay = replay
     app.state.events = events
     app.state.stores = stores
-    app.include_router(create_search_router(stores, settings))
+    app.include_router(create_search_router(stores, settings, tokens))
 
     @app.exception_handler(WebhookRejected)
     async def _rejected(_request: Request, exc: WebhookRejected) -> JSONResponse:
