@@ -722,13 +722,14 @@ def serve(
     from unichunk.deployments.serving.multiprocess_metrics import enter_multiprocess_mode
 
     enter_multiprocess_mode(SinkSettings().data_dir)  # re-executes this command once, in multiprocess mode
-    secret = ServiceSettings().webhook_secret
-    if webhook and not (secret and secret.get_secret_value()):
+    service = ServiceSettings()
+    secret = service.webhook_secret
+    if webhook and not (secret and secret.get_secret_value()) and not service.webhook_secrets:
         err_console.print(
             Text.assemble(
                 ("warning:", "yellow"),
-                " UNICHUNK_WEBHOOK_SECRET is not set: the webhook receiver refuses every delivery (401) "
-                "until it is",
+                " neither UNICHUNK_WEBHOOK_SECRET nor UNICHUNK_WEBHOOK_SECRETS is set: the webhook receiver "
+                "refuses every delivery (401) until one is",
             )
         )
     with prefect_api(route_logs=False):
