@@ -792,13 +792,14 @@ def mcp(
 ) -> None:
     """Serve search, chunks, context, status and ingest to agents over MCP (stdio, or HTTP at /mcp).
 
-    `ingest` reads only inside UNICHUNK_MCP_ROOTS (else UNICHUNK_SOURCE_ROOT). stdout carries the protocol
+    `ingest` reads only inside UNICHUNK_MCP_ROOTS (else UNICHUNK_SOURCE_ROOT). The tools run as `--token`'s
+    principal (UNICHUNK_TOKEN), or over HTTP as each request's bearer token's. stdout carries the protocol
     alone; everything else goes to stderr (see docs/operations.md, "MCP server for agents")."""
     _startup_checks()
     with prefect_api(route_logs=False):  # the ingest tool runs the ingest flow in this process
         from unichunk.deployments.mcp.server import run_server
 
-        run_server(http=http, host=host, port=port)
+        run_server(http=http, host=host, port=port, token=_caller_token())
 
 
 @app.command()
