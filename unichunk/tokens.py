@@ -13,12 +13,19 @@ import hmac
 from collections.abc import Sequence
 from pathlib import Path
 
-from unichunk.access import Principal
+from unichunk.access import AccessDenied, Principal
 from unichunk.index.errors import TokenError
 from unichunk.index.tokens import TOKEN_PREFIX, TokenRecord, TokenStore
 from unichunk.sinks.config import SinkSettings
 
-__all__ = ["ADMIN_TOKEN_NAME", "TOKEN_PREFIX", "TokenError", "TokenRecord", "Tokens", "principal_of"]
+__all__ = [
+    "ADMIN_TOKEN_NAME",
+    "TOKEN_PREFIX",
+    "TokenError",
+    "TokenRecord",
+    "Tokens",
+    "principal_of",
+]
 
 # The principal of the service's configured admin token (UNICHUNK_API_TOKEN): it has no stored record.
 ADMIN_TOKEN_NAME = "api-token"
@@ -84,6 +91,23 @@ class Tokens:
             return Principal(name=ADMIN_TOKEN_NAME, may_write=True, admin=True)
         record = self.store.resolve(token)
         return principal_of(record) if record is not None else None
+
+    @classmethod
+    def caller(
+        cls, settings: SinkSettings, principal: Principal | None = None, token: str | None = None
+    ) -> Principal | None:
+        """Whom an adapter's or a library caller's Pipeline should run as: `principal` as given, else the
+        principal `token` names in `settings`' data dir (`AccessDenied` when it names nobody: not a
+        ValueError, which pydantic models would wrap, quoting their input, the token, in the error), else
+        None (the Pipeline's own, the owner)."""
+        if principal is not None and token is not None:
+            raise TypeError("give a principal or a token, not both")
+        if token is None:
+            return principal
+        found = cls(settings).principal(token)
+        if found is None:
+            raise AccessDenied("the token is unknown or revoked (`unichunk tokens list` shows the live ones)")
+        return found
 
     @staticmethod
     def token_id(token: str) -> str | None:
