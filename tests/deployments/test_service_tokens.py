@@ -161,7 +161,7 @@ def test_a_write_without_write_rights_is_403_and_the_cli_exits_4(service: Servic
     assert service.denied("/documents/{document_id:path}", "forbidden") == before + 1
     allowed = service.http.delete("/documents/x", headers={"Authorization": f"Bearer {writer}"})
     assert allowed.status_code == 404  # allowed to try: the document does not exist
-    through_the_cli = service.cli("delete", "some-document", token=reader)
+    through_the_cli = service.cli("--token", reader, "delete", "some-document")  # the option this time
     assert through_the_cli.returncode == 4, (through_the_cli.returncode, through_the_cli.stderr)
     assert "write" in through_the_cli.stderr
 
