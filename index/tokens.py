@@ -153,9 +153,10 @@ class TokenStore:
             )
         return next(record for record in self.all() if record.id == row[0])
 
-    def any_live(self) -> bool:
-        """Whether any token is not revoked."""
-        return bool(self._rows("SELECT id FROM tokens WHERE revoked_at IS NULL LIMIT 1"))
+    def any_made(self) -> bool:
+        """Whether any token was ever created (revoked ones count: revoking the last token must not open
+        an API that tokens closed)."""
+        return bool(self._rows("SELECT id FROM tokens LIMIT 1"))
 
     def resolve(self, token: str) -> TokenRecord | None:
         """The live token `token` is, or None (malformed, unknown, wrong secret, revoked): one indexed

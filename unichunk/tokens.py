@@ -80,9 +80,10 @@ class Tokens:
         return self.store.revoke(id_or_name)
 
     def required(self) -> bool:
-        """Whether callers must show a token: an admin token is configured, or a live token is stored
-        (until then a loopback-only service is open, its caller the owner)."""
-        return bool(self._admin) or self.store.any_live()
+        """Whether callers must show a token: an admin token is configured, or a token was ever created,
+        revoked ones included (until then a loopback-only service is open, its caller the owner; once
+        tokens closed it, revoking them all does not open it again)."""
+        return bool(self._admin) or self.store.any_made()
 
     def principal(self, token: str) -> Principal | None:
         """Who `token` is: the admin token's principal, a live stored token's, or None (refuse: 401)."""

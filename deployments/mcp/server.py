@@ -110,7 +110,7 @@ def create_server(
     life; pass one to close it yourself, as `run_server` does). `ingest` may read inside `roots` only
     (default: `ServiceSettings.mcp_ingest_roots()`; none: ingest is refused). Its tools run as `token`'s
     principal (default: UNICHUNK_TOKEN; none: the owner, but over `http` a request must then bring its
-    own once any token exists), or as an HTTP request's own bearer token's; `UsageError` when the token
+    own once any token was created), or as an HTTP request's own bearer token's; `UsageError` when the token
     names nobody."""
     service = ServiceSettings()
     opened = pipeline if pipeline is not None else Pipeline()

@@ -9,8 +9,9 @@ revoked token is 401 (with `WWW-Authenticate: Bearer`); each route then runs as
 /openapi.json need a token like the data routes (`api_docs`); `/health` and `/metrics` stay open (probes,
 scrapers); the webhook route has its own HMAC auth.
 
-With no token at all (no UNICHUNK_API_TOKEN and no live stored token) the API is open and its caller is the
-`OWNER`, which `check_listen_host` allows only on loopback; the first stored token closes it.
+With no token at all (no UNICHUNK_API_TOKEN and no token ever created) the API is open and its caller is
+the `OWNER`, which `listen_refusal` allows only on loopback; the first created token closes it for good
+(revoking every token does not open it again).
 
 Every refusal is counted (`unichunk_access_denied_total{route,reason}`: the route template, never the
 token) and logged in one line with the route, the reason and the token's public id when it has one; never

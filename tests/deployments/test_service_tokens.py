@@ -248,3 +248,51 @@ def test_the_shared_secret_alone_signs_for_any_source_as_before(tmp_path: Path) 
     assert per_source == [*SECRETS.items(), ("n", SHARED)]
     alone = signing_secrets(ServiceSettings(webhook_secret=SHARED, webhook_secrets=SECRETS))
     assert alone == list(SECRETS.items())  # no configured source: the shared secret signs for none
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def open_app(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Any]:
+    """The service without UNICHUNK_API_TOKEN, its records embedded or in server mode (PostgreSQL)."""
+    from fastapi.testclient import TestClient
+
+    from unichunk.sinks.database import dispose_engines
+
+    if request.param == "postgresql":
+        monkeypatch.setenv("UNICHUNK_DATABASE_URL", request.getfixturevalue("database_url"))
+    else:
+        monkeypatch.delenv("UNICHUNK_DATABASE_URL", raising=False)
+    data = tmp_path / "data"
+    store = BM25Sink(SinkSettings(data_dir=data), path=tmp_path / "bm25.sqlite")
+    document = Document(
+        text="The harbour crane lifts containers. " * 40, source_system="t", source_id="a.txt"
+    )
+    store.upsert(document, ChunkingService().chunk(document, ChunkStrategy(name="sentence", chunk_size=128)))
+    app = create_app(
+        ServiceSettings(webhook_secret="w"),
+        PrefectEventSink("http://127.0.0.1:9/api", timeout=2),
+        search_sinks=lambda: {"keywords": store},
+        data_dir=data,
+    )
+    with TestClient(app) as client:
+        yield client, SinkSettings(data_dir=data)
+    store.close()
+    dispose_engines()
+
+
+def test_the_first_token_closes_an_open_api_for_good_on_either_records_backend(open_app: Any) -> None:
+    from unichunk.tokens import Tokens
+
+    client, records = open_app
+    search = {"q": "crane", "mode": "keywords"}
+    assert client.get("/search", params=search).status_code == 200  # no token at all: the owner
+    tokens = Tokens(records)
+    token, record = tokens.create(["eng"])
+    assert client.get("/search", params=search).status_code == 401
+    assert client.get("/docs").status_code == 401
+    bearer = {"Authorization": f"Bearer {token}"}
+    assert client.get("/search", params=search, headers=bearer).status_code == 200
+    tokens.revoke(record.id)  # another process's revocation, seen by the next request
+    assert client.get("/search", params=search, headers=bearer).status_code == 401
+    assert client.get("/search", params=search).status_code == 401  # revoking all opens nothing
