@@ -79,20 +79,19 @@ def principal_auth(tokens: Tokens) -> Callable[[Request], Principal]:
     """A FastAPI dependency: the caller's principal, or 401. Open (the owner) while no token exists."""
 
     def principal(request: Request) -> Principal:
-        if not tokens.required():  # no token exists that could name anyone else: the open API
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        given = given.strip() if scheme.lower() == "bearer" else ""
+        found = tokens.principal(given) if given else None
+        if found is not None:
+            request.state.principal = found
+            return found
+        if not tokens.required():  # no token exists that could name anyone: the open (loopback) API
             return OWNER
-        header = request.headers.get("authorization")
-        scheme, _, given = (header or "").partition(" ")
-        given = given.strip()
-        if header is None or scheme.lower() != "bearer" or not given:
+        if not given:
             denied(request, "missing_token")
             raise HTTPException(401, "missing bearer token", headers=CHALLENGE)
-        found = tokens.principal(given)
-        if found is None:
-            denied(request, "bad_token", Tokens.token_id(given))
-            raise HTTPException(401, "unknown or revoked bearer token", headers=CHALLENGE)
-        request.state.principal = found
-        return found
+        denied(request, "bad_token", Tokens.token_id(given))
+        raise HTTPException(401, "unknown or revoked bearer token", headers=CHALLENGE)
 
     return principal
 
