@@ -48,7 +48,11 @@ class ServiceSettings(BaseSettings):
         description="/metrics port of the served process (and a `unichunk worker`, unless `--metrics-port`); "
         "0 = off.",
     )
-    webhook_secret: SecretStr | None = Field(None, description="Shared HMAC secret; unset = refuse all.")
+    webhook_secret: SecretStr | None = Field(
+        None,
+        description="Shared HMAC secret: signs for any source, or only the UNICHUNK_SOURCE_ROOT source once "
+        "UNICHUNK_WEBHOOK_SECRETS is set; unset with no UNICHUNK_WEBHOOK_SECRETS = refuse all.",
+    )
     webhook_max_body: int = Field(1024 * 1024, ge=1, description="Largest accepted webhook body in bytes.")
     webhook_tolerance: int = Field(
         300, ge=1, description="Max age (and future skew) of a webhook timestamp, in seconds."
@@ -62,6 +66,18 @@ class ServiceSettings(BaseSettings):
         None,
         description="Bearer token the service's API routes (/search, /documents, /status) require "
         "(`Authorization: Bearer ...`); unset = open, allowed only when the service listens on loopback.",
+    )
+    token: SecretStr | None = Field(
+        None,
+        description="The caller's own access token (`unichunk tokens create`) that the CLI sends to a running "
+        "service and the MCP server runs its tools as; unset: UNICHUNK_API_TOKEN, else none (the owner, "
+        "in-process).",
+    )
+    webhook_secrets: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description='One webhook HMAC secret per source, a JSON object (`{"docs": "...", "crm": "..."}`): a '
+        "delivery signed with a source's secret may only touch that source (else 403). With it set, "
+        "UNICHUNK_WEBHOOK_SECRET signs for the UNICHUNK_SOURCE_ROOT source only (unset: for any source).",
     )
     service_url: str | None = Field(
         None,

@@ -17,3 +17,7 @@ class GenerationMismatch(GenerationError):
 class SourceOverlap(UnichunkError):
     """A source whose files another recorded source already covers (one folder inside the other, or the same
     folder under another name): ingesting it would store those files twice, under two document IDs."""
+
+
+class TokenError(UnichunkError, ValueError):
+    """A token request the caller must change: a bad or taken name, no such token (`unichunk.index.tokens`)."""

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from unichunk.lazy_names import lazy_names
 
 if TYPE_CHECKING:
+    from unichunk.access import Principal
     from unichunk.chunking import (
         Block,
         Chunk,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from unichunk.results import IndexStatus
     from unichunk.retrieval.results import SearchHit, SearchResult
     from unichunk.sinks.config import SinkSettings
+    from unichunk.tokens import Tokens
 
 try:
     __version__ = metadata.version("unichunk")
@@ -72,6 +74,8 @@ _NAMES = {
     "SearchResult": "unichunk.retrieval.results",
     "SinkSettings": "unichunk.sinks.config",
     "Pipeline": "unichunk.pipeline",
+    "Principal": "unichunk.access",
+    "Tokens": "unichunk.tokens",
 }
 
 
@@ -90,9 +94,11 @@ __all__ = [
     "IndexStatus",
     "NotFound",
     "Pipeline",
+    "Principal",
     "SearchHit",
     "SearchResult",
     "SinkSettings",
+    "Tokens",
     "UnichunkError",
     "UsageError",
     "__version__",

@@ -8,8 +8,9 @@ wrong (`UsageError`, `NotFound`) and what it cannot reach (`Unreachable`).
 
 from __future__ import annotations
 
+from unichunk.chunking.access_labels import BadLabel
 from unichunk.chunking.errors import ChunkingError, DocumentLoadError, UnichunkError
-from unichunk.index.errors import GenerationError, GenerationMismatch, SourceOverlap
+from unichunk.index.errors import GenerationError, GenerationMismatch, SourceOverlap, TokenError
 from unichunk.retrieval.ranking import RetrievalError
 from unichunk.sinks.base import InvalidRequest, SinkError
 from unichunk.sinks.disk_space import DiskFull
@@ -33,6 +34,7 @@ class Unreachable(UnichunkError):
 
 
 __all__ = [
+    "BadLabel",
     "ChunkingError",
     "DiskFull",
     "DocumentLoadError",
@@ -45,6 +47,7 @@ __all__ = [
     "SourceOverlap",
     "StoreBusy",
     "StoreUnreachable",
+    "TokenError",
     "UnichunkError",
     "Unreachable",
     "UsageError",

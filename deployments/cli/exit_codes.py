@@ -1,7 +1,8 @@
 """The CLI's exit codes, defined once: the numbers, what each means, which errors give which, and the text
 that `--help` and docs/operations.md show (`tests/deployments/test_cli_exit_codes.py` checks the docs).
 
-2 covers `GenerationMismatch` (settings that differ from the live index generation) because nothing is
+4 is access denied (`unichunk.access.AccessDenied`, a service's 403): the same command with a token that
+may do it works, so it is neither a usage error nor a failure. 2 covers `GenerationMismatch` (settings that differ from the live index generation) because nothing is
 broken and retrying will not help: the user chooses between `unichunk rebuild` and the old settings.
 1 covers a named document or generation that does not exist: nothing to retry as is, as `rm` of a
 missing file. 130 and 143 are 128 + SIGINT and 128 + SIGTERM, what shells report for a process those
@@ -16,12 +17,15 @@ from enum import IntEnum
 
 from pydantic import ValidationError
 
+from unichunk.access import AccessDenied
 from unichunk.errors import (
+    BadLabel,
     GenerationError,
     InvalidRequest,
     NotFound,
     RetrievalError,
     SourceOverlap,
+    TokenError,
     UsageError,
 )
 
@@ -31,6 +35,7 @@ class ExitCode(IntEnum):
     NOT_ALL_RIGHT = 1
     USAGE = 2
     INFRASTRUCTURE = 3
+    DENIED = 4
     INTERRUPTED = 130
     TERMINATED = 143
 
@@ -62,6 +67,12 @@ MEANINGS = (
         "unexpected error",
     ),
     Meaning(
+        ExitCode.DENIED,
+        "access denied: the caller's token may not do this",
+        "a write without `--write` rights, `status` or `verify` without `--admin` (a service's 403); a "
+        "missing, unknown or revoked token is a usage error (2, a service's 401)",
+    ),
+    Meaning(
         ExitCode.INTERRUPTED,
         "interrupted with Ctrl-C",
         "the batch being written is finished, the run shows Cancelled; the next run does what it left",
@@ -77,13 +88,18 @@ USAGE_ERRORS: tuple[type[BaseException], ...] = (
     InvalidRequest,
     RetrievalError,
     SourceOverlap,
+    TokenError,
+    BadLabel,
 )
 
 
 def exit_code_for(exc: BaseException) -> ExitCode:
-    """1 for something named that does not exist (here or at a service: its 404), 2 for a usage error
-    (here or a service's other 4xx), 3 for everything else (a store, a service, Prefect, a crash, a bug)."""
+    """1 for something named that does not exist (here or at a service: its 404), 4 for access denied
+    (here or a service's 403), 2 for a usage error (here or a service's other 4xx), 3 for everything else
+    (a store, a service, Prefect, a crash, a bug)."""
     status = getattr(exc, "http_status", None)
+    if isinstance(exc, AccessDenied) or status == 403:
+        return ExitCode.DENIED
     if isinstance(exc, NotFound) or status == 404:
         return ExitCode.NOT_ALL_RIGHT
     if isinstance(exc, USAGE_ERRORS) or (status is not None and 400 <= status < 500):

@@ -71,8 +71,10 @@ from unichunk.settings import (
 from unichunk.stopping import stop_on_signals
 
 if TYPE_CHECKING:
+    from unichunk.access import Principal
     from unichunk.pipeline import Pipeline
     from unichunk.results import IngestSummary
+    from unichunk.tokens import TokenRecord, Tokens
 
 T = TypeVar("T")
 
@@ -139,20 +141,32 @@ def _pipeline(
     from unichunk.pipeline import Pipeline
 
     chosen: tuple[SinkName, ...] = tuple(sinks) if sinks else SINK_NAMES  # type: ignore[arg-type]
-    return Pipeline(
-        settings or _startup_checks(),
-        strategy=strategy,
-        sinks=chosen,
-        flow_context=_flow_runs,
-        progress=_BAR.update,
+    settings = settings or _startup_checks()
+    pipeline = Pipeline(
+        settings, strategy=strategy, sinks=chosen, flow_context=_flow_runs, progress=_BAR.update
     )
+    token = _caller_token()
+    if token is not None:  # a token given: run as its principal, as a service would (a fresh Pipeline)
+        pipeline.principal = _principal_of(token, settings)
+    return pipeline
+
+
+def _principal_of(token: str, settings: SinkSettings) -> Principal:
+    """The principal `token` names in this data dir; a usage error (exit 2) when it names none."""
+    from unichunk.tokens import Tokens  # the records' database layer: not for commands a service answers
+
+    admin = ServiceSettings().api_token
+    principal = Tokens(settings, admin_token=admin.get_secret_value() if admin else None).principal(token)
+    if principal is None:
+        raise UsageError("the token is unknown or revoked (`unichunk tokens list` shows the live ones)")
+    return principal
 
 
 def _ask(call: Callable[[IndexService], T], *, models: bool = True) -> T:
     """`call` on the service running for this data dir; when none is running or reachable, on a Pipeline
     in this process (whose settings must suit the models too, unless the call reads records only). The
     service's own error answers are raised, not retried in-process."""
-    client = running_service()
+    client = running_service(_caller_token())
     if client is not None:
         try:
             return call(client)
@@ -224,14 +238,37 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+# The caller's token for this command (`--token`), else UNICHUNK_TOKEN (`ServiceSettings.token`).
+_TOKEN: list[str] = []
+
+
+def _caller_token() -> str | None:
+    if _TOKEN:
+        return _TOKEN[0]
+    configured = ServiceSettings().token
+    return configured.get_secret_value() if configured else None
+
+
 @app.callback()
 def _main(
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = False,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            help="Your access token (`unichunk tokens create`; default: UNICHUNK_TOKEN): sent to a running "
+            "service, and in-process the command runs as its principal. Unset: UNICHUNK_API_TOKEN to a "
+            "service; in-process, the owner of the data dir.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    pass
+    _TOKEN.clear()
+    if token is not None:
+        _TOKEN.append(token)
 
 
 # --- commands ------------------------------------------------------------------------------------------
@@ -567,6 +604,96 @@ def generations_drop(
     console.print(f"dropped {dropped.dropped} (was {dropped.state})")
 
 
+tokens_app = typer.Typer(
+    help="Access tokens: create (shown once), list, revoke. Stored only as hashes in the data dir's records.",
+    epilog=help_epilog(),
+    no_args_is_help=True,
+)
+app.add_typer(tokens_app, name="tokens")
+
+
+def _token_row(record: TokenRecord) -> dict[str, object]:
+    return {
+        "id": record.id,
+        "name": record.name,
+        "labels": list(record.labels),
+        "may_write": record.may_write,
+        "admin": record.admin,
+        "created_at": record.created_at,
+        "revoked_at": record.revoked_at,
+    }
+
+
+def _tokens() -> Tokens:
+    from unichunk.tokens import Tokens
+
+    return Tokens(SinkSettings())
+
+
+@tokens_app.command("create")
+@friendly_errors
+def tokens_create(
+    label: Annotated[
+        list[str] | None, typer.Option("--label", "-l", help="A label it may read (repeatable).")
+    ] = None,
+    write: Annotated[bool, typer.Option("--write", help="It may also ingest, delete and rebuild.")] = False,
+    admin: Annotated[
+        bool, typer.Option("--admin", help="It may read and do everything, status and verify included.")
+    ] = False,
+    name: Annotated[
+        str | None, typer.Option("--name", help="A unique name for `list` and `revoke` (default: its id).")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Create a token and print it, this once: only its hash is kept. Without --label it reads nothing
+    (unless --admin)."""
+    token, record = _tokens().create(label or [], name=name, may_write=write, admin=admin)
+    if as_json:
+        print_json({"token": token, **_token_row(record)})
+        return
+    console.print(token, highlight=False, soft_wrap=True)
+    err_console.print(
+        f"token {record.name} ({record.id}): labels {', '.join(record.labels) or '(none)'}"
+        f"{'; may write' if record.may_write else ''}{'; admin' if record.admin else ''}. "
+        "Shown this once: keep it now."
+    )
+
+
+@tokens_app.command("list")
+@friendly_errors
+def tokens_list(as_json: JsonOption = False) -> None:
+    """Every token, revoked ones too: id, name, labels, rights, dates (never a token or its hash)."""
+    records = _tokens().list()
+    if as_json:
+        print_json({"tokens": [_token_row(record) for record in records]})
+        return
+    print_table(
+        ["id", "name", "labels", "write", "admin", "created", "revoked"],
+        [
+            [
+                r.id,
+                r.name,
+                ",".join(r.labels),
+                "yes" if r.may_write else "",
+                "yes" if r.admin else "",
+                r.created_at,
+                r.revoked_at or "",
+            ]
+            for r in records
+        ],
+    )
+
+
+@tokens_app.command("revoke")
+@friendly_errors
+def tokens_revoke(
+    token: Annotated[str, typer.Argument(help="The token's id or name, as `unichunk tokens list` shows.")],
+) -> None:
+    """Revoke a token: a running service refuses it from its next request."""
+    record = _tokens().revoke(token)
+    console.print(f"revoked {record.name} ({record.id}) at {record.revoked_at}")
+
+
 def _refuse_open_listener(host: str) -> None:
     """Listening beyond loopback needs UNICHUNK_API_TOKEN: one line, exit 2 (`service_auth`)."""
     from unichunk.deployments.service.auth import listen_refusal
@@ -595,13 +722,14 @@ def serve(
     from unichunk.deployments.serving.multiprocess_metrics import enter_multiprocess_mode
 
     enter_multiprocess_mode(SinkSettings().data_dir)  # re-executes this command once, in multiprocess mode
-    secret = ServiceSettings().webhook_secret
-    if webhook and not (secret and secret.get_secret_value()):
+    service = ServiceSettings()
+    secret = service.webhook_secret
+    if webhook and not (secret and secret.get_secret_value()) and not service.webhook_secrets:
         err_console.print(
             Text.assemble(
                 ("warning:", "yellow"),
-                " UNICHUNK_WEBHOOK_SECRET is not set: the webhook receiver refuses every delivery (401) "
-                "until it is",
+                " neither UNICHUNK_WEBHOOK_SECRET nor UNICHUNK_WEBHOOK_SECRETS is set: the webhook receiver "
+                "refuses every delivery (401) until one is",
             )
         )
     with prefect_api(route_logs=False):
@@ -664,13 +792,14 @@ def mcp(
 ) -> None:
     """Serve search, chunks, context, status and ingest to agents over MCP (stdio, or HTTP at /mcp).
 
-    `ingest` reads only inside UNICHUNK_MCP_ROOTS (else UNICHUNK_SOURCE_ROOT). stdout carries the protocol
+    `ingest` reads only inside UNICHUNK_MCP_ROOTS (else UNICHUNK_SOURCE_ROOT). The tools run as `--token`'s
+    principal (UNICHUNK_TOKEN), or over HTTP as each request's bearer token's. stdout carries the protocol
     alone; everything else goes to stderr (see docs/operations.md, "MCP server for agents")."""
     _startup_checks()
     with prefect_api(route_logs=False):  # the ingest tool runs the ingest flow in this process
         from unichunk.deployments.mcp.server import run_server
 
-        run_server(http=http, host=host, port=port)
+        run_server(http=http, host=host, port=port, token=_caller_token())
 
 
 @app.command()

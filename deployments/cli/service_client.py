@@ -5,7 +5,9 @@ models here.
 A service is used when one is running for this data dir (`unichunk.deployments.service.discovery`:
 UNICHUNK_SERVICE_URL, else the `service.json` a live `unichunk serve` wrote); `running_service()` is None
 when there is none, or it cannot be reached, and the CLI works in-process. An answer the service gives is
-the answer: a 404 is `NotFound`, another 4xx a `ServiceRefused` (a usage error), a 5xx `ServiceError`.
+the answer: a 404 is `NotFound`, a 403 `AccessDenied`, another 4xx a `ServiceRefused` (a usage error), a
+5xx `ServiceError`. The bearer token sent is UNICHUNK_TOKEN (or `--token`: the caller's own), else
+UNICHUNK_API_TOKEN (the service's admin token, where the CLI runs beside the service).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from urllib.parse import quote
 
 import httpx
 
+from unichunk.access import AccessDenied
 from unichunk.deployments.service.discovery import running_service_url
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.errors import NotFound, UnichunkError, Unreachable, UsageError
@@ -44,6 +47,10 @@ class ServiceNotFound(ServiceRefused, NotFound):
     """A 404: what the request names does not exist there."""
 
 
+class ServiceDenied(ServiceRefused, AccessDenied):
+    """A 403: the token sent may not do this (exit 4, as `AccessDenied` in-process)."""
+
+
 class ServiceClient:
     """A running service, answering what a `Pipeline` answers (`unichunk.interface.IndexService`)."""
 
@@ -63,7 +70,9 @@ class ServiceClient:
             except ValueError:
                 detail = response.text
             status = response.status_code
-            kind = ServiceNotFound if status == 404 else ServiceRefused if status < 500 else ServiceError
+            kind = {404: ServiceNotFound, 403: ServiceDenied}.get(
+                status, ServiceRefused if status < 500 else ServiceError
+            )
             raise kind(status, detail if isinstance(detail, str) else str(detail))
         return response.json()
 
@@ -97,10 +106,14 @@ class ServiceClient:
         self._http.close()
 
 
-def running_service() -> ServiceClient | None:
-    """A client of the service running for this data dir; None when there is none (work in-process)."""
+def running_service(token: str | None = None) -> ServiceClient | None:
+    """A client of the service running for this data dir, sending `token` (default: UNICHUNK_TOKEN, else
+    UNICHUNK_API_TOKEN, the service's admin token); None when there is none (work in-process)."""
     url = running_service_url()
     if url is None:
         return None
-    token = ServiceSettings().api_token
-    return ServiceClient(url, token.get_secret_value() if token else None)
+    if token is None:
+        settings = ServiceSettings()
+        configured = settings.token or settings.api_token
+        token = configured.get_secret_value() if configured else None
+    return ServiceClient(url, token)

@@ -8,7 +8,11 @@ chunks, IDs and offsets as the CLI and Python. Tools return pydantic models (the
 schema); whatever an agent can cause or meet comes back as a one-line tool error, never a traceback;
 `ingest` reads only inside the configured roots (UNICHUNK_MCP_ROOTS, else UNICHUNK_SOURCE_ROOT), because an
 agent follows text anyone may have written; nothing but protocol reaches stdout; one ingest runs at a time.
-docs/operations.md, "MCP server for agents", has the details.
+Every tool runs as a principal (`unichunk.access`), through `pipeline.scoped(principal)`: the server's own
+token's (`--token`, UNICHUNK_TOKEN), or over HTTP the bearer token each request carries (looked up per
+request: a revoked one is refused at once); with no token at all, the owner of the data dir, except over
+HTTP once tokens exist (then a request must bring one). docs/operations.md, "MCP server for agents", has
+the details.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import os
 # Before sentence-transformers (through the Pipeline) is imported: no download or loading bars.
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
+import copy
 import json
 import logging
 import threading
@@ -32,6 +37,7 @@ from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
 from pydantic import ValidationError
 
 from unichunk import __version__
+from unichunk.access import OWNER, Principal
 from unichunk.deployments.mcp.schema import (
     Budget,
     ChunkId,
@@ -56,10 +62,11 @@ from unichunk.deployments.service.webhook_security import (
     resolve_source_path,
 )
 from unichunk.deployments.settings import ServiceSettings
-from unichunk.errors import NotFound, UnichunkError
+from unichunk.errors import NotFound, UnichunkError, UsageError
 from unichunk.interface import Mode
 from unichunk.pipeline import DEFAULT_BUDGET, Pipeline
 from unichunk.results import ChunkRecord, DocumentInfo, IndexStatus, IngestSummary, SearchResult, StoredChunk
+from unichunk.tokens import Tokens
 
 logger = logging.getLogger(__name__)
 
@@ -92,13 +99,24 @@ class UnichunkMCP(MCPServer[Any]):
             raise
 
 
-def create_server(pipeline: Pipeline | None = None, roots: Sequence[Path] | None = None) -> UnichunkMCP:
+def create_server(
+    pipeline: Pipeline | None = None,
+    roots: Sequence[Path] | None = None,
+    *,
+    token: str | None = None,
+    http: bool = False,
+) -> UnichunkMCP:
     """The MCP server over `pipeline` (default: one from the environment's settings, open for the process's
     life; pass one to close it yourself, as `run_server` does). `ingest` may read inside `roots` only
-    (default: `ServiceSettings.mcp_ingest_roots()`; none: ingest is refused)."""
+    (default: `ServiceSettings.mcp_ingest_roots()`; none: ingest is refused). Its tools run as `token`'s
+    principal (default: UNICHUNK_TOKEN; none: the owner, but over `http` a request must then bring its
+    own once any token was created), or as an HTTP request's own bearer token's; `UsageError` when the token
+    names nobody."""
     service = ServiceSettings()
+    opened = pipeline if pipeline is not None else Pipeline()
+    callers = _Callers(opened, service, token, http=http)
     tools = _Tools(
-        pipeline if pipeline is not None else Pipeline(),
+        opened,
         [Path(r).expanduser().resolve() for r in roots] if roots is not None else service.mcp_ingest_roots(),
         service,
     )
@@ -107,6 +125,7 @@ def create_server(pipeline: Pipeline | None = None, roots: Sequence[Path] | None
 
     @server.tool(annotations=reading, structured_output=True)
     def search(
+        ctx: Context,
         query: Query,
         k: TopK = 5,
         document_ids: DocumentFilter = None,
@@ -118,21 +137,21 @@ def create_server(pipeline: Pipeline | None = None, roots: Sequence[Path] | None
         (neighbouring chunks merged in) to read instead of the bare chunk. Then `get_context` reads further
         around a hit, `get_chunk` refetches one by chunk_id."""
         with tool_errors("search"):
-            return tools.search(query, k, document_ids, budget, mode)
+            return tools.as_caller(callers.of(ctx)).search(query, k, document_ids, budget, mode)
 
     @server.tool(annotations=reading, structured_output=True)
-    def get_chunk(chunk_id: ChunkId) -> ChunkOut:
+    def get_chunk(ctx: Context, chunk_id: ChunkId) -> ChunkOut:
         """One chunk by its ID (from `search` or `get_context`): its text, exact offsets, heading chain and
         source. An unknown ID is an error."""
         with tool_errors("get_chunk"):
-            return tools.get_chunk(chunk_id)
+            return tools.as_caller(callers.of(ctx)).get_chunk(chunk_id)
 
     @server.tool(annotations=reading, structured_output=True)
-    def get_context(chunk_id: ChunkId, radius: Radius = 1) -> ContextOut:
+    def get_context(ctx: Context, chunk_id: ChunkId, radius: Radius = 1) -> ContextOut:
         """The chunk and up to `radius` chunks on each side of it in its document, in document order,
         merged into one passage with its document offsets: to read what comes before and after a hit."""
         with tool_errors("get_context"):
-            return tools.get_context(chunk_id, radius)
+            return tools.as_caller(callers.of(ctx)).get_context(chunk_id, radius)
 
     @server.tool(
         annotations=ToolAnnotations(
@@ -140,7 +159,7 @@ def create_server(pipeline: Pipeline | None = None, roots: Sequence[Path] | None
         ),
         structured_output=True,
     )
-    def ingest(path: IngestPath, source_name: SourceName | None = None) -> IngestSummary:
+    def ingest(ctx: Context, path: IngestPath, source_name: SourceName | None = None) -> IngestSummary:
         """Index a folder (every .md, .txt, .html, .pdf, .eml under it) or one file, from the allowed roots
         only. Incremental: unchanged documents are skipped, changed ones redone, and documents gone from an
         ingested folder are removed from the index. A document is identified by the folder ingested and its
@@ -148,15 +167,15 @@ def create_server(pipeline: Pipeline | None = None, roots: Sequence[Path] | None
         same source_name, if one was given), not a subfolder or a file of it. Returns counts, and each
         failed document with its error; may take minutes for a large folder."""
         with tool_errors("ingest"):
-            return tools.ingest(path, source_name)
+            return tools.as_caller(callers.of(ctx)).ingest(path, source_name)
 
     @server.tool(annotations=reading, structured_output=True)
-    def status(failed_only: FailedOnly = False) -> IndexStatus:
+    def status(ctx: Context, failed_only: FailedOnly = False) -> IndexStatus:
         """What is indexed: the index generations (the live one first, with its settings) and the live
         documents per state. With failed_only=true, also every failed document with its error. The full
         document list is the resource unichunk://documents."""
         with tool_errors("status"):
-            return tools.status(failed_only)
+            return tools.as_caller(callers.of(ctx)).status(failed_only)
 
     @server.resource(
         "unichunk://documents",
@@ -167,7 +186,8 @@ def create_server(pipeline: Pipeline | None = None, roots: Sequence[Path] | None
     )
     def documents() -> str:
         with resource_errors():
-            return json.dumps([d.model_dump() for d in tools.documents()], ensure_ascii=False)
+            found = tools.as_caller(callers.default()).documents()  # static: the SDK gives it no request
+            return json.dumps([d.model_dump() for d in found], ensure_ascii=False)
 
     @server.resource(
         "unichunk://documents/{document_id}",
@@ -175,18 +195,20 @@ def create_server(pipeline: Pipeline | None = None, roots: Sequence[Path] | None
         description="One document's chunks in order, each with chunk_id, offsets, heading chain and text.",
         mime_type="application/json",
     )
-    def document(document_id: str) -> str:
+    def document(document_id: str, ctx: Context) -> str:
         with resource_errors():
-            return json.dumps(tools.document(document_id), ensure_ascii=False)
+            return json.dumps(tools.as_caller(callers.of(ctx)).document(document_id), ensure_ascii=False)
 
     return server
 
 
-def run_server(*, http: bool = False, host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT) -> None:
+def run_server(
+    *, http: bool = False, host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT, token: str | None = None
+) -> None:
     """Serve until the client disconnects (stdio) or the process is stopped (HTTP); the stores the
-    Pipeline opened are closed either way."""
+    Pipeline opened are closed either way. `token`: whom the tools run as (see `create_server`)."""
     pipeline = Pipeline()
-    server = create_server(pipeline)
+    server = create_server(pipeline, token=token, http=http)
     try:
         if http:
             server.run("streamable-http", host=host, port=port)
@@ -194,6 +216,62 @@ def run_server(*, http: bool = False, host: str = "127.0.0.1", port: int = DEFAU
             server.run("stdio")
     finally:
         pipeline.close()
+
+
+# --- who calls ------------------------------------------------------------------------------------------------
+
+
+class _Callers:
+    """The principal each tool call runs as: an HTTP request's bearer token (looked up per call, so a
+    revoked token is refused at once), else the server's own token's principal, else the owner (stdio,
+    or HTTP while no token exists at all)."""
+
+    def __init__(
+        self, pipeline: Pipeline, service: ServiceSettings, token: str | None, *, http: bool
+    ) -> None:
+        admin = service.api_token.get_secret_value() if service.api_token else None
+        self.tokens = Tokens(pipeline.settings, admin_token=admin)
+        self.http = http
+        if token is None and service.token is not None:
+            token = service.token.get_secret_value()
+        self.token = token  # looked up again at each call: a revocation holds at once
+        if token is not None and self.tokens.principal(token) is None:
+            raise UsageError("the MCP server's token is unknown or revoked (`unichunk tokens list`)")
+
+    def of(self, ctx: Context) -> Principal:
+        """The principal of this call: its HTTP bearer token's, else `default()`."""
+        request = _http_request(ctx)
+        header = request.headers.get("authorization") if request is not None else None
+        if header is None:
+            return self.default()
+        scheme, _, given = header.partition(" ")
+        found = self.tokens.principal(given.strip()) if scheme.lower() == "bearer" else None
+        if found is None:
+            logger.warning("access denied: mcp reason=bad_token token_id=%s", Tokens.token_id(given) or "-")
+            raise ToolError("unknown or revoked bearer token")
+        return found
+
+    def default(self) -> Principal:
+        """The server's own token's principal; else the owner, unless over HTTP once tokens exist."""
+        if self.token is not None:
+            found = self.tokens.principal(self.token)
+            if found is None:
+                logger.warning("access denied: mcp reason=bad_token token_id=%s", Tokens.token_id(self.token))
+                raise ToolError("this server's token (UNICHUNK_TOKEN) was revoked")
+            return found
+        if self.http and self.tokens.required():
+            logger.warning("access denied: mcp reason=missing_token token_id=-")
+            raise ToolError("a bearer token is required (Authorization: Bearer ...)")
+        return OWNER
+
+
+def _http_request(ctx: Context) -> Any:
+    """The HTTP request a tool call came in (streamable HTTP), else None (stdio)."""
+    try:
+        request = ctx.request_context.request
+    except ValueError:  # outside a request
+        return None
+    return request if hasattr(request, "headers") else None
 
 
 # --- the work behind the tools --------------------------------------------------------------------------------
@@ -207,6 +285,12 @@ class _Tools:
         self.roots = roots
         self.service = service
         self._ingesting = threading.Lock()
+
+    def as_caller(self, principal: Principal) -> _Tools:
+        """These tools as `principal`: the same stores and ingest lock, its scoped Pipeline."""
+        view = copy.copy(self)
+        view.pipeline = self.pipeline.scoped(principal)
+        return view
 
     def search(
         self, query: str, k: int, document_ids: list[str] | None, budget: int, mode: Mode

@@ -5,8 +5,9 @@ Each route parses its query, asks a `unichunk.Pipeline` whose readers are the se
 routes are listed in docs/operations.md ("The service"). `DELETE /documents/{id}` is the one piece of
 Prefect orchestration done here: it starts the `delete-document` deployment's run, because the served
 runner, not this process, must write (under the store lock). Retrieval blocks, so the endpoints are sync
-functions FastAPI runs in its thread pool. Every route takes the bearer token
-(`unichunk.deployments.service.auth`).
+functions FastAPI runs in its thread pool. Every route resolves the bearer token to the caller's
+`Principal` (`unichunk.deployments.service.auth`) and runs as `pipeline.scoped(principal)`: reads filtered
+to what it may read, writes refused unless it may write (`AccessDenied`: 403).
 """
 
 from __future__ import annotations
@@ -22,13 +23,15 @@ from fastapi.security import HTTPBearer
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from unichunk.deployments.service.auth import bearer_auth
+from unichunk.access import AccessDenied, Principal
+from unichunk.deployments.service.auth import principal_auth
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.errors import DiskFull, NotFound, SinkError, StoreBusy, UsageError
 from unichunk.interface import Mode
 from unichunk.pipeline import DEFAULT_BUDGET, Pipeline, Readers, ReadersProvider, run_result
 from unichunk.request_limits import MAX_QUERY_CHARS
 from unichunk.results import DocumentChunks, IndexStatus, SearchResult
+from unichunk.tokens import Tokens
 from unichunk.warm_stores import WarmStores
 
 SinksProvider = Callable[[], Mapping[str, object]]
@@ -79,11 +82,22 @@ def service_pipeline(stores: ReaderSource, settings: ServiceSettings) -> Pipelin
     return Pipeline(readers=provider)
 
 
-def create_search_router(stores: ReaderSource, settings: ServiceSettings | None = None) -> APIRouter:
-    """The API routes, reading `stores`; every route takes the bearer token when one is configured."""
+def service_tokens(settings: ServiceSettings) -> Tokens:
+    """Who may call: the data dir's tokens and the configured admin token (`unichunk.tokens`)."""
+    admin = settings.api_token.get_secret_value() if settings.api_token else None
+    return Tokens(admin_token=admin)
+
+
+def create_search_router(
+    stores: ReaderSource, settings: ServiceSettings | None = None, tokens: Tokens | None = None
+) -> APIRouter:
+    """The API routes, reading `stores`; each runs as the principal its bearer token names (`tokens`:
+    default, the data dir's and the configured admin token)."""
     settings = settings or ServiceSettings()
-    # HTTPBearer (no auto error: `bearer_auth` answers) declares the scheme in the OpenAPI document
-    router = APIRouter(dependencies=[Depends(bearer_auth(settings)), Security(BEARER_SCHEME)])
+    tokens = tokens or service_tokens(settings)
+    # HTTPBearer (no auto error: `principal_auth` answers) declares the scheme in the OpenAPI document
+    router = APIRouter(dependencies=[Security(BEARER_SCHEME)])
+    caller_of = Depends(principal_auth(tokens))  # a default, not an annotation: the routes are local
     pipeline = service_pipeline(stores, settings)
 
     @router.get("/search", response_model=SearchResult)
@@ -104,10 +118,11 @@ def create_search_router(stores: ReaderSource, settings: ServiceSettings | None 
         document: Annotated[
             list[str] | None, Query(description="Only these document IDs (repeatable).")
         ] = None,
+        caller: Principal = caller_of,
     ) -> SearchResult:
         response.headers[SERVED_BY] = "unichunk-serve"
         try:
-            return pipeline.search(
+            return pipeline.scoped(caller).search(
                 q,
                 k,
                 mode=mode,
@@ -122,15 +137,19 @@ def create_search_router(stores: ReaderSource, settings: ServiceSettings | None 
             raise HTTPException(422, f"q: {exc}") from exc
 
     @router.get("/documents/{document_id:path}", response_model=DocumentChunks)
-    def document_endpoint(document_id: str) -> DocumentChunks:
+    def document_endpoint(document_id: str, caller: Principal = caller_of) -> DocumentChunks:
         try:
-            return pipeline.document(document_id)
+            return pipeline.scoped(caller).document(document_id)
         except NotFound as exc:
             raise HTTPException(404, str(exc)) from exc
 
     @router.delete("/documents/{document_id:path}")
-    def delete_endpoint(document_id: str, response: Response, wait: bool = False) -> dict[str, Any]:
-        if not pipeline.knows(document_id):
+    def delete_endpoint(
+        document_id: str, response: Response, wait: bool = False, caller: Principal = caller_of
+    ) -> dict[str, Any]:
+        if not caller.may_write:  # the served run writes, not `Pipeline.delete`: refused here
+            raise AccessDenied("deleting needs a token that may write (`unichunk tokens create --write`)")
+        if not pipeline.scoped(caller).knows(document_id):
             raise HTTPException(404, f"no such document: {document_id} (`unichunk status` lists them)")
         with _prefect_api():
             run = run_deployment(
@@ -152,8 +171,8 @@ def create_search_router(stores: ReaderSource, settings: ServiceSettings | None 
         return body
 
     @router.get("/status", response_model=IndexStatus)
-    def status_endpoint(failed: bool = False) -> IndexStatus:
-        return pipeline.status(failed_only=failed)
+    def status_endpoint(failed: bool = False, caller: Principal = caller_of) -> IndexStatus:
+        return pipeline.scoped(caller).status(failed_only=failed)
 
     return router
 

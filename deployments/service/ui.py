@@ -18,6 +18,7 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
+from unichunk.access import AccessDenied, Principal
 from unichunk.deployments.service import ui_pages
 from unichunk.deployments.service.ui_auth import (
     COOKIE,
@@ -39,7 +40,7 @@ CSP = "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data
 def create_ui_router(pipeline: Pipeline, check: TokenCheck, data_dir: Path) -> APIRouter:
     """The `/ui` routes, reading through `pipeline`; `check` is the API's token check."""
     router = APIRouter(include_in_schema=False)
-    guarded = [Depends(browser_auth(check, redirect=True))]
+    caller_of = Depends(browser_auth(check, redirect=True))  # each page reads as its caller's principal
 
     def html(body: str, status: int = 200) -> HTMLResponse:
         return HTMLResponse(body, status, headers={"Content-Security-Policy": CSP})
@@ -79,32 +80,37 @@ def create_ui_router(pipeline: Pipeline, check: TokenCheck, data_dir: Path) -> A
         response.delete_cookie(COOKIE, path="/")
         return response
 
-    @router.get("/ui", dependencies=guarded)
-    def search(q: str = "", k: int = 10) -> HTMLResponse:
+    @router.get("/ui")
+    def search(q: str = "", k: int = 10, caller: Principal = caller_of) -> HTMLResponse:
         if not q.strip():
             return html(ui_pages.search_page(q, None))
         try:
-            found = pipeline.search(q, max(1, min(k, 50)), graph=False, expand=False)
+            found = pipeline.scoped(caller).search(q, max(1, min(k, 50)), graph=False, expand=False)
         except UsageError as exc:
             return html(ui_pages.search_page(q, None, str(exc)), 422)
         return html(ui_pages.search_page(q, found))
 
-    @router.get("/ui/documents/{document_id:path}", dependencies=guarded)
-    def document(document_id: str, start: int | None = None, end: int | None = None) -> HTMLResponse:
+    @router.get("/ui/documents/{document_id:path}")
+    def document(
+        document_id: str, start: int | None = None, end: int | None = None, caller: Principal = caller_of
+    ) -> HTMLResponse:
+        reader = pipeline.scoped(caller)
         try:
-            found = pipeline.document(document_id)
+            found = reader.document(document_id)
         except NotFound as exc:
             return html(ui_pages.page("Not found", f"<p class='error'>{escape(str(exc))}</p>"), 404)
         graphs, graph_error = None, None
         try:
-            graphs = pipeline.chunk_graphs([c.chunk_id for c in found.chunks])
+            graphs = reader.chunk_graphs([c.chunk_id for c in found.chunks])
         except (UnichunkError, OSError, HTTPException) as exc:  # the text still shows without the graph
             graph_error = exc.detail if isinstance(exc, HTTPException) else str(exc)
         highlight = (start, end) if start is not None and end is not None and start < end else None
         return html(ui_pages.document_page(found, graphs, highlight, graph_error))
 
-    @router.get("/ui/evaluation", dependencies=guarded)
-    def evaluation() -> HTMLResponse:
+    @router.get("/ui/evaluation")
+    def evaluation(caller: Principal = caller_of) -> HTMLResponse:
+        if not caller.admin:  # its questions and references may quote any document
+            raise AccessDenied("the evaluation report is for admin tokens: it may quote any document")
         report, error = _latest_report(data_dir / LATEST_REPORT)
         return html(ui_pages.evaluation_page(report, error))
 

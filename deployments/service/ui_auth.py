@@ -4,9 +4,8 @@ Browsers send no `Authorization` header on navigation, so `/ui` and the OpenAPI 
 from an HttpOnly, SameSite=Strict cookie that the login form sets (SameSite=Strict: no other site's page
 can make the browser send it). The cookie's value is checked by handing it to the bearer check of
 `unichunk.deployments.service.auth` as the request's `Authorization` header: the one call into auth.py
-(`bearer_auth`), so whatever that check becomes (constant-time comparison today, a token-to-principal
-lookup tomorrow) the browser gets it too. Without a configured token that check admits everyone and no
-login is asked.
+(`principal_auth`), so a browser is the same principal as the token's API caller, refused alike (a revoked
+token by the next page). Without any token that check admits everyone as the owner and no login is asked.
 """
 
 from __future__ import annotations
@@ -16,13 +15,14 @@ from urllib.parse import quote
 
 from fastapi import HTTPException, Request
 
-from unichunk.deployments.service.auth import bearer_auth
-from unichunk.deployments.settings import ServiceSettings
+from unichunk.access import Principal
+from unichunk.deployments.service.auth import principal_auth
+from unichunk.tokens import Tokens
 
 COOKIE = "unichunk_token"
 LOGIN_PATH = "/ui/login"
 
-TokenCheck = Callable[[Request], None]
+TokenCheck = Callable[[Request], Principal]
 
 
 def with_bearer(request: Request, token: str) -> Request:
@@ -32,22 +32,23 @@ def with_bearer(request: Request, token: str) -> Request:
     return Request({**request.scope, "headers": headers})
 
 
-def token_check(settings: ServiceSettings) -> TokenCheck:
-    """The API's bearer check (401 when the token is missing or wrong; a no-op without a token)."""
-    return bearer_auth(settings)
+def token_check(tokens: Tokens) -> TokenCheck:
+    """The API's bearer check: the caller's principal, 401 when the token is missing or wrong (the owner
+    while no token exists)."""
+    return principal_auth(tokens)
 
 
 def browser_auth(check: TokenCheck, *, redirect: bool = False) -> TokenCheck:
     """A dependency admitting a request whose bearer header or token cookie passes `check`. A refused
     page request (`redirect`) is sent to the login form, coming back to where it was going."""
 
-    def admit(request: Request) -> None:
+    def admit(request: Request) -> Principal:
         cookie = request.cookies.get(COOKIE)
         asked = (
             request if request.headers.get("authorization") or not cookie else with_bearer(request, cookie)
         )
         try:
-            check(asked)
+            return check(asked)
         except HTTPException as exc:
             if not redirect or exc.status_code != 401:
                 raise

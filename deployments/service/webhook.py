@@ -6,7 +6,8 @@ deployments' triggers, and those runs touch the stores, never the receiver. The 
 API (`unichunk.deployments.service.api`, bearer auth in `.auth`).
 
 Checks, in order (`webhook_security`): size -> 413, content type -> 415, HMAC signature and timestamp
-freshness -> 401, replayed signature or delivery id -> 409, JSON shape, unsafe ids or paths -> 422. The
+freshness -> 401, replayed signature or delivery id -> 409, JSON shape, unsafe ids or paths -> 422, a
+source (or a document of a source) other than the one whose secret signed it -> 403 (`signing_secrets`). The
 event's id is derived from the delivery id, so a sender's retry never starts a second run (Prefect drops
 an event id it has seen); if Prefect cannot take the event the answer is 503 and the sender retries. An
 `updated` webhook is also queued under the event's id before the event fires (`unichunk.update_queue`), so
@@ -43,7 +44,7 @@ from unichunk.deployments.service.api import (
     service_pipeline,
 )
 from unichunk.deployments.service.api_docs import WITHOUT_OPEN_DOCS, add_api_docs
-from unichunk.deployments.service.auth import listen_refusal
+from unichunk.deployments.service.auth import listen_refusal, refuse_denied_access
 from unichunk.deployments.service.discovery import announce, withdraw
 from unichunk.deployments.service.http_metrics import HttpMetrics
 from unichunk.deployments.service.prefect_outage import prefect_reachability
@@ -51,7 +52,7 @@ from unichunk.deployments.service.ui import create_ui_router
 from unichunk.deployments.service.ui_auth import token_check
 from unichunk.deployments.service.webhook_security import (
     WebhookRejected,
-    authenticate,
+    authenticate_source,
     check_document_id,
     check_regular_file,
     check_source_id,
@@ -65,6 +66,7 @@ from unichunk.deployments.settings import ServiceSettings
 from unichunk.pipeline import Pipeline
 from unichunk.replay_cache import open_replay_cache
 from unichunk.settings import SinkSettings
+from unichunk.tokens import Tokens
 from unichunk.update_queue import UpdateQueue, open_update_queue
 from unichunk.warm_stores import WarmStores
 
@@ -168,6 +170,8 @@ def build_event(
     (`{{ event.payload.path }}`) never meet an undefined value.
     """
     source_system = _source_system(payload, settings)
+    if payload.event == "updated" and settings.source_root is not None:
+        _check_listed_source(source_system, settings)
     source_id = check_source_id(payload.source_id)
     if payload.document_id is not None:
         document_id = check_document_id(payload.document_id)
@@ -236,11 +240,68 @@ def _source_system(payload: WebhookPayload, settings: ServiceSettings) -> str:
             )
         return configured
     named = check_source_system(payload.source_system)
-    if configured is not None and named != configured:
+    if configured is not None and named != configured and named not in settings.webhook_secrets:
         raise WebhookRejected(
             422, "unknown_source", f"this receiver serves the source {configured!r}, not {named!r}"
         )
     return named
+
+
+def _check_listed_source(source_system: str, settings: ServiceSettings) -> None:
+    """An update is for the configured source, the one folder this receiver lists (another source with
+    its own secret may send deletions only)."""
+    if source_system != settings.source_system():
+        raise WebhookRejected(
+            422,
+            "unknown_source",
+            f"updates are for the source {settings.source_system()!r}, whose folder this receiver lists; "
+            f"{source_system!r} may only send deletions",
+        )
+
+
+def signing_secrets(settings: ServiceSettings) -> list[tuple[str | None, str]]:
+    """Who may sign for which source, as (source, secret) pairs: each UNICHUNK_WEBHOOK_SECRETS entry for
+    its own source; the shared UNICHUNK_WEBHOOK_SECRET for any source (None) while no per-source secret
+    is set (the single-source setup, as before), else for the configured source (UNICHUNK_SOURCE_ROOT's)
+    only, beside its own secret if it has one, and for none without a configured source."""
+    pairs: list[tuple[str | None, str]] = [
+        (name, secret.get_secret_value()) for name, secret in settings.webhook_secrets.items()
+    ]
+    shared = settings.webhook_secret.get_secret_value() if settings.webhook_secret else ""
+    if shared and not pairs:
+        pairs.append((None, shared))
+    elif shared and (configured := settings.source_system()) is not None:
+        pairs.append((configured, shared))
+    elif shared:
+        logger.warning(
+            "UNICHUNK_WEBHOOK_SECRET signs for no source: UNICHUNK_WEBHOOK_SECRETS is set and no "
+            "UNICHUNK_SOURCE_ROOT names the source it would be for"
+        )
+    return pairs
+
+
+def _signed_source(payload: WebhookPayload, signed_for: str | None) -> WebhookPayload:
+    """A payload signed with a source's own secret names that source by default."""
+    if signed_for is None or payload.source_system is not None:
+        return payload
+    return payload.model_copy(update={"source_system": signed_for})
+
+
+def _check_signed_source(event: dict[str, Any], signed_for: str | None, index: Pipeline) -> None:
+    """A delivery signed with a source's secret touches that source only: its event names that source,
+    and a document it names by ID, if recorded, is one of that source's (403 otherwise)."""
+    if signed_for is None:
+        return
+    payload = event["payload"]
+    if payload["source_system"] != signed_for:
+        raise WebhookRejected(
+            403, "wrong_source", f"signed with the secret of {signed_for!r}: it may not name another source"
+        )
+    recorded = index.documents([payload["document_id"]]).get(payload["document_id"])
+    if recorded is not None and recorded.source_system != signed_for:
+        raise WebhookRejected(
+            403, "wrong_source", f"signed with the secret of {signed_for!r}: the document is another source's"
+        )
 
 
 def _check_declared_length(request: Request, limit: int) -> None:
@@ -283,7 +344,7 @@ def create_app(
     """
     settings = settings or ServiceSettings()
     events = events or PrefectEventSink(default_prefect_api_url())
-    secret = settings.webhook_secret.get_secret_value() if settings.webhook_secret else ""
+    secrets = signing_secrets(settings)
     records = SinkSettings() if data_dir is None else SinkSettings(data_dir=Path(data_dir))
     data_dir = records.data_dir
     replay = open_replay_cache(records)
@@ -291,6 +352,8 @@ def create_app(
     # run finds its update applied, or applies it with every other one waiting.
     updates = open_update_queue(records) if settings.webhook_batching else None
     index = Pipeline(records)  # which documents a `deleted` event may name: the live ones
+    admin_token = settings.api_token.get_secret_value() if settings.api_token else None
+    tokens = Tokens(records, admin_token=admin_token)  # who each API request is (`auth`)
 
     stores = open_stores(search_sinks, settings)
 
@@ -305,13 +368,14 @@ def create_app(
 
     # OpenAPI at /docs and /openapi.json, and the web UI at /ui, behind the API's token (`api_docs`, `ui`)
     app = FastAPI(title="unichunk service", lifespan=lifespan, **WITHOUT_OPEN_DOCS)
-    check = token_check(settings)
+    check = token_check(tokens)
     add_api_docs(app, check)
     app.add_middleware(HttpMetrics)
+    refuse_denied_access(app)
     app.state.replay = replay
     app.state.events = events
     app.state.stores = stores
-    app.include_router(create_search_router(stores, settings))
+    app.include_router(create_search_router(stores, settings, tokens))
     app.include_router(create_ui_router(service_pipeline(stores, settings), check, data_dir))
 
     @app.exception_handler(WebhookRejected)
@@ -325,8 +389,8 @@ def create_app(
         _check_content_type(request)
         body = await _read_body(request, settings.webhook_max_body)
         now = clock()
-        timestamp, signature_hex, delivery = authenticate(
-            secret, request.headers, body, tolerance=settings.webhook_tolerance, now=now
+        signed_for, (timestamp, signature_hex, delivery) = authenticate_source(
+            secrets, request.headers, body, tolerance=settings.webhook_tolerance, now=now
         )
         keys = replay_keys(signature_hex, delivery, timestamp, tolerance=settings.webhook_tolerance, now=now)
         if not replay.reserve(keys, now):
@@ -337,8 +401,10 @@ def create_app(
             except ValidationError as exc:
                 reason = "malformed_json" if _is_json_error(exc) else "invalid_payload"
                 raise WebhookRejected(422, reason, _short_errors(exc)) from None
+            payload = _signed_source(payload, signed_for)
             event_id = event_id_for(delivery, signature_hex)
             event = build_event(payload, event_id, settings, lambda d: bool(index.documents([d])))
+            _check_signed_source(event, signed_for, index)
             queued = _enqueue(updates, event)
             try:
                 await events.emit(event)

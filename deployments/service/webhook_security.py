@@ -8,6 +8,8 @@ Two signature schemes are accepted, chosen by the headers a delivery carries:
   UNICHUNK_WEBHOOK_SECRET itself when that is written `whsec_<base64>` (the SDKs' format: decoded, as
   they decode it), else the secret's UTF-8 bytes (a sender passes `whsec_` + base64 of our secret).
 Both share the timestamp tolerance and the replay cache (the webhook-id is the delivery id).
+Each source may have its own secret (UNICHUNK_WEBHOOK_SECRETS): `authenticate_source` says which source's
+secret signed a delivery, and the receiver lets it touch that source only.
 
 Kept apart from the HTTP layer so each check is a plain function that tests can call directly, and so
 the receiver reads as the order of the checks. Nothing here talks to Prefect or to any store; the replay
@@ -23,7 +25,7 @@ import hmac
 import re
 import stat
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import NamedTuple
@@ -130,6 +132,29 @@ def authenticate(
         now=now,
     )
     return Authenticated(timestamp, signature_hex, check_delivery_id(headers.get("x-unichunk-delivery")))
+
+
+def authenticate_source(
+    secrets: Sequence[tuple[str | None, str]],
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    tolerance: float,
+    now: float,
+) -> tuple[str | None, Authenticated]:
+    """Verify a delivery against each configured secret (`secrets`: (source name, its secret) pairs, a
+    None source for a secret that signs for any source); the source whose secret signed it comes back with it, the only
+    source the delivery may touch. Each comparison is constant-time; only a signature mismatch moves on
+    to the next secret (a missing header or a stale timestamp is refused at once, whoever signed)."""
+    refusal = WebhookRejected(401, "no_secret", "the receiver has no shared secret configured")
+    for source, secret in secrets:
+        try:
+            return source, authenticate(secret, headers, body, tolerance=tolerance, now=now)
+        except WebhookRejected as exc:
+            if exc.reason != "bad_signature":
+                raise
+            refusal = exc
+    raise refusal
 
 
 def standard_webhook_key(secret: str) -> bytes:

@@ -8,10 +8,25 @@ from pathlib import Path
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
+from unichunk.access import AccessDenied
 from unichunk.deployments.cli.exit_codes import MEANINGS, ExitCode, exit_code_for, help_epilog, markdown_table
 from unichunk.deployments.cli.main import app
-from unichunk.deployments.cli.service_client import ServiceError, ServiceNotFound, ServiceRefused
-from unichunk.errors import GenerationMismatch, NotFound, SinkError, UnichunkError, Unreachable, UsageError
+from unichunk.deployments.cli.service_client import (
+    ServiceDenied,
+    ServiceError,
+    ServiceNotFound,
+    ServiceRefused,
+)
+from unichunk.errors import (
+    BadLabel,
+    GenerationMismatch,
+    NotFound,
+    SinkError,
+    TokenError,
+    UnichunkError,
+    Unreachable,
+    UsageError,
+)
 from unichunk.settings import ChunkStrategy
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
@@ -41,6 +56,10 @@ def test_each_kind_of_error_gets_its_code() -> None:
         ServiceRefused(401, "bad token"): 2,
         GenerationMismatch("other settings than the live generation"): 2,
         invalid: 2,
+        TokenError("no such token: x"): 2,
+        BadLabel("bad label 'a b'"): 2,
+        AccessDenied("status is for admins"): 4,
+        ServiceDenied(403, "writes need a token that may write"): 4,
         SinkError("graph", "cannot open the store"): 3,
         Unreachable("cannot reach the Prefect API"): 3,
         ServiceError(500, "internal"): 3,

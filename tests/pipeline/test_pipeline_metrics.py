@@ -118,7 +118,7 @@ def test_every_duration_histogram_reaches_300_seconds() -> None:
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
-def test_alert_rules_pass_promtool_and_name_the_four_alerts() -> None:
+def test_alert_rules_pass_promtool_and_name_the_five_alerts() -> None:
     rules = REPO_ROOT / "deployments" / "alerts.yml"
     result = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -128,6 +128,7 @@ def test_alert_rules_pass_promtool_and_name_the_four_alerts() -> None:
         "UnichunkDocumentsFailed",
         "UnichunkAlignmentMismatch",
         "UnichunkWebhookRejectionsSpike",
+        "UnichunkAccessDeniedSpike",
     }
     config = yaml.safe_load((REPO_ROOT / "deployments" / "prometheus.yml").read_text())
     assert config["rule_files"] == ["alerts.yml"]

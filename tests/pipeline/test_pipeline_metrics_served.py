@@ -255,6 +255,7 @@ def test_served_runs_add_up_in_prometheus_and_feed_every_dashboard_panel(service
         "UnichunkDocumentsFailed",
         "UnichunkAlignmentMismatch",
         "UnichunkWebhookRejectionsSpike",
+        "UnichunkAccessDeniedSpike",
     }
     wait(
         "the rules evaluated",

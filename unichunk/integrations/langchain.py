@@ -24,7 +24,7 @@ from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import BaseDocumentTransformer
 from langchain_core.documents import Document as LangchainDocument
 from langchain_core.retrievers import BaseRetriever
-from pydantic import Field
+from pydantic import Field, SecretStr
 
 import unichunk
 from unichunk.chunking.config import ChunkStrategy
@@ -56,6 +56,21 @@ class UnichunkRetriever(BaseRetriever):
     k: int = Field(default=5, ge=1, description="Chunks per query.")
     mode: Mode = Field(default="hybrid", description="hybrid (BM25 + vectors, fused), keywords or vectors.")
     document_ids: list[str] | None = Field(default=None, description="Search only these documents.")
+    principal: Any = Field(
+        default=None, exclude=True, description="A `unichunk.access.Principal` to search as (see `token`)."
+    )
+    token: SecretStr | None = Field(
+        default=None, exclude=True, description="An access token (`unichunk tokens create`) to search as."
+    )
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Scope the Pipeline to the caller `principal` or `token` names: it then reads only what that
+        caller may read."""
+        given = self.token.get_secret_value() if self.token is not None else None
+        who = self.principal if given is None else unichunk.Tokens.caller(self.pipeline.settings, None, given)
+        if who is not None:
+            self.pipeline = self.pipeline.scoped(who)
+            self.principal, self.token = who, None  # the token is not kept: its principal is what counts
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun

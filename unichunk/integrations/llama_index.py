@@ -48,6 +48,7 @@ from unichunk.retrieval.ranking import Mode
 from unichunk.retrieval.results import SearchHit
 
 if TYPE_CHECKING:
+    from unichunk.access import Principal
     from unichunk.pipeline import Pipeline
 
 DEFAULT_SOURCE_SYSTEM = "llama_index"
@@ -183,7 +184,8 @@ class UnichunkRetriever(BaseRetriever):
     `rank`, `ranks` and `scores` (per retriever); the score is the
     fused RRF score (hybrid) or the single retriever's. Without `pipeline`, one is built from the
     `UNICHUNK_*` settings; call `retriever.pipeline.close()` when done (a local-mode Qdrant folder admits
-    one client at a time).
+    one client at a time). `principal`, or `token` (from `unichunk tokens create`): whom it searches as,
+    seeing only what that caller may read (default: the Pipeline's own principal, the owner).
     """
 
     def __init__(
@@ -193,13 +195,17 @@ class UnichunkRetriever(BaseRetriever):
         k: int = 5,
         mode: Mode = "hybrid",
         document_ids: Sequence[str] | None = None,
+        principal: Principal | None = None,
+        token: str | None = None,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
         if k < 1:
             raise ValueError(f"k must be at least 1, not {k}")
         super().__init__(callback_manager=callback_manager, verbose=verbose)
-        self.pipeline: Pipeline = pipeline if pipeline is not None else unichunk.Pipeline()
+        opened: Pipeline = pipeline if pipeline is not None else unichunk.Pipeline()
+        who = principal if token is None else unichunk.Tokens.caller(opened.settings, principal, token)
+        self.pipeline: Pipeline = opened.scoped(who) if who is not None else opened
         self.k = k
         self.mode: Mode = mode
         self.document_ids = list(document_ids) if document_ids else None
