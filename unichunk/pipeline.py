@@ -71,6 +71,8 @@ from unichunk.results import (
     IndexStatus,
 )
 from unichunk.retrieval.context import DEFAULT_BUDGET, Piece, merge_pieces
+from unichunk.retrieval.evaluation.metric import BUDGETS
+from unichunk.retrieval.evaluation.run import DEFAULT_K, Target, evaluate, save_report
 from unichunk.retrieval.ranking import Mode
 from unichunk.retrieval.readers import SEARCH_SINKS, Readers, open_readers
 from unichunk.retrieval.results import SearchResult
@@ -264,6 +266,44 @@ class Pipeline:
             raise UsageError(f"generation {generation_id} is live; switch to another one before dropping it")
         self._run("drop-generation", generation_id)
         return DroppedGeneration(dropped=generation_id, state=found.state)
+
+    # --- evaluation -------------------------------------------------------------------------------------
+
+    def eval(
+        self,
+        questions: PathLike,
+        *,
+        generation: str | None = None,
+        against: str | None = None,
+        budgets: Sequence[int] = BUDGETS,
+        k: int = DEFAULT_K,
+        retrievers: bool = False,
+    ) -> dict[str, Any]:
+        """Score the shipped search on `questions` (a questions CSV or JSONL: docs/evaluation.md) over
+        `generation` (default: the live one), and with `against` a second generation (any generation by
+        ID, read without switching), paired question by question (candidate minus the first). Returns the
+        report (the JSON of `unichunk eval --json`), also saved as `<data_dir>/evaluations/latest.json`
+        and a stamped copy. References that cannot be located are in `report["unlocated"]`."""
+        if not budgets or any(b <= 0 for b in budgets) or k <= 0:
+            raise UsageError("budgets and k must be positive")
+        first = generation or (live.generation_id if (live := live_generation(self.settings)) else None)
+        if first is None:
+            raise UsageError("nothing ingested yet: there is no live generation to evaluate")
+        for named in (first, against):
+            if named is not None and registry_of(self.settings).get(named) is None:
+                raise NotFound(f"no such generation: {named} (`unichunk generations list` lists them)")
+        is_live = generation is None or first == getattr(
+            live_generation(self.settings), "generation_id", None
+        )
+        targets = [Target("live" if is_live else first, first)]
+        if against is not None:
+            targets.append(Target("candidate", against))
+        report = evaluate(
+            self.settings, questions, targets, budgets=budgets, k=k, retrievers=retrievers,
+            reading=self._reading_generation,
+        )  # fmt: skip
+        save_report(report, self.settings.data_dir)
+        return report
 
     # --- reads ------------------------------------------------------------------------------------------
 
@@ -485,6 +525,15 @@ class Pipeline:
         readers = open_readers(pinned, names)
         if (pinned, names) not in self._opened:
             self._opened.append((pinned, names))
+        yield readers
+
+    @contextmanager
+    def _reading_generation(self, pinned: SinkSettings) -> Iterator[Readers]:
+        """Open the ranking stores of the generation `pinned` names (live or not: an evaluation reads a
+        candidate without switching), kept open until `close()` like every read's."""
+        readers = open_readers(pinned, RANKING_SINKS)
+        if (pinned, RANKING_SINKS) not in self._opened:
+            self._opened.append((pinned, RANKING_SINKS))
         yield readers
 
     def _with_sources(self, found: SearchResult) -> SearchResult:
