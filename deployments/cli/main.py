@@ -517,6 +517,65 @@ def rebuild(
         raise typer.Exit(ExitCode.NOT_ALL_RIGHT)
 
 
+def _budgets(text: str) -> list[int]:
+    """`--budgets 1000,2000,4000` as positive integers (a bad value is a usage error naming the option)."""
+    try:
+        budgets = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        budgets = []
+    if not budgets or any(b <= 0 for b in budgets):
+        raise UsageError(f"--budgets wants positive character counts separated by commas, not {text!r}")
+    return budgets
+
+
+@app.command("eval")
+@friendly_errors
+def eval_command(
+    questions: Annotated[
+        Path,
+        typer.Argument(
+            help="Questions: a CSV (question, references, corpus_id) or JSONL (docs/evaluation.md)."
+        ),
+    ],
+    against: Annotated[
+        str | None,
+        typer.Option("--against", help="A second generation (ID) to compare, paired per question."),
+    ] = None,
+    generation: Annotated[
+        str | None, typer.Option("--generation", help="The generation to evaluate (default: the live one).")
+    ] = None,
+    budgets: Annotated[
+        str, typer.Option("--budgets", help="Character budgets, comma-separated (and the same in tokens).")
+    ] = "1000,2000,4000",
+    k: Annotated[int, typer.Option("-k", min=1, max=100, help="Hits judged for hit@k and MRR.")] = 10,
+    retrievers: Annotated[
+        bool, typer.Option("--retrievers", help="Also each retriever alone (keywords, vectors).")
+    ] = False,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Also write the report as an HTML file.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Score the search on your questions: character recall / precision / IoU of a budget of retrieved
+    text, hit@k and MRR; with --against, the difference with its bootstrap interval. The report is also
+    saved as <data dir>/evaluations/latest.json."""
+    from unichunk.deployments.cli.evaluation import print_report, write_html
+
+    chosen = _budgets(budgets)
+    if not questions.is_file():
+        raise UsageError(f"no questions file at {questions}")
+    with _pipeline() as pipeline:
+        report = pipeline.eval(
+            questions, generation=generation, against=against, budgets=chosen, k=k, retrievers=retrievers
+        )
+    if html is not None:
+        write_html(report, html)
+    if as_json:
+        print_json(report)
+    else:
+        print_report(report)
+
+
 generations_app = typer.Typer(
     help="List, switch (roll back) and drop index generations.", epilog=help_epilog(), no_args_is_help=True
 )
