@@ -44,7 +44,7 @@ from unichunk.engine.run_records import orphaned
 from unichunk.errors import NotFound, UsageError
 from unichunk.flows.run_settings import caller_settings
 from unichunk.index.alignment import AlignmentReport, verify_live
-from unichunk.index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_RETENTION_HOURS
+from unichunk.index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_GATE_TOLERANCE, DEFAULT_RETENTION_HOURS
 from unichunk.index.generations import (
     deletion_targets,
     generation_counts,
@@ -72,6 +72,7 @@ from unichunk.results import (
 )
 from unichunk.retrieval.context import DEFAULT_BUDGET, Piece, merge_pieces
 from unichunk.retrieval.evaluation.metric import BUDGETS
+from unichunk.retrieval.evaluation.questions import load_questions
 from unichunk.retrieval.evaluation.run import DEFAULT_K, Target, evaluate, save_report
 from unichunk.retrieval.ranking import Mode
 from unichunk.retrieval.readers import SEARCH_SINKS, Readers, open_readers
@@ -230,13 +231,23 @@ class Pipeline:
         retention_hours: float = DEFAULT_RETENTION_HOURS,
         max_document_loss: float = 0.0,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        gate: PathLike | None = None,
+        tolerance: float = DEFAULT_GATE_TOLERANCE,
     ) -> RebuildSummary:
         """Build a new index generation with `strategy` (and these settings) beside the live one, verify
-        it, switch readers to it. `summary.outcome` says what happened (`refused` leaves the live one)."""
+        it, switch readers to it. `summary.outcome` says what happened (`refused` leaves the live one).
+        With `gate` (a questions file, as `eval` takes), both generations are evaluated on it first and
+        the switch happens only if the new one's character recall is at no budget lower than the live
+        one's by more than `tolerance`; else `outcome` is `gated`, the new generation stays ready beside
+        the live one and `summary.gate` says where and by how much (the report is saved as `eval`'s)."""
+        if gate is not None:
+            load_questions(gate)  # a questions file that cannot be read is refused before the build
         params = RebuildParams(
             source=source_params(source, source_name, patterns),
             strategy=strategy or self.strategy,
             switch=switch,
+            gate=None if gate is None else str(Path(gate).resolve()),
+            tolerance=tolerance,
             retention_hours=retention_hours,
             max_document_loss=max_document_loss,
             batch_size=batch_size,

@@ -31,6 +31,7 @@ class ExitCode(IntEnum):
     NOT_ALL_RIGHT = 1
     USAGE = 2
     INFRASTRUCTURE = 3
+    GATED = 4
     INTERRUPTED = 130
     TERMINATED = 143
 
@@ -60,6 +61,12 @@ MEANINGS = (
         "infrastructure failure",
         "a store, model or service unreachable or failing, the Prefect API unreachable, a crashed run, an "
         "unexpected error",
+    ),
+    Meaning(
+        ExitCode.GATED,
+        "the gate kept the live generation",
+        "`rebuild --gate`: the new generation retrieves worse on the questions than the live one; it is "
+        "left ready beside it, the reasons printed",
     ),
     Meaning(
         ExitCode.INTERRUPTED,

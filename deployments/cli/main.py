@@ -62,6 +62,7 @@ from unichunk.request_limits import check_query
 from unichunk.results import GenerationInfo, Generations
 from unichunk.settings import (
     DEFAULT_BATCH_SIZE,
+    DEFAULT_GATE_TOLERANCE,
     DEFAULT_RETENTION_HOURS,
     SINK_NAMES,
     ChunkStrategy,
@@ -487,12 +488,25 @@ def rebuild(
         float, typer.Option("--max-document-loss", min=0, max=1, help="Allowed share of fewer documents.")
     ] = 0.0,
     batch_size: BatchSizeOption = DEFAULT_BATCH_SIZE,
+    gate: Annotated[
+        Path | None,
+        typer.Option(
+            "--gate",
+            help="Questions (as `eval` takes): switch only if the new generation retrieves no worse on them.",
+        ),
+    ] = None,
+    tolerance: Annotated[
+        float,
+        typer.Option("--tolerance", min=0, max=1, help="With --gate: allowed recall drop at any budget."),
+    ] = DEFAULT_GATE_TOLERANCE,
     as_json: JsonOption = False,
 ) -> None:
     """Build a new index generation with new settings beside the live one, verify it, then switch to it.
 
     Queries keep answering from the live generation until the switch. Change the embedder or extractor
-    with UNICHUNK_* variables; the chunking with the options here.
+    with UNICHUNK_* variables; the chunking with the options here. With --gate QUESTIONS, both generations
+    are evaluated on the questions first and the switch happens only if the new one's character recall is
+    at no budget lower than the live one's by more than --tolerance (else exit 4, the live one kept).
     """
     _check_source(path, pattern, source)
     chosen = _strategy(strategy, chunk_size=chunk_size, chunk_overlap=chunk_overlap)
@@ -506,6 +520,8 @@ def rebuild(
             retention_hours=retention_hours,
             max_document_loss=max_document_loss,
             batch_size=batch_size,
+            gate=gate,
+            tolerance=tolerance,
         )
     if as_json:
         print_json(summary.model_dump(mode="json"))
@@ -513,8 +529,12 @@ def rebuild(
         console.print(summary.line())
         for failure in summary.failed:
             print_failed(failure.source_id or failure.document_id, failure.error)
+        if summary.evaluation:
+            console.print(f"evaluation: {summary.evaluation}")
     if summary.outcome == "refused":
         raise typer.Exit(ExitCode.NOT_ALL_RIGHT)
+    if summary.outcome == "gated":
+        raise typer.Exit(ExitCode.GATED)
 
 
 def _budgets(text: str) -> list[int]:
