@@ -407,6 +407,12 @@ class RebuildAdvanced(BaseModel):
         le=1.0,
         description="Refuse to switch if the new generation has this share fewer documents than the live one.",
     )
+    tolerance: float = Field(
+        DEFAULT_GATE_TOLERANCE,
+        ge=0.0,
+        le=1.0,
+        description="With a gate: how much lower the new generation's recall may be at any budget (0.01: one point).",
+    )
     chunking: ChunkingAdvanced = Field(default_factory=ChunkingAdvanced)  # type: ignore[valid-type]
 
 
@@ -426,12 +432,6 @@ class RebuildParams(StrategyChoice):
         description="A questions file (CSV or JSONL, docs/evaluation.md) on this machine: switch only if the "
         "new generation retrieves no worse than the live one on them (character recall at each budget).",
     )
-    tolerance: float = Field(
-        DEFAULT_GATE_TOLERANCE,
-        ge=0.0,
-        le=1.0,
-        description="How much lower the new generation's recall may be at any budget (0.01: one point).",
-    )
     advanced: RebuildAdvanced = Field(default_factory=RebuildAdvanced)
 
     @property
@@ -445,6 +445,10 @@ class RebuildParams(StrategyChoice):
     @property
     def max_document_loss(self) -> float:
         return self.advanced.max_document_loss
+
+    @property
+    def tolerance(self) -> float:
+        return self.advanced.tolerance
 
 
 class RebuildSummary(BaseModel):
