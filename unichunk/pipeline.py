@@ -75,7 +75,7 @@ from unichunk.retrieval.evaluation.metric import BUDGETS
 from unichunk.retrieval.evaluation.questions import load_questions
 from unichunk.retrieval.evaluation.run import DEFAULT_K, Target, evaluate, save_report
 from unichunk.retrieval.ranking import Mode
-from unichunk.retrieval.readers import SEARCH_SINKS, Readers, open_readers
+from unichunk.retrieval.readers import RANKING_SINKS, SEARCH_SINKS, Readers, open_readers
 from unichunk.retrieval.results import SearchResult
 from unichunk.retrieval.search import SearchOptions, search
 from unichunk.sinks.base import SINK_NAMES, SearchFilter, SinkName, StoredChunk
@@ -95,8 +95,6 @@ FLOWS = {
     "switch-generation": "unichunk.flows.switch:switch_generation",
     "drop-generation": "unichunk.flows.switch:drop_generation_now",
 }
-# A search without the graph context needs only these: the graph store (a FalkorDB server) stays closed.
-RANKING_SINKS: tuple[SinkName, ...] = ("keywords", "vectors")
 
 
 class Pipeline:

@@ -38,15 +38,14 @@ from unichunk.retrieval.evaluation.paired import paired_bootstrap
 from unichunk.retrieval.evaluation.questions import QuestionsError, load_questions
 from unichunk.retrieval.evaluation.references import Documents, Located, locate
 from unichunk.retrieval.ranking import Mode
-from unichunk.retrieval.readers import Readers, open_readers
+from unichunk.retrieval.readers import RANKING_SINKS, Readers
 from unichunk.retrieval.search import SearchOptions, search
 from unichunk.sinks.config import SinkSettings
-from unichunk.sinks.pool import release_sinks
+from unichunk.sinks.pool import flow_sinks
 
 DEPTH = 40  # hits per question, and candidates per retriever before fusion: the benchmark's
 DEFAULT_K = 10
 METRICS = ("recall", "precision", "iou")
-RANKING_SINKS = ("keywords", "vectors")
 EVALUATIONS = "evaluations"  # under the data dir: latest.json and one stamped copy per evaluation
 Reading = Callable[[SinkSettings], AbstractContextManager[Readers]]
 
@@ -61,11 +60,10 @@ class Target:
 
 @contextmanager
 def pooled_readers(settings: SinkSettings) -> Iterator[Readers]:
-    """The ranking stores of the generation `settings` are pinned to, released after (a flow's way)."""
-    try:
-        yield open_readers(settings, RANKING_SINKS)
-    finally:
-        release_sinks(RANKING_SINKS, settings)
+    """The ranking stores of the generation `settings` are pinned to, held for the block as a flow holds
+    them (`flow_sinks`): a store a serving process keeps open for its searches stays open after."""
+    with flow_sinks(RANKING_SINKS, settings) as sinks:
+        yield Readers.of(sinks)
 
 
 class TokenStarts(Mapping[str, np.ndarray]):
