@@ -229,9 +229,12 @@ def differences(candidate: Sequence[dict[str, Any]], live: Sequence[dict[str, An
 
 def gate(report: dict[str, Any], tolerance: float, live: str = "live", candidate: str = "candidate") -> dict:
     """Whether the candidate may go live: its mean character recall is not below the live one's by more
-    than `tolerance` at any character budget. Each budget where it is, is a reason."""
+    than `tolerance` at any character budget. Each budget where it is, is a reason; questions with no
+    located span (document-level ones only) judge nothing, and so refuse too."""
     reasons = []
     ours, theirs = report["overall"][candidate]["chars"], report["overall"][live]["chars"]
+    if not theirs:  # document-level questions only, or nothing located: recall cannot be judged
+        reasons.append("no question has a located reference span, so recall cannot be compared")
     for budget, scores in theirs.items():
         drop = scores["recall"] - ours[budget]["recall"]
         if drop > tolerance:

@@ -15,6 +15,7 @@ from unichunk.index.status import DocumentStatus
 from unichunk.retrieval.evaluation.metric import fill_budget, length, spans_scores
 from unichunk.retrieval.evaluation.questions import QuestionsError, load_questions
 from unichunk.retrieval.evaluation.references import Documents, locate
+from unichunk.retrieval.evaluation.run import gate
 
 SEED_JSONL = (
     '{"question": "q?", "references": [{"source_id": "a.md", "start_char": 0, "end_char": 4, "content": "abcd"}]}\n'
@@ -118,3 +119,24 @@ def test_the_budget_is_never_exceeded_and_scores_are_fractions(ranked: list, bud
     assert sum(length(v) for v in taken.values()) <= budget
     for value in spans_scores({"a": [(5, 20)], "b": [(0, 3)]}, taken):
         assert 0.0 <= value <= 1.0
+
+
+def _report(live: dict[str, float], candidate: dict[str, float]) -> dict:
+    def overall(recalls: dict[str, float]) -> dict:
+        return {"chars": {b: {"recall": r, "precision": 0.1, "iou": 0.1} for b, r in recalls.items()}}
+
+    return {"overall": {"live": overall(live), "candidate": overall(candidate)}}
+
+
+def test_the_gate_refuses_only_beyond_the_tolerance_and_names_the_budget() -> None:
+    live = {"1000": 0.60, "2000": 0.80}
+    assert gate(_report(live, {"1000": 0.595, "2000": 0.95}), 0.01) == {
+        "tolerance": 0.01, "passed": True, "reasons": []
+    }  # fmt: skip
+    refused = gate(_report(live, {"1000": 0.60, "2000": 0.70}), 0.05)
+    assert not refused["passed"] and len(refused["reasons"]) == 1
+    assert refused["reasons"][0].startswith(
+        "recall at 2,000 characters: candidate 70.0 % against live 80.0 %"
+    )
+    nothing = gate(_report({}, {}), 0.01)  # document-level questions only: nothing to judge recall on
+    assert not nothing["passed"] and "cannot be compared" in nothing["reasons"][0]
