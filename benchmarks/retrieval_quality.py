@@ -32,7 +32,6 @@ are cached by sha256 of the text in memory and under `--cache-dir`, so a warm ru
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import logging
 import re
@@ -68,6 +67,8 @@ from unichunk.chunking.packing import token_starts
 from unichunk.chunking.service import ChunkingService
 from unichunk.retrieval import Readers
 from unichunk.retrieval.context import assemble_context
+from unichunk.retrieval.evaluation.questions import QuestionsError
+from unichunk.retrieval.evaluation.questions import load_questions as read_questions
 from unichunk.retrieval.fusion import Hit
 from unichunk.retrieval.ranking import RetrievalSettings, retrieve
 from unichunk.sinks.config import SinkSettings
@@ -165,20 +166,27 @@ def load_corpora(directory: Path) -> dict[str, Document]:
 
 
 def load_questions(path: Path, corpora: dict[str, Document]) -> list[Question]:
-    """Questions whose references are checked against the corpus text (a mismatch is a data error)."""
+    """Questions whose references are checked against the corpus text (a mismatch is a data error); the
+    CSV is read by the shipped evaluation's parser (`unichunk.retrieval.evaluation.questions`)."""
     out = []
-    with path.open(newline="", encoding="utf-8") as handle:
-        for row in csv.DictReader(handle):
-            doc = corpora.get(row["corpus_id"])
+    try:
+        parsed = read_questions(path)
+    except QuestionsError as exc:
+        raise SystemExit(str(exc)) from exc
+    for question in parsed:
+        refs = []
+        corpus = question.references[0].document if question.references else ""
+        for ref in question.references:
+            doc = corpora.get(ref.document)
             if doc is None:
-                raise SystemExit(f"question refers to unknown corpus {row['corpus_id']!r}")
-            refs = []
-            for ref in json.loads(row["references"]):
-                start, end = int(ref["start_index"]), int(ref["end_index"])
-                if doc.text[start:end] != ref["content"]:
-                    raise SystemExit(f"reference [{start}:{end}] does not match corpus {row['corpus_id']}")
-                refs.append((start, end))
-            out.append(Question(row["question"], row["corpus_id"], tuple(refs)))
+                raise SystemExit(f"question refers to unknown corpus {ref.document!r}")
+            start, end = ref.start, ref.end
+            if start is None or end is None or doc.text[start:end] != ref.content:
+                raise SystemExit(f"reference [{start}:{end}] does not match corpus {ref.document}")
+            refs.append((start, end))
+        if not refs:
+            raise SystemExit(f"question {question.text!r} has no references")
+        out.append(Question(question.text, corpus, tuple(refs)))
     return out
 
 

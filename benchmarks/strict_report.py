@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.budget_metric import BUDGETS, GRID, paired_bootstrap
+from unichunk.retrieval.evaluation.metric import token_budgets
 
 HEADLINE = "fixed-bm25"
 # The issue's targets for the shipped default's fixed-BM25 character recall, by character budget.
@@ -37,11 +38,6 @@ class Results:
     @property
     def token_grid(self) -> tuple[int, ...]:
         return token_budgets(GRID, self.chars_per_token)
-
-
-def token_budgets(char_budgets: Sequence[int], chars_per_token: float) -> tuple[int, ...]:
-    """The character budgets as cl100k tokens of these corpora."""
-    return tuple(round(b / chars_per_token) for b in char_budgets)
 
 
 def retrievers(results: Results) -> list[str]:

@@ -23,7 +23,7 @@ from unichunk.chunking.sources import (
     PathsSource,
     Source,
 )
-from unichunk.index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_RETENTION_HOURS
+from unichunk.index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_GATE_TOLERANCE, DEFAULT_RETENTION_HOURS
 from unichunk.index.shards import MAX_SHARDS
 from unichunk.index.source_registry import SourceRecord
 from unichunk.sinks.base import SINK_NAMES, SinkName
@@ -407,6 +407,12 @@ class RebuildAdvanced(BaseModel):
         le=1.0,
         description="Refuse to switch if the new generation has this share fewer documents than the live one.",
     )
+    tolerance: float = Field(
+        DEFAULT_GATE_TOLERANCE,
+        ge=0.0,
+        le=1.0,
+        description="With a gate: how much lower the new generation's recall may be at any budget (0.01: one point).",
+    )
     chunking: ChunkingAdvanced = Field(default_factory=ChunkingAdvanced)  # type: ignore[valid-type]
 
 
@@ -421,6 +427,11 @@ class RebuildParams(StrategyChoice):
     chunk_overlap: ChunkOverlap = None
     strategy: ExactStrategy = None
     switch: bool = Field(True, description="Switch readers to the new generation once it is verified.")
+    gate: str | None = Field(
+        None,
+        description="A questions file (CSV or JSONL, docs/evaluation.md) on this machine: switch only if the "
+        "new generation retrieves no worse than the live one on them (character recall at each budget).",
+    )
     advanced: RebuildAdvanced = Field(default_factory=RebuildAdvanced)
 
     @property
@@ -435,9 +446,15 @@ class RebuildParams(StrategyChoice):
     def max_document_loss(self) -> float:
         return self.advanced.max_document_loss
 
+    @property
+    def tolerance(self) -> float:
+        return self.advanced.tolerance
+
 
 class RebuildSummary(BaseModel):
-    """What a rebuild did. `outcome`: switched, built (not switched), already-live, or refused.
+    """What a rebuild did. `outcome`: switched, built (not switched), already-live, refused, or gated (built
+    and verified, but its evaluation on the gate's questions was worse than the live one's: not switched,
+    left ready; `gate` says where and by how much, `evaluation` is the saved report).
 
     The documents the new generation holds as failed are sorted three ways. `reported`: unreadable here
     and unreadable (failed) or absent in the live generation, so switching loses nothing: reported, not a
@@ -449,8 +466,10 @@ class RebuildSummary(BaseModel):
     generation: str
     fingerprint: str
     previous: str | None = None
-    outcome: Literal["switched", "built", "already-live", "refused"] = "refused"
+    outcome: Literal["switched", "built", "already-live", "refused", "gated"] = "refused"
     reasons: list[str] = Field(default_factory=list)
+    gate: dict | None = None  # {"tolerance", "passed", "reasons"} of a gated rebuild
+    evaluation: str | None = None  # the saved evaluation report of a gated rebuild
     build: IngestSummary | None = None
     catch_up: IngestSummary | None = None
     alignment: dict | None = None
@@ -467,6 +486,8 @@ class RebuildSummary(BaseModel):
             for name, c in self.counts.items()
         )
         text = f"rebuild {self.generation}: {self.outcome}"
+        if self.outcome == "gated":
+            text += " (not switched: retrieves worse than the live generation on the gate's questions)"
         if self.previous:
             text += f" (live before: {self.previous})"
         if counts:

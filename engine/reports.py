@@ -25,6 +25,7 @@ from unichunk.chunking.errors import UnichunkError
 from unichunk.chunking.names import one_line
 from unichunk.engine.params import FailedDocument, IngestSummary, RebuildSummary
 from unichunk.index.chunk_batch import LOAD_FAILED
+from unichunk.retrieval.evaluation.markdown import markdown_report
 
 MESSAGE_DOCUMENTS = 3  # documents named in a Failed state's message
 MESSAGE_CAUSE_CHARS = 80  # each one's cause, cut to this
@@ -186,6 +187,18 @@ def failures_table(
         "error": [" ".join(f.error.split()) for f, _ in rows],
         "document_id": [f.document_id for f, _ in rows],
     }
+
+
+def publish_evaluation(report: dict[str, Any]) -> None:
+    """A gated rebuild's evaluation of both generations, as a Markdown table artifact."""
+    try:
+        create_markdown_artifact(
+            markdown_report(report),
+            key="rebuild-evaluation",
+            description="The gate's evaluation: recall / precision / IoU per budget, live and new generation.",
+        )
+    except Exception as exc:  # a report must never fail the run it reports on
+        get_run_logger().warning("could not create the evaluation artifact: %s: %s", type(exc).__name__, exc)
 
 
 def _publish(flow_name: str, markdown: str, table: dict[str, list[Any]]) -> None:

@@ -4,7 +4,10 @@ Used when the chunking settings, the embedder or the extractor change. Readers k
 live generation for the whole build (nothing here writes to it). The new generation is switched to only
 if every readable document made it, every store holds exactly the expected chunk IDs (with the content
 each ID names), and it does not hold fewer documents than the live one; otherwise it stays beside the live
-one, marked failed, and a re-run resumes it (its own status table skips what is already done).
+one, marked failed, and a re-run resumes it (its own status table skips what is already done). With a
+`gate` (a questions file), both generations are evaluated on it before the switch, and the new one goes
+live only if its character recall is nowhere worse than the live one's by more than the tolerance;
+otherwise it is left ready beside the live one (`outcome` "gated", the reasons in `summary.gate`).
 
 "Every readable document": a file the new generation cannot load that was unreadable (failed) or absent
 in the live generation too is reported (`RebuildSummary.reported`), not a reason to refuse, as switching
@@ -29,7 +32,7 @@ from unichunk.engine.params import (
     SourceParams,
     names,
 )
-from unichunk.engine.reports import failed_state, publish_rebuild
+from unichunk.engine.reports import failed_state, publish_evaluation, publish_rebuild
 from unichunk.engine.run_names import rebuild_run_name
 from unichunk.engine.sources import Listed, list_sources, sync_listed
 from unichunk.flows.run_guard import guarded
@@ -37,6 +40,8 @@ from unichunk.flows.run_settings import flow_metrics, flow_settings, flow_strate
 from unichunk.index.generations import generation_counts, live_generation, registry_of
 from unichunk.index.run import RunConfig
 from unichunk.index.status import DocumentStatus, StatusStore
+from unichunk.retrieval.evaluation.questions import load_questions
+from unichunk.retrieval.evaluation.run import Target, evaluate, gate, save_report
 from unichunk.sinks.config import SinkSettings
 from unichunk.tasks.alignment import repair_alignment, verify_alignment_task
 from unichunk.tasks.generations import switch_live
@@ -121,11 +126,26 @@ def readiness_problems(summary: RebuildSummary, max_document_loss: float) -> lis
     return problems
 
 
+def gate_switch(
+    settings: SinkSettings, questions: str, live_id: str, candidate_id: str, tolerance: float
+) -> tuple[dict, str]:
+    """Evaluate the live and the new generation on `questions` (`unichunk.retrieval.evaluation`), judge the
+    new one (`gate`: not worse than the live one by more than `tolerance` in character recall at any
+    budget), save the report and leave it as the run's artifact; (the gate's verdict, the report's path)."""
+    report = evaluate(settings, questions, [Target("live", live_id), Target("candidate", candidate_id)])
+    report["gate"] = gate(report, tolerance)
+    saved = save_report(report, settings.data_dir)
+    publish_evaluation(report)
+    return report["gate"], str(saved)
+
+
 @flow(name="rebuild", flow_run_name=rebuild_run_name)
 @guarded
 def rebuild(params: RebuildParams) -> RebuildSummary | State:
     """Build the generation of the params' chunking + the sink settings, verify it, switch to it."""
     logger = get_run_logger()
+    if params.gate is not None:
+        load_questions(params.gate)  # an unreadable questions file stops the run before the build
     base = RunConfig(params.chunk_strategy(flow_strategy()), flow_settings())
     run = base.pinned()
     registry = registry_of(base.settings)
@@ -167,6 +187,17 @@ def rebuild(params: RebuildParams) -> RebuildSummary | State:
             return failed_state(
                 f"not switched, the live generation is unchanged; re-run to resume: {summary.line()}", summary
             )
+        if params.gate is not None and live is not None:
+            registry.mark_ready(run.generation_id)  # readable beside the live one, switchable by hand
+            summary.gate, summary.evaluation = gate_switch(
+                base.settings, params.gate, live.generation_id, run.generation_id, params.tolerance
+            )
+            if not summary.gate["passed"]:
+                summary.outcome = "gated"
+                summary.reasons = list(summary.gate["reasons"])
+                logger.warning(summary.line())
+                publish_rebuild(summary)
+                return summary
         if not params.switch:
             registry.mark_ready(run.generation_id)
             summary.outcome = "built"

@@ -8,3 +8,7 @@ DEFAULT_BATCH_SIZE = 64
 
 # How long a replaced generation is kept for rollback before the next rebuild or reindex drops it.
 DEFAULT_RETENTION_HOURS = 168.0
+
+# How much lower a gated rebuild's new generation may score than the live one (character recall, at any
+# budget) and still go live: one point of recall.
+DEFAULT_GATE_TOLERANCE = 0.01

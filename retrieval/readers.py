@@ -16,6 +16,8 @@ from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.pool import get_sinks
 
 SEARCH_SINKS: tuple[SinkName, ...] = ("keywords", "vectors", "graph")
+# A search without the graph context needs only these: the graph store (a FalkorDB server) stays closed.
+RANKING_SINKS: tuple[SinkName, ...] = ("keywords", "vectors")
 
 
 @dataclass(frozen=True)

@@ -163,10 +163,12 @@ def server_records(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterat
 
 @pytest.fixture(scope="session")
 def shared_eval_dir() -> Path:
-    """../shared/eval beside the repo (third-party data is read from there, never copied in)."""
-    if not (SHARED_EVAL / "corpora").is_dir():
-        pytest.skip(f"shared eval data not found at {SHARED_EVAL}")
-    return SHARED_EVAL
+    """../shared/eval beside the repo, or UNICHUNK_EVAL_DIR where set (third-party data is read from there,
+    never copied in)."""
+    found = Path(os.environ.get("UNICHUNK_EVAL_DIR") or SHARED_EVAL)
+    if not (found / "corpora").is_dir():
+        pytest.skip(f"shared eval data not found at {found}")
+    return found
 
 
 @pytest.fixture

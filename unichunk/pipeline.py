@@ -44,7 +44,7 @@ from unichunk.engine.run_records import orphaned
 from unichunk.errors import NotFound, UsageError
 from unichunk.flows.run_settings import caller_settings
 from unichunk.index.alignment import AlignmentReport, verify_live
-from unichunk.index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_RETENTION_HOURS
+from unichunk.index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_GATE_TOLERANCE, DEFAULT_RETENTION_HOURS
 from unichunk.index.generations import (
     deletion_targets,
     generation_counts,
@@ -71,8 +71,11 @@ from unichunk.results import (
     IndexStatus,
 )
 from unichunk.retrieval.context import DEFAULT_BUDGET, Piece, merge_pieces
+from unichunk.retrieval.evaluation.metric import BUDGETS
+from unichunk.retrieval.evaluation.questions import load_questions
+from unichunk.retrieval.evaluation.run import DEFAULT_K, Target, evaluate, save_report
 from unichunk.retrieval.ranking import Mode
-from unichunk.retrieval.readers import SEARCH_SINKS, Readers, open_readers
+from unichunk.retrieval.readers import RANKING_SINKS, SEARCH_SINKS, Readers, open_readers
 from unichunk.retrieval.results import GraphResult, SearchResult
 from unichunk.retrieval.search import SearchOptions, chunk_graphs, search
 from unichunk.sinks.base import SINK_NAMES, SearchFilter, SinkName, StoredChunk
@@ -92,8 +95,6 @@ FLOWS = {
     "switch-generation": "unichunk.flows.switch:switch_generation",
     "drop-generation": "unichunk.flows.switch:drop_generation_now",
 }
-# A search without the graph context needs only these: the graph store (a FalkorDB server) stays closed.
-RANKING_SINKS: tuple[SinkName, ...] = ("keywords", "vectors")
 
 
 class Pipeline:
@@ -228,13 +229,23 @@ class Pipeline:
         retention_hours: float = DEFAULT_RETENTION_HOURS,
         max_document_loss: float = 0.0,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        gate: PathLike | None = None,
+        tolerance: float = DEFAULT_GATE_TOLERANCE,
     ) -> RebuildSummary:
         """Build a new index generation with `strategy` (and these settings) beside the live one, verify
-        it, switch readers to it. `summary.outcome` says what happened (`refused` leaves the live one)."""
+        it, switch readers to it. `summary.outcome` says what happened (`refused` leaves the live one).
+        With `gate` (a questions file, as `eval` takes), both generations are evaluated on it first and
+        the switch happens only if the new one's character recall is at no budget lower than the live
+        one's by more than `tolerance`; else `outcome` is `gated`, the new generation stays ready beside
+        the live one and `summary.gate` says where and by how much (the report is saved as `eval`'s)."""
+        if gate is not None:
+            load_questions(gate)  # a questions file that cannot be read is refused before the build
         params = RebuildParams(
             source=source_params(source, source_name, patterns),
             strategy=strategy or self.strategy,
             switch=switch,
+            gate=None if gate is None else str(Path(gate).resolve()),
+            tolerance=tolerance,
             retention_hours=retention_hours,
             max_document_loss=max_document_loss,
             batch_size=batch_size,
@@ -264,6 +275,44 @@ class Pipeline:
             raise UsageError(f"generation {generation_id} is live; switch to another one before dropping it")
         self._run("drop-generation", generation_id)
         return DroppedGeneration(dropped=generation_id, state=found.state)
+
+    # --- evaluation -------------------------------------------------------------------------------------
+
+    def eval(
+        self,
+        questions: PathLike,
+        *,
+        generation: str | None = None,
+        against: str | None = None,
+        budgets: Sequence[int] = BUDGETS,
+        k: int = DEFAULT_K,
+        retrievers: bool = False,
+    ) -> dict[str, Any]:
+        """Score the shipped search on `questions` (a questions CSV or JSONL: docs/evaluation.md) over
+        `generation` (default: the live one), and with `against` a second generation (any generation by
+        ID, read without switching), paired question by question (candidate minus the first). Returns the
+        report (the JSON of `unichunk eval --json`), also saved as `<data_dir>/evaluations/latest.json`
+        and a stamped copy. References that cannot be located are in `report["unlocated"]`."""
+        if not budgets or any(b <= 0 for b in budgets) or k <= 0:
+            raise UsageError("budgets and k must be positive")
+        first = generation or (live.generation_id if (live := live_generation(self.settings)) else None)
+        if first is None:
+            raise UsageError("nothing ingested yet: there is no live generation to evaluate")
+        for named in (first, against):
+            if named is not None and registry_of(self.settings).get(named) is None:
+                raise NotFound(f"no such generation: {named} (`unichunk generations list` lists them)")
+        is_live = generation is None or first == getattr(
+            live_generation(self.settings), "generation_id", None
+        )
+        targets = [Target("live" if is_live else first, first)]
+        if against is not None:
+            targets.append(Target("candidate", against))
+        report = evaluate(
+            self.settings, questions, targets, budgets=budgets, k=k, retrievers=retrievers,
+            reading=self._reading_generation,
+        )  # fmt: skip
+        save_report(report, self.settings.data_dir)
+        return report
 
     # --- reads ------------------------------------------------------------------------------------------
 
@@ -491,6 +540,15 @@ class Pipeline:
         readers = open_readers(pinned, names)
         if (pinned, names) not in self._opened:
             self._opened.append((pinned, names))
+        yield readers
+
+    @contextmanager
+    def _reading_generation(self, pinned: SinkSettings) -> Iterator[Readers]:
+        """Open the ranking stores of the generation `pinned` names (live or not: an evaluation reads a
+        candidate without switching), kept open until `close()` like every read's."""
+        readers = open_readers(pinned, RANKING_SINKS)
+        if (pinned, RANKING_SINKS) not in self._opened:
+            self._opened.append((pinned, RANKING_SINKS))
         yield readers
 
     def _with_sources(self, found: SearchResult) -> SearchResult:

@@ -36,6 +36,7 @@ class ExitCode(IntEnum):
     USAGE = 2
     INFRASTRUCTURE = 3
     DENIED = 4
+    GATED = 5
     INTERRUPTED = 130
     TERMINATED = 143
 
@@ -71,6 +72,10 @@ MEANINGS = (
         "access denied: the caller's token may not do this",
         "a write without `--write` rights, `status` or `verify` without `--admin` (a service's 403); a "
         "missing, unknown or revoked token is a usage error (2, a service's 401)",
+        ExitCode.GATED,
+        "the gate kept the live generation",
+        "`rebuild --gate`: the new generation retrieves worse on the questions than the live one; it is "
+        "left ready beside it, the reasons printed",
     ),
     Meaning(
         ExitCode.INTERRUPTED,

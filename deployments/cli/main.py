@@ -62,6 +62,7 @@ from unichunk.request_limits import check_query
 from unichunk.results import GenerationInfo, Generations
 from unichunk.settings import (
     DEFAULT_BATCH_SIZE,
+    DEFAULT_GATE_TOLERANCE,
     DEFAULT_RETENTION_HOURS,
     SINK_NAMES,
     ChunkStrategy,
@@ -524,12 +525,25 @@ def rebuild(
         float, typer.Option("--max-document-loss", min=0, max=1, help="Allowed share of fewer documents.")
     ] = 0.0,
     batch_size: BatchSizeOption = DEFAULT_BATCH_SIZE,
+    gate: Annotated[
+        Path | None,
+        typer.Option(
+            "--gate",
+            help="Questions (as `eval` takes): switch only if the new generation retrieves no worse on them.",
+        ),
+    ] = None,
+    tolerance: Annotated[
+        float,
+        typer.Option("--tolerance", min=0, max=1, help="With --gate: allowed recall drop at any budget."),
+    ] = DEFAULT_GATE_TOLERANCE,
     as_json: JsonOption = False,
 ) -> None:
     """Build a new index generation with new settings beside the live one, verify it, then switch to it.
 
     Queries keep answering from the live generation until the switch. Change the embedder or extractor
-    with UNICHUNK_* variables; the chunking with the options here.
+    with UNICHUNK_* variables; the chunking with the options here. With --gate QUESTIONS, both generations
+    are evaluated on the questions first and the switch happens only if the new one's character recall is
+    at no budget lower than the live one's by more than --tolerance (else exit 5, the live one kept).
     """
     _check_source(path, pattern, source)
     chosen = _strategy(strategy, chunk_size=chunk_size, chunk_overlap=chunk_overlap)
@@ -543,6 +557,8 @@ def rebuild(
             retention_hours=retention_hours,
             max_document_loss=max_document_loss,
             batch_size=batch_size,
+            gate=gate,
+            tolerance=tolerance,
         )
     if as_json:
         print_json(summary.model_dump(mode="json"))
@@ -550,8 +566,71 @@ def rebuild(
         console.print(summary.line())
         for failure in summary.failed:
             print_failed(failure.source_id or failure.document_id, failure.error)
+        if summary.evaluation:
+            console.print(f"evaluation: {summary.evaluation}")
     if summary.outcome == "refused":
         raise typer.Exit(ExitCode.NOT_ALL_RIGHT)
+    if summary.outcome == "gated":
+        raise typer.Exit(ExitCode.GATED)
+
+
+def _budgets(text: str) -> list[int]:
+    """`--budgets 1000,2000,4000` as positive integers (a bad value is a usage error naming the option)."""
+    try:
+        budgets = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        budgets = []
+    if not budgets or any(b <= 0 for b in budgets):
+        raise UsageError(f"--budgets wants positive character counts separated by commas, not {text!r}")
+    return budgets
+
+
+@app.command("eval")
+@friendly_errors
+def eval_command(
+    questions: Annotated[
+        Path,
+        typer.Argument(
+            help="Questions: a CSV (question, references, corpus_id) or JSONL (docs/evaluation.md)."
+        ),
+    ],
+    against: Annotated[
+        str | None,
+        typer.Option("--against", help="A second generation (ID) to compare, paired per question."),
+    ] = None,
+    generation: Annotated[
+        str | None, typer.Option("--generation", help="The generation to evaluate (default: the live one).")
+    ] = None,
+    budgets: Annotated[
+        str, typer.Option("--budgets", help="Character budgets, comma-separated (and the same in tokens).")
+    ] = "1000,2000,4000",
+    k: Annotated[int, typer.Option("-k", min=1, max=100, help="Hits judged for hit@k and MRR.")] = 10,
+    retrievers: Annotated[
+        bool, typer.Option("--retrievers", help="Also each retriever alone (keywords, vectors).")
+    ] = False,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Also write the report as an HTML file.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Score the search on your questions: character recall / precision / IoU of a budget of retrieved
+    text, hit@k and MRR; with --against, the difference with its bootstrap interval. The report is also
+    saved as <data dir>/evaluations/latest.json."""
+    from unichunk.deployments.cli.evaluation import print_report, write_html
+
+    chosen = _budgets(budgets)
+    if not questions.is_file():
+        raise UsageError(f"no questions file at {questions}")
+    with _pipeline() as pipeline:
+        report = pipeline.eval(
+            questions, generation=generation, against=against, budgets=chosen, k=k, retrievers=retrievers
+        )
+    if html is not None:
+        write_html(report, html)
+    if as_json:
+        print_json(report)
+    else:
+        print_report(report)
 
 
 generations_app = typer.Typer(

@@ -26,7 +26,10 @@ from unichunk.sinks.config import SinkSettings
 FORMS = {
     "ingest": ("IngestParams", ["source", "chunker", "chunk_size", "chunk_overlap", "dry_run", "advanced"]),
     "reindex": ("IngestParams", ["source", "chunker", "chunk_size", "chunk_overlap", "dry_run", "advanced"]),
-    "rebuild": ("RebuildParams", ["source", "chunker", "chunk_size", "chunk_overlap", "switch", "advanced"]),
+    "rebuild": (
+        "RebuildParams",
+        ["source", "chunker", "chunk_size", "chunk_overlap", "switch", "gate", "advanced"],
+    ),
 }
 
 
