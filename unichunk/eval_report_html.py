@@ -1,9 +1,9 @@
-"""The evaluation report (docs/evaluation contract, `unichunk eval --json`) as HTML and as Markdown.
+"""The evaluation report (docs/evaluation contract, `unichunk eval --json`) as one HTML page.
 
 `render_html` makes one self-contained page a person opens from disk or the service's `/ui`: the plots are
 inline SVG drawn here (matplotlib is only a dev dependency, and a few lines and bars need no library), no
-script, no stylesheet or font from elsewhere, so it reads offline and in a mail attachment. `render_markdown`
-is the compact table of a Prefect artifact. Both read the report dict as `unichunk eval --json` prints it
+script, no stylesheet or font from elsewhere, so it reads offline and in a mail attachment. The Markdown
+table of a Prefect artifact is `unichunk.retrieval.evaluation.markdown`'s (the flows render it). It reads the report dict as `unichunk eval --json` prints it
 and escape every string in it: question texts and settings are user text.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-__all__ = ["render_html", "render_markdown"]
+__all__ = ["render_html"]
 
 # One colour per generation, in report order (live, candidate); wins and losses of a difference.
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd")
@@ -68,52 +68,6 @@ def report_body(report: Mapping[str, Any], labels: Sequence[str] | None = None) 
         "</section>",
     ]
     return "\n".join(s for s in sections if s)
-
-
-def render_markdown(report: Mapping[str, Any]) -> str:
-    """A compact Markdown table (a Prefect artifact): recall per budget, hit@k and MRR per generation,
-    the difference with its interval when two, the gate verdict and the unlocated references' count."""
-    labels = _labels(report)
-    chars = _budgets(report, "chars")
-    overall = report.get("overall") or {}
-    k = report.get("k", "k")
-    head = ["generation", *(f"recall@{b} chars" for b in chars), f"hit@{k}", "MRR", "questions"]
-    lines = [
-        f"**Retrieval evaluation** of `{_md(str(report.get('questions_file', '')))}`"
-        f" ({_md(str(report.get('created_at', '')))})",
-        "",
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
-    ]
-    for label in labels:
-        row = overall.get(label) or {}
-        cells = [_md(label), *(_pct(_metric(row, "chars", b, "recall")) for b in chars)]
-        cells += [_pct(row.get("hit_at_k")), _pct(row.get("mrr")), str(row.get("questions", "–"))]
-        lines.append("| " + " | ".join(cells) + " |")
-    differences = (report.get("differences") or {}).get("chars") or {}
-    if len(labels) == 2 and differences:
-        cells = [f"{_md(labels[1])} − {_md(labels[0])}"]
-        for b in chars:
-            d = (differences.get(str(b)) or {}).get("recall") or {}
-            cells.append(
-                f"{_signed(d.get('mean'))} [{_signed(d.get('low'))}, {_signed(d.get('high'))}]"
-                f" {d.get('wins', 0)}W/{d.get('losses', 0)}L"
-                if d
-                else "–"
-            )
-        lines.append("| " + " | ".join([*cells, "", "", ""]) + " |")
-    gate = report.get("gate")
-    if gate:
-        verdict = "passed: switch" if gate.get("passed") else "refused: the live generation stays"
-        lines += ["", f"**Gate** (tolerance {_pct(gate.get('tolerance'))}): {verdict}"]
-        lines += [f"- {_md(str(reason))}" for reason in gate.get("reasons") or []]
-    unlocated = report.get("unlocated") or []
-    if unlocated:
-        lines += ["", f"{len(unlocated)} reference(s) could not be located in their documents."]
-    return "\n".join(lines) + "\n"
-
-
-# --- sections ---------------------------------------------------------------------------------------------
 
 
 def _header(report: Mapping[str, Any]) -> str:
@@ -384,8 +338,3 @@ def _signed(value: Any) -> str:
 
 def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _md(text: str) -> str:
-    """Text safe in a Markdown table cell: pipes escaped, no line breaks, no HTML."""
-    return escape(" ".join(text.split())).replace("|", "\\|")

@@ -3,17 +3,16 @@
 The report is the dict `Pipeline.eval` returns (docs/evaluation.md); this module only renders it: one
 table row per unit and budget, recall / precision / IoU per generation, and with two generations the
 difference in recall (candidate minus live) with its bootstrap 95 % interval and wins / losses. `--html`
-uses the HTML renderer of `unichunk.eval_report_html` where this build has it.
+writes the page of `unichunk.eval_report_html`.
 """
 
 from __future__ import annotations
 
-import importlib
-import json
 from pathlib import Path
 from typing import Any
 
 from unichunk.deployments.cli.console import console, err_console, literal, print_table
+from unichunk.eval_report_html import render_html
 
 UNITS = {"chars": "characters", "tokens": "tokens"}
 
@@ -93,17 +92,6 @@ def print_gate(gate: dict[str, Any] | None) -> None:
 
 
 def write_html(report: dict[str, Any], path: Path) -> None:
-    """The HTML report (`unichunk.eval_report_html.render_html`) at `path`; where this build has no HTML
-    renderer yet, the report's JSON beside it and a note saying so."""
-    try:
-        renderer = importlib.import_module("unichunk.eval_report_html")
-    except ModuleNotFoundError:
-        beside = path.with_suffix(".json")
-        beside.write_text(json.dumps(report, indent=1, ensure_ascii=False), encoding="utf-8")
-        err_console.print(
-            f"this build has no HTML report renderer (unichunk.eval_report_html): wrote the report's JSON to "
-            f"{beside} instead"
-        )
-        return
-    path.write_text(renderer.render_html(report), encoding="utf-8")
+    """The HTML report (`unichunk.eval_report_html.render_html`) at `path`."""
+    path.write_text(render_html(report), encoding="utf-8")
     err_console.print(f"wrote {path}")

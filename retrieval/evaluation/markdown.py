@@ -1,12 +1,13 @@
 """An evaluation report as a small Markdown table: what a gated rebuild leaves as its Prefect artifact.
 
-The flows cannot reach the application layer's richer renderer (`unichunk.eval_report_html`), so the
-artifact uses this one: per budget, recall / precision / IoU of each generation and the recall
-difference with its bootstrap interval, then hit@k, MRR and the gate's verdict. Every figure in percent.
+The one Markdown rendering of a report (the HTML page is `unichunk.eval_report_html`'s): per budget, recall / precision / IoU of each generation and the recall
+difference with its bootstrap interval, then hit@k, MRR and the gate's verdict. Every figure in percent;
+labels, settings and reasons are escaped (`_md`): they may be user text.
 """
 
 from __future__ import annotations
 
+from html import escape
 from typing import Any
 
 UNITS = {"chars": "characters", "tokens": "tokens"}
@@ -15,7 +16,7 @@ UNITS = {"chars": "characters", "tokens": "tokens"}
 def markdown_report(report: dict[str, Any]) -> str:
     labels = list(report["overall"])
     diff = report.get("differences")
-    head = ["budget", *(f"{label} R / P / IoU" for label in labels)]
+    head = ["budget", *(f"{_md(label)} R / P / IoU" for label in labels)]
     if diff:
         head.append("recall difference [95 % CI], wins/losses")
     lines = ["### evaluation: " + ", ".join(_generation(g) for g in report["generations"]), ""]
@@ -39,7 +40,7 @@ def markdown_report(report: dict[str, Any]) -> str:
     for label in labels:
         o = report["overall"][label]
         lines.append(
-            f"- {label}: hit@{report['k']} {_p(o['hit_at_k'])}, MRR {o['mrr']:.3f}, {o['questions']} questions"
+            f"- {_md(label)}: hit@{report['k']} {_p(o['hit_at_k'])}, MRR {o['mrr']:.3f}, {o['questions']} questions"
         )
     if report.get("unlocated"):
         lines.append(f"- {len(report['unlocated'])} reference(s) could not be located (not scored)")
@@ -47,13 +48,18 @@ def markdown_report(report: dict[str, Any]) -> str:
     if gate:
         verdict = "passed" if gate["passed"] else "refused the switch"
         lines.append(f"- gate (tolerance {_p(gate['tolerance'])} points): {verdict}")
-        lines += [f"  - {reason}" for reason in gate["reasons"]]
+        lines += [f"  - {_md(reason)}" for reason in gate["reasons"]]
     return "\n".join(lines) + "\n"
 
 
 def _generation(generation: dict[str, Any]) -> str:
-    return f"{generation['label']} `{generation['generation_id']}` ({generation['settings']})"
+    return f"{_md(generation['label'])} `{_md(generation['generation_id'])}` ({_md(generation['settings'])})"
 
 
 def _p(value: float) -> str:
     return f"{100 * value:.1f}"
+
+
+def _md(text: object) -> str:
+    """Text safe in a Markdown table cell: pipes and backticks escaped, no line breaks, no HTML."""
+    return escape(" ".join(str(text).split())).replace("|", "\\|").replace("`", "'")

@@ -1,4 +1,4 @@
-"""The evaluation report renderers (`unichunk.eval_report_html`) on reports made here, shaped exactly as
+"""The evaluation report renderers (`unichunk.eval_report_html`, `unichunk.retrieval.evaluation.markdown`) on reports made here, shaped exactly as
 the evaluation contract says (`unichunk eval --json`): one and two generations, with a gate, with
 unlocated references. The HTML must parse strictly, load nothing from elsewhere and escape every string."""
 
@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.html_checks import parse_html
-from unichunk.eval_report_html import render_html, render_markdown
+from unichunk.eval_report_html import render_html
+from unichunk.retrieval.evaluation.markdown import markdown_report
 
 CHARS, TOKENS = [1000, 2000, 4000], [217, 434, 869]
 
@@ -97,25 +98,25 @@ def test_two_generations_show_the_wins_losses_the_gate_and_the_unlocated() -> No
     assert "Gate passed" in render_html(two_generations(passed=True))
 
 
-def test_markdown_is_one_row_per_generation_and_the_difference() -> None:
-    md = render_markdown(two_generations())
+def test_markdown_is_one_row_per_budget_with_the_difference() -> None:
+    md = markdown_report(two_generations())
     rows = [line for line in md.splitlines() if line.startswith("|")]
-    assert len(rows) == 2 + 2 + 1  # header, rule, live, candidate, difference
+    assert len(rows) == 2 + len(CHARS) + len(TOKENS)  # header, rule, one per budget
     assert all(row.count("|") == rows[0].count("|") for row in rows)
-    assert rows[2].startswith("| live |") and "50.0%" in rows[2]
-    assert "-10.0 pt [-20.0 pt, +1.0 pt] 1W/2L" in rows[4]
-    assert "**Gate**" in md and "refused" in md and "1 reference(s)" in md
-    single = render_markdown(one_generation())
-    assert len([line for line in single.splitlines() if line.startswith("|")]) == 3
-    assert "Gate" not in single
+    assert rows[2].startswith("| 1,000 characters | 50.0 / 25.0 / 16.7 | 40.0 / 20.0 / 13.3 |")
+    assert rows[2].endswith("| -10.0 [-20.0, +1.0], 1/2 |")
+    assert "refused the switch" in md and "beyond the tolerance" in md and "1 reference(s)" in md
+    single = markdown_report(one_generation())
+    assert len([line for line in single.splitlines() if line.startswith("|")]) == 2 + len(CHARS) + len(TOKENS)
+    assert "gate" not in single
 
 
 def test_a_report_missing_optional_parts_still_renders() -> None:
     report = one_generation()
     del report["questions"], report["unlocated"], report["gate"]
-    report["budgets"] = {"chars": [1000]}
+    report["budgets"] = {"chars": [1000], "tokens": []}
     parse_html(render_html(report))
-    assert render_markdown(report).count("|") > 0
+    assert markdown_report(report).count("|") > 0
 
 
 text = st.text(st.characters(blacklist_categories=["Cs"]), max_size=60)
@@ -144,6 +145,6 @@ def test_hostile_strings_stay_text(
     assert not re.search(r"<script", page, re.IGNORECASE)
     expected = {tag for tag, _ in parse_html(render_html(two_generations())).tags}
     assert {tag for tag, _ in parsed.tags} <= expected
-    md = render_markdown(report)
+    md = markdown_report(report)
     rows = [line for line in md.splitlines() if line.startswith("|")]
     assert len({row.replace("\\|", "").count("|") for row in rows}) == 1
