@@ -91,12 +91,13 @@ def leave(status: int) -> None:
     (the caller exits as usual)."""
     if not STOP.abandoned_work():
         return
-    with suppress(Exception):
-        from prefect.events.worker import EventsWorker
-        from prefect.logging.handlers import APILogWorker
-
-        APILogWorker.drain_all(timeout=2)
-        EventsWorker.drain_all(timeout=2)
+    # the run loaded Prefect's log and event workers: send what they hold (bounded), importing nothing
+    for module, worker in (
+        ("prefect.logging.handlers", "APILogWorker"),
+        ("prefect.events.worker", "EventsWorker"),
+    ):
+        with suppress(Exception):
+            getattr(sys.modules[module], worker).drain_all(timeout=2)
     for stream in (sys.stdout, sys.stderr):
         with suppress(Exception):
             stream.flush()

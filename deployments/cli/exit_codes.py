@@ -72,6 +72,8 @@ MEANINGS = (
         "access denied: the caller's token may not do this",
         "a write without `--write` rights, `status` or `verify` without `--admin` (a service's 403); a "
         "missing, unknown or revoked token is a usage error (2, a service's 401)",
+    ),
+    Meaning(
         ExitCode.GATED,
         "the gate kept the live generation",
         "`rebuild --gate`: the new generation retrieves worse on the questions than the live one; it is "
