@@ -179,17 +179,26 @@ class AliasedCollection(Protocol):
 
 @runtime_checkable
 class GraphReader(Protocol):
-    """The knowledge graph's read side: what the graph learnt from chunks, and around an entity."""
+    """The knowledge graph's read side: what the graph learnt from chunks, and around an entity.
 
-    def context_for_chunks(self, chunk_ids: Iterable[str]) -> GraphContext:
+    With a `filter` (`labels`, `document_id`), an entity or relation is shown only if one of its source
+    chunks passes it, and its description, keywords, weight and sources come from those chunks alone."""
+
+    def context_for_chunks(
+        self, chunk_ids: Iterable[str], filter: SearchFilter | None = None
+    ) -> GraphContext:
         """Entities mentioned in these chunks, and the relations between them stated in these chunks."""
         ...
 
-    def neighbourhood(self, entity_name: str, hops: int = 1, limit: int = 50) -> GraphContext:
+    def neighbourhood(
+        self, entity_name: str, hops: int = 1, limit: int = 50, filter: SearchFilter | None = None
+    ) -> GraphContext:
         """Entities within `hops` relation steps of one entity, with the strongest relations among them."""
         ...
 
-    def strongest_relations(self, entity_names: Iterable[str], limit: int = 50) -> GraphContext:
+    def strongest_relations(
+        self, entity_names: Iterable[str], limit: int = 50, filter: SearchFilter | None = None
+    ) -> GraphContext:
         """Each entity's `limit` heaviest relations (either direction), heaviest first, with the entities at
         their ends."""
         ...
