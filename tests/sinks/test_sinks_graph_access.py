@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from documents import make_document
 
-from tests.documents import make_document
 from unichunk.chunking.models import Chunk, Document
 from unichunk.sinks.base import GraphContext, InvalidRequest
 from unichunk.sinks.graph.backends import GraphBackend
