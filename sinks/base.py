@@ -159,12 +159,17 @@ class ChunkSearch(Protocol):
         """The `k` best chunks for `query`, best first; [] when nothing matches."""
         ...
 
-    def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, StoredChunk]:
-        """Stored chunks by ID (absent IDs are left out)."""
+    def get_chunks(
+        self, chunk_ids: Iterable[str], filter: SearchFilter | None = None
+    ) -> dict[str, StoredChunk]:
+        """Stored chunks by ID (absent IDs, and those `filter` excludes, are left out)."""
         ...
 
-    def chunks_at(self, document_id: str, indexes: Iterable[int]) -> list[StoredChunk]:
-        """A document's chunks at these `chunk_index` positions, in index order (neighbour expansion)."""
+    def chunks_at(
+        self, document_id: str, indexes: Iterable[int], filter: SearchFilter | None = None
+    ) -> list[StoredChunk]:
+        """A document's chunks at these `chunk_index` positions that `filter` lets through, in index order
+        (neighbour expansion)."""
         ...
 
 
@@ -250,6 +255,18 @@ class Sink(ABC):
 
         Never the hash recorded at write time: the point is to catch content a store altered."""
 
+    def relabel(self, document_id: str, labels: Sequence[str]) -> int:
+        """Set the access labels of every chunk of the document to `labels` (normalised), without
+        re-embedding or re-extracting anything; returns how many chunks changed. Safe to re-run.
+
+        Not abstract only so that a store without labels yet still opens: it says so here."""
+        raise NotImplementedError(f"the {self.name} store keeps no access labels")
+
+    def chunk_labels(self, document_id: str | None = None) -> dict[str, tuple[str, ...]]:
+        """chunk_id -> access labels as stored (sorted), for all stored chunks or those of one document:
+        what `verify` compares with the records (a store that raises NotImplementedError is skipped)."""
+        raise NotImplementedError(f"the {self.name} store keeps no access labels")
+
     @abstractmethod
     def drop(self) -> None:
         """Delete the whole store (collection, index file, graph): a retired index generation going away."""
@@ -315,6 +332,12 @@ def check_storable(sink: str, chunk: Chunk) -> None:
                 f"character {found.start()}, which is not a Unicode character and has no UTF-8 form: the stores "
                 "cannot hold it exactly",
             )
+
+
+def matches_nothing(values: Mapping[str, Sequence[str]]) -> bool:
+    """Whether a filter (as `filter_values` gives it) lists no accepted value for some field: then no
+    chunk matches (a principal with no labels reads nothing), and the store need not be asked."""
+    return any(not accepted for accepted in values.values())
 
 
 def filter_values(
