@@ -32,10 +32,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from pydantic import ValidationError
+
 from unichunk import local_stack
 from unichunk.access import OWNER, AccessDenied, Principal
+from unichunk.chunking.access_labels import BadLabel, document_labels
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.chunking.ids import derive_document_id
+from unichunk.chunking.label_rules import LabelRule, exact_pattern, parse_rules
 from unichunk.chunking.models import Document
 from unichunk.chunking.sources import DEFAULT_PATTERNS, DirectorySource
 from unichunk.engine.params import (
@@ -63,7 +67,7 @@ from unichunk.index.generations import (
 from unichunk.index.metrics import MetricsSettings
 from unichunk.index.source_registry import SourceRegistry
 from unichunk.index.status import DocumentStatus, StatusStore
-from unichunk.inline_documents import INLINE_FOLDER, inline_root, named_texts, write_documents
+from unichunk.inline_documents import INLINE_FOLDER, Rejected, inline_root, named_texts, write_documents
 from unichunk.request_limits import check_query
 from unichunk.results import (
     ChunkContext,
@@ -163,6 +167,8 @@ class Pipeline:
         dry_run: bool = False,
         batch_size: int = DEFAULT_BATCH_SIZE,
         shards: int = 1,
+        labels: Sequence[str] | None = None,
+        label_rules: Sequence[str] | None = None,
     ) -> IngestSummary:
         """Bring the index in line with `source`, re-doing only new and changed documents.
 
@@ -173,6 +179,10 @@ class Pipeline:
         `source_name` names the source, part of every document ID (default: derived from the folder).
         `shards` > 1 splits the run into that many `ingest-shard` runs on the workers of the Prefect work
         pool (or a `unichunk serve`), which must run with the same settings (docs/operations.md).
+        `labels` are the access labels of every document of the source, `label_rules` add labels by path
+        (`PATTERN=LABEL[,LABEL...]`, e.g. `hr/**=hr`); both are kept for the source, the latest run's
+        winning, and an in-memory `Document` adds its own (`metadata["labels"]`). A document whose labels
+        change but not its content is relabelled in every store, nothing embedded again (docs/access.md).
 
         Returns the run's summary; documents that failed are listed in `summary.failed` (the rest is
         stored), never raised. Raises for what stops the whole run (`GenerationMismatch`: other settings
@@ -185,6 +195,19 @@ class Pipeline:
             delete_missing = False
         else:
             params_source = source_params(source, source_name, patterns)
+        if labels or label_rules:
+            if params_source is None:
+                raise UsageError("labels and label rules go with a source")
+            try:
+                params_source = SourceParams.model_validate(
+                    params_source.model_dump()
+                    | {
+                        "labels": list(labels or ()),
+                        "label_rules": list(label_rules or ()) + list(params_source.label_rules),
+                    }
+                )
+            except ValidationError as exc:
+                raise UsageError(_first_error(exc)) from exc
         params = IngestParams(
             source=params_source,
             strategy=self.strategy,
@@ -583,12 +606,43 @@ class Pipeline:
     ) -> tuple[SourceParams, list[FailedDocument]]:
         if not source_name:
             raise UsageError("in-memory documents need a source_name (e.g. 'notes')")
-        params = SourceParams(kind="directory", root="/", patterns=["**/*"], source_system=source_name)
         root = inline_root(self.settings.data_dir, source_name)
-        rejected = write_documents(root, named_texts(documents))
+        pairs = named_texts(documents)
+        rules, bad = self._inline_rules(documents, source_name)
+        rejected = [
+            *bad,
+            *write_documents(root, [(n, t) for n, t in pairs if n not in {r.name for r in bad}]),
+        ]
         root.mkdir(parents=True, exist_ok=True)
         failed = [FailedDocument(document_id="", source_id=r.name, error=r.error) for r in rejected]
-        return params.model_copy(update={"root": str(root)}), failed
+        params = SourceParams(
+            kind="directory", root=str(root), patterns=["**/*"], source_system=source_name, label_rules=rules
+        )
+        return params, failed
+
+    def _inline_rules(
+        self, documents: Sequence[Document] | Mapping[str, str], source_name: str
+    ) -> tuple[list[str], list[Rejected]]:
+        """The label rules of an in-memory source: one exact rule per document that carries labels of
+        its own (`Document.metadata["labels"]`), kept beside those of documents added before (an inline
+        source is never scanned whole, so its earlier documents keep theirs); a document given now
+        without labels drops its old rule. A document with a bad label is rejected alone."""
+        recorded = next((r for r in SourceRegistry.of(self.settings).all() if r.name == source_name), None)
+        rules = {rule.pattern: rule for rule in parse_rules(recorded.label_rules if recorded else ())}
+        bad: list[Rejected] = []
+        given = [] if isinstance(documents, Mapping) else [d for d in documents if d.source_id]
+        for document in given:
+            assert document.source_id is not None
+            pattern = exact_pattern(document.source_id)
+            try:
+                labels = document_labels(document.metadata)
+            except BadLabel as exc:
+                bad.append(Rejected(document.source_id, str(exc)))
+                continue
+            rules.pop(pattern, None)
+            if labels:
+                rules[pattern] = LabelRule(pattern, labels)
+        return [str(rule) for rule in rules.values()], bad
 
 
 def run_result(outcome: Any) -> Any:
@@ -602,6 +656,12 @@ def run_result(outcome: Any) -> Any:
         if isinstance(outcome, BaseException):
             raise outcome
     return outcome
+
+
+def _first_error(exc: ValidationError) -> str:
+    """The first problem pydantic found, as its message says it (a bad label names itself)."""
+    error = exc.errors()[0]
+    return str(error.get("ctx", {}).get("error") or error["msg"])
 
 
 def _is_documents(source: object) -> bool:
@@ -665,7 +725,7 @@ def _record(chunk: StoredChunk) -> ChunkRecord:
 
 def _record_labels(row: DocumentStatus) -> tuple[str, ...]:
     """The access labels the records hold for a document (none: admins only)."""
-    return tuple(getattr(row, "labels", None) or ())
+    return tuple(row.labels)
 
 
 def _document_info(row: DocumentStatus) -> DocumentInfo:
