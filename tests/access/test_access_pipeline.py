@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from itertools import groupby
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from hypothesis import strategies as st
 from unichunk import Pipeline
 from unichunk.access import AccessDenied, Principal
 from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.models import Document
 from unichunk.errors import NotFound
 from unichunk.sinks.config import SinkSettings
 
@@ -55,8 +55,8 @@ class Index:
 def index(
     tmp_path_factory: pytest.TempPathFactory, falkordb_url: str, prefect_api_url: str
 ) -> Iterator[Index]:
-    """One ingest per label set (a source's labels apply to its documents), fixed-size small chunks so
-    every document has several and neighbours matter."""
+    """One ingest of the whole corpus, each document with its own labels (`Document.metadata`), fixed-size
+    small chunks so every document has several and neighbours matter."""
     from unichunk.sinks.pool import close_all_sinks
 
     data = tmp_path_factory.mktemp("access") / "data"
@@ -67,11 +67,12 @@ def index(
     with pytest.MonkeyPatch.context() as env:
         env.delenv("PUSHGATEWAY_URL", raising=False)
         pipeline = Pipeline(base, strategy=strategy)
-        by_labels = sorted(CORPUS.documents, key=lambda d: d.labels)
-        for n, (labels, documents) in enumerate(groupby(by_labels, key=lambda d: d.labels)):
-            texts = {d.name: d.text for d in documents}
-            summary = pipeline.ingest(texts, source_name=f"acl{n}", labels=list(labels))
-            assert summary.failed == [], summary.failed
+        documents = [
+            Document(text=d.text, source_id=d.name, metadata={"labels": list(d.labels)} if d.labels else {})
+            for d in CORPUS.documents
+        ]
+        summary = pipeline.ingest(documents, source_name="acl")
+        assert summary.failed == [] and summary.processed == len(documents), summary
         names = {row.source_id: row.document_id for row in pipeline.status().documents}
         CORPUS.ids.update({d.name: names[d.name] for d in CORPUS.documents})
         yield Index(pipeline, CORPUS)
