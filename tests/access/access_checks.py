@@ -18,6 +18,7 @@ from typing import Any
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from unichunk import Pipeline
 from unichunk.access import Principal
 
 LABELS = ("eng", "hr", "ops")
@@ -75,6 +76,57 @@ def make_corpus(seed: int = 26, size: int = 6) -> Corpus:
             paragraphs.append(" ".join(sentences))
         documents.append(LabelledDocument(f"doc{i:02d}.txt", labels, marker, "\n\n".join(paragraphs) + "\n"))
     return Corpus(documents)
+
+
+ACCESS_CORPUS = make_corpus()  # the one the `access_index` fixture ingests
+
+
+class Index:
+    """An ingested corpus (`access_index`): the owner's Pipeline and each document's chunk IDs, in order."""
+
+    def __init__(self, pipeline: Pipeline, corpus: Corpus) -> None:
+        self.owner = pipeline
+        self.corpus = corpus
+        self.chunks = {
+            document_id: [c.chunk_id for c in pipeline.document(document_id).chunks]
+            for document_id in corpus.by_id()
+        }
+
+    def as_(self, principal: Principal) -> Pipeline:
+        return self.owner.scoped(principal)
+
+    def readable_chunks(self, principal: Principal) -> int:
+        """How many chunks `principal` may read: a search for `k` must return `min(k, this)` hits."""
+        return sum(len(self.chunks[self.corpus.ids[d.name]]) for d in self.corpus.readable(principal))
+
+    def readable(self, principal: Principal, document_id: str) -> bool:
+        return principal.may_read(self.corpus.by_id()[document_id].labels)
+
+
+def ghost_of(identifier: str) -> str:
+    """An ID of the same shape that names nothing (its last four hex digits changed)."""
+    return identifier[:-4] + ("1111" if identifier.endswith("0000") else "0000")
+
+
+def answers_as_missing(answer_for: Callable[[str], Any], hidden: str, ghost: str | None = None) -> Any:
+    """`answer_for(hidden)` is exactly `answer_for(ghost)` once each ID is replaced by `<ID>`: the same
+    error type and message, or the same status and body, whatever the door. An exception raised counts as
+    its type and message. Returns the hidden ID's answer."""
+
+    def answer(identifier: str) -> Any:
+        try:
+            got = plain(answer_for(identifier))
+        except Exception as exc:  # the door's refusal is the answer compared
+            got = {"raised": type(exc).__name__, "message": str(exc)}
+        return got
+
+    def shape(got: Any, identifier: str) -> str:
+        return repr(got).replace(identifier, "<ID>")
+
+    ghost = ghost or ghost_of(hidden)
+    seen, unknown = answer(hidden), answer(ghost)
+    assert shape(seen, hidden) == shape(unknown, ghost), (seen, unknown)
+    return seen
 
 
 def principals() -> st.SearchStrategy[Principal]:

@@ -6,3 +6,44 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))  # for access_checks
+
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from access_checks import ACCESS_CORPUS, Index
+
+from unichunk import Pipeline
+from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.models import Document
+from unichunk.sinks.config import SinkSettings
+
+
+@pytest.fixture(scope="module")
+def access_index(
+    tmp_path_factory: pytest.TempPathFactory, falkordb_url: str, prefect_api_url: str
+) -> Iterator[Index]:
+    """`ACCESS_CORPUS` ingested once per module, each document with its own labels (`Document.metadata`),
+    in fixed-size small chunks so every document has several and neighbours matter."""
+    from unichunk.sinks.pool import close_all_sinks
+
+    data = tmp_path_factory.mktemp("access") / "data"
+    base = SinkSettings(
+        data_dir=data, falkordb_url=falkordb_url, graph_name=f"access_{uuid.uuid4().hex[:12]}"
+    )
+    strategy = ChunkStrategy(name="fixed_chars", chunk_size=240, chunk_overlap=0)
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("PUSHGATEWAY_URL", raising=False)
+        pipeline = Pipeline(base, strategy=strategy)
+        documents = [
+            Document(text=d.text, source_id=d.name, metadata={"labels": list(d.labels)} if d.labels else {})
+            for d in ACCESS_CORPUS.documents
+        ]
+        summary = pipeline.ingest(documents, source_name="acl")
+        assert summary.failed == [] and summary.processed == len(documents), summary
+        names = {row.source_id: row.document_id for row in pipeline.status().documents}
+        ACCESS_CORPUS.ids.update({d.name: names[d.name] for d in ACCESS_CORPUS.documents})
+        yield Index(pipeline, ACCESS_CORPUS)
+        pipeline.close()
+        close_all_sinks()
