@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import pytest
 from documents import make_document
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from unichunk.chunking.models import Chunk, Document
 from unichunk.sinks.base import GraphContext, InvalidRequest
@@ -206,3 +208,112 @@ def test_document_filter_and_unknown_keys(graph) -> None:  # type: ignore[no-unt
     assert both == GraphContext()
     with pytest.raises(InvalidRequest, match="unsupported filter"):
         sink.context_for_chunks(_all_ids(ids), filter={"source_id": "x"})
+
+
+# --- the property: random documents, labels, extractions and readers --------------------------------------
+
+POOL = [f"Thing {i}" for i in range(5)]
+TAGS = ["a", "b", "c"]
+
+
+class _Drawn(EntityExtractor):
+    """Entities and relations per chunk as drawn; every description names its document (`doc3`)."""
+
+    def __init__(self, plan: dict[str, tuple[list[int], list[tuple[int, int, float]]]]) -> None:
+        self.plan = plan
+
+    def extract(self, chunks: Sequence[Chunk]) -> list[Extraction]:
+        out = []
+        for c in chunks:
+            names, pairs = self.plan[c.content]
+            tag = c.content.split()[0]  # "doc3c1"
+            out.append(
+                Extraction(
+                    c.chunk_id,
+                    tuple(
+                        ExtractedEntity(POOL[n], "THING", f"{tag} on {POOL[n]}", c.chunk_id) for n in names
+                    ),
+                    tuple(
+                        ExtractedRelation(POOL[s], POOL[t], f"kw {tag}", f"{tag} links", w, c.chunk_id)
+                        for s, t, w in pairs
+                        if s != t
+                    ),
+                )
+            )
+        return out
+
+
+_chunk_plan = st.tuples(
+    st.lists(st.integers(0, len(POOL) - 1), max_size=3, unique=True),
+    st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4), st.sampled_from([0.5, 1.0, 2.0])), max_size=2),
+)
+_documents = st.lists(
+    st.tuples(
+        st.lists(st.sampled_from(TAGS), max_size=2, unique=True),
+        st.lists(_chunk_plan, min_size=1, max_size=3),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+def _tags_in(text: str) -> set[int]:
+    """The documents a shown text came from (`doc3c1 links` -> 3)."""
+    return {int(word[3:].split("c")[0]) for word in text.replace(",", " ").split() if word.startswith("doc")}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(documents=_documents, reader=st.lists(st.sampled_from([*TAGS, "z"]), max_size=3, unique=True))
+def test_no_graph_read_shows_what_unreadable_chunks_taught(
+    graph_backend: GraphBackend, documents: list, reader: list[str]
+) -> None:
+    graph_backend.clear()
+    plan, batch, chunk_doc = {}, [], {}
+    for d, (labels, chunk_plans) in enumerate(documents):
+        pieces = [f"doc{d}c{i} text." for i in range(len(chunk_plans))]
+        plan.update(zip(pieces, chunk_plans, strict=True))
+        doc, chunks = _labelled(f"doc{d}", pieces, labels)
+        batch.append((doc, chunks))
+        chunk_doc.update({c.chunk_id: d for c in chunks})
+    sink = KnowledgeGraphSink(graph_backend, _Drawn(plan))
+    sink.write(sink.prepare(batch))
+    readable = {d for d, (labels, _) in enumerate(documents) if set(labels) & set(reader)}
+    flt = {"labels": reader}
+
+    # what the readable chunks taught: entity -> its readable mentions, relation -> readable weight
+    taught: dict[str, set[str]] = {}
+    weights: dict[tuple[str, str], float] = {}
+    for doc, chunks in batch:
+        d = int(doc.document_id[3:])
+        for c in chunks:
+            names, pairs = plan[c.content]
+            pair_names = {(POOL[s], POOL[t]) for s, t, _ in pairs if s != t}
+            if d not in readable:
+                continue
+            for n in [*(POOL[n] for n in names), *(x for p in pair_names for x in p)]:
+                taught.setdefault(n.casefold(), set()).add(c.chunk_id)
+            per_chunk: dict[tuple[str, str], float] = {}
+            for s, t, w in pairs:
+                if s != t:
+                    key = tuple(sorted((POOL[s].casefold(), POOL[t].casefold())))
+                    per_chunk[key] = per_chunk.get(key, 0.0) + w
+            for key, w in per_chunk.items():
+                weights[key] = weights.get(key, 0.0) + w
+
+    everything = list(chunk_doc)
+    views = [
+        sink.context_for_chunks(everything, filter=flt),
+        sink.strongest_relations(POOL, limit=100, filter=flt),
+        *(sink.neighbourhood(name, hops=2, limit=100, filter=flt) for name in POOL),
+    ]
+    for view in views:
+        for e in view.entities:
+            assert _tags_in(e.description) <= readable
+            assert set(e.source_chunk_ids) == taught[e.name]
+        for r in view.relations:
+            assert _tags_in(r.description) | _tags_in(r.keywords) <= readable
+            assert {chunk_doc[c] for c in r.source_chunk_ids} <= readable
+            assert r.weight == pytest.approx(weights[(r.source, r.target)])
+    direct = views[0]
+    assert {e.name for e in direct.entities} == set(taught)
+    assert {(r.source, r.target) for r in direct.relations} == set(weights)
