@@ -403,10 +403,16 @@ class Pipeline:
         ordered = sorted(self._readable(chunks).values(), key=lambda c: c.chunk_index)
         return DocumentChunks(document=_document_info(row), chunks=[_record(c) for c in ordered])
 
-    def documents(self, document_ids: Iterable[str]) -> dict[str, DocumentInfo]:
+    def documents(self, document_ids: Iterable[str] | None = None) -> dict[str, DocumentInfo]:
         """The live records of these documents (unknown ones, and those the principal may not read, left
-        out), by ID: one indexed read."""
-        rows = self._status().get_many(document_ids)
+        out), by ID: one indexed read. None: every live document the principal may read (what a reader
+        lists instead of `status`, which is for admins)."""
+        store = self._status()
+        rows = (
+            {row.document_id: row for row in store.rows()}
+            if document_ids is None
+            else store.get_many(document_ids)
+        )
         return {
             k: _document_info(row) for k, row in rows.items() if self.principal.may_read(_record_labels(row))
         }

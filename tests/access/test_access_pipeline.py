@@ -105,6 +105,15 @@ def _assert_missing_document(reader: Pipeline, document_id: str) -> None:
     assert answers_as_missing(reader.knows, document_id) is False
 
 
+def test_a_reader_lists_the_documents_it_may_read(access_index: Index) -> None:
+    for labels in ((), ("eng",), ("hr", "ops"), ("eng", "hr", "ops")):
+        reader = Principal(name="reader", labels=labels)
+        listed = access_index.as_(reader).documents()
+        assert set(listed) == {access_index.corpus.ids[d.name] for d in access_index.corpus.readable(reader)}
+        assert all(info.labels and set(info.labels) & set(labels) for info in listed.values())
+    assert set(access_index.owner.documents()) == set(access_index.chunks)  # admins: all, unlabelled too
+
+
 def test_a_reader_without_labels_reads_nothing(access_index: Index) -> None:
     nobody = Principal(name="nobody")
     reader = access_index.as_(nobody)
