@@ -187,7 +187,7 @@ class Pipeline:
         Returns the run's summary; documents that failed are listed in `summary.failed` (the rest is
         stored), never raised. Raises for what stops the whole run (`GenerationMismatch`: other settings
         than the live index's; a store unreachable)."""
-        self._require_write("ingest")
+        self.require_write("ingest")
         rejected: list[FailedDocument] = []
         params_source: SourceParams | None
         if isinstance(source, Mapping) or _is_documents(source):
@@ -227,7 +227,7 @@ class Pipeline:
         in-memory document's file goes too, so a re-index cannot bring it back. Raises `NotFound` for a
         document no generation a deletion reaches records (before any flow runs), or one the principal
         may not read (as if it did not exist)."""
-        self._require_write("delete")
+        self.require_write("delete")
         if not self.knows(document_id):
             raise NotFound(f"no such document: {document_id}")
         row = self._status().get(document_id)
@@ -240,7 +240,7 @@ class Pipeline:
         """Delete every document of the source `name` (each as `delete` does) and its record, so no
         re-index scans it again: how an overlapping source is given up for the folder around it
         (`SourceOverlap`). Returns the documents deleted; raises `NotFound` for a source not recorded."""
-        self._require_write("forget a source")
+        self.require_write("forget a source")
         registry = SourceRegistry.of(self.settings)
         if name not in {record.name for record in registry.all()}:
             raise NotFound(f"no such source: {name} (`unichunk status` lists the sources of the documents)")
@@ -264,7 +264,7 @@ class Pipeline:
     ) -> RebuildSummary:
         """Build a new index generation with `strategy` (and these settings) beside the live one, verify
         it, switch readers to it. `summary.outcome` says what happened (`refused` leaves the live one)."""
-        self._require_write("rebuild")
+        self.require_write("rebuild")
         params = RebuildParams(
             source=source_params(source, source_name, patterns),
             strategy=strategy or self.strategy,
@@ -284,7 +284,7 @@ class Pipeline:
     ) -> GenerationSwitch:
         """Verify a retained or ready generation (default: the last retired one: a rollback), then make it
         live. A generation that does not exist or may not go live is refused before any flow runs."""
-        self._require_admin("switch generations")
+        self.require_admin("switch generations")
         switchable(self.settings, generation_id or rollback_target(self.settings))
         self.close()
         done = self._run("switch-generation", generation_id, retention_hours)
@@ -292,7 +292,7 @@ class Pipeline:
 
     def drop_generation(self, generation_id: str) -> DroppedGeneration:
         """Delete a generation that is not live now, without waiting for its retention."""
-        self._require_admin("drop a generation")
+        self.require_admin("drop a generation")
         found = registry_of(self.settings).get(generation_id)
         if found is None:
             raise NotFound(f"no such generation: {generation_id}")
@@ -451,7 +451,7 @@ class Pipeline:
     def generations(self) -> Generations:
         """The index generations, the live one first, each with its settings and document counts (admins
         only: the counts are of every document)."""
-        self._require_admin("generations")
+        self.require_admin("generations")
         generations = sorted(
             registry_of(self.settings).all(), key=lambda g: (g.state != "live", g.created_at)
         )
@@ -479,7 +479,7 @@ class Pipeline:
         """The index generations and the live one's documents (only the failed ones if asked). Flow runs of
         this data dir whose process was killed are marked Crashed in Prefect first, when its server runs.
         Admins only: it lists every document."""
-        self._require_admin("status")
+        self.require_admin("status")
         self._mark_crashed()
         store = self._status()
         return IndexStatus(
@@ -491,7 +491,7 @@ class Pipeline:
     def verify(self) -> AlignmentReport:
         """Check every store holds exactly the chunks the status table expects, each with the content its
         ID names (`report.ok`). Also publishes the alignment gauges. Admins only."""
-        self._require_admin("verify")
+        self.require_admin("verify")
         self.close()  # the check opens every store of the live generation itself
         return verify_live(self.settings)
 
@@ -511,15 +511,20 @@ class Pipeline:
     ) -> None:
         self.close()
 
-    # --- helpers ----------------------------------------------------------------------------------------
+    # --- access ---------------------------------------------------------------------------------------
 
-    def _require_admin(self, operation: str) -> None:
+    def require_admin(self, operation: str) -> None:
+        """`AccessDenied` unless the principal is an admin; `operation` names what was refused. Public for
+        a door that starts a flow run itself (a served deployment) rather than through a method here."""
         if not self.principal.admin:
             raise AccessDenied(f"{operation}: for admins only, and {self.principal.name!r} is not one")
 
-    def _require_write(self, operation: str) -> None:
+    def require_write(self, operation: str) -> None:
+        """`AccessDenied` unless the principal may write (or is an admin); as `require_admin`."""
         if not (self.principal.may_write or self.principal.admin):
             raise AccessDenied(f"{operation}: {self.principal.name!r} may not write to the index")
+
+    # --- helpers ----------------------------------------------------------------------------------------
 
     def _readable(self, chunks: Iterable[StoredChunk]) -> dict[str, StoredChunk]:
         """The chunks the principal may read, by ID: a second check behind the store's filter, on the
