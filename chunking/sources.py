@@ -20,8 +20,10 @@ from pathlib import Path, PurePosixPath
 
 import pathspec
 
+from unichunk.chunking.access_labels import LABELS_KEY, document_labels, normalise_labels
 from unichunk.chunking.config import DEFAULT_MAX_DOCUMENT_BYTES
 from unichunk.chunking.ids import default_source_name, derive_document_id
+from unichunk.chunking.label_rules import LabelRule, effective_labels
 from unichunk.chunking.loaders import load_document
 from unichunk.chunking.models import Document
 from unichunk.chunking.names import storable_name
@@ -46,6 +48,9 @@ class SourceItem:
     path: str
     size: int
     mtime_ns: int
+    # The document's access labels as listed (its source's defaults and matching rules), put into the
+    # loaded document's metadata by `load_item`: unchanged content with other labels is relabelled.
+    labels: tuple[str, ...] = ()
 
     @property
     def document_id(self) -> str:
@@ -63,11 +68,20 @@ class SourceItem:
 
 
 def load_item(item: SourceItem, max_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES) -> Document:
-    """Read and decode one item (at most `max_bytes`); raises `unichunk.chunking.errors.DocumentLoadError`
-    on unreadable content."""
-    return load_document(
+    """Read and decode one item (at most `max_bytes`), its listed labels (with any the loader found) in its
+    metadata; raises `unichunk.chunking.errors.DocumentLoadError` on unreadable content."""
+    document = load_document(
         Path(item.path), source_system=item.source_system, source_id=item.source_id, max_bytes=max_bytes
     )
+    return with_labels(document, item.labels)
+
+
+def with_labels(document: Document, labels: Iterable[str]) -> Document:
+    """`document` carrying `labels` besides its own (`Document.metadata["labels"]`, normalised)."""
+    merged = normalise_labels([*document_labels(document.metadata), *labels])
+    if not merged and LABELS_KEY not in document.metadata:
+        return document
+    return document.model_copy(update={"metadata": {**document.metadata, LABELS_KEY: merged}})
 
 
 class Source(ABC):
@@ -76,6 +90,18 @@ class Source(ABC):
 
     source_system: str
     root: Path | None
+    # Access labels every listed document gets, and the sidecar rules (`unichunk.chunking.label_rules`).
+    labels: tuple[str, ...] = ()
+    label_rules: tuple[LabelRule, ...] = ()
+
+    def labels_for(self, source_id: str) -> tuple[str, ...]:
+        """The labels a document listed as `source_id` carries."""
+        return effective_labels(source_id, self.labels, self.label_rules)
+
+    def with_access(self, labels: Iterable[str] = (), rules: Iterable[LabelRule] = ()) -> Source:
+        """This source, giving its documents `labels` and the `rules`' labels (normalised)."""
+        self.labels, self.label_rules = normalise_labels(labels), tuple(rules)
+        return self
 
     @abstractmethod
     def list(self) -> list[SourceItem]:
@@ -93,9 +119,11 @@ class Source(ABC):
 ABSOLUTE_PATHS_SOURCE = "fs"
 
 
-def _stat_item(source_system: str, source_id: str, path: Path, st: os.stat_result) -> SourceItem:
+def _stat_item(source: Source, source_id: str, path: Path, st: os.stat_result) -> SourceItem:
     """`source_id` as it is stored: undecodable bytes of the name written `\\xNN` (`storable_name`)."""
-    return SourceItem(source_system, storable_name(source_id), str(path), st.st_size, st.st_mtime_ns)
+    stored = storable_name(source_id)
+    labels = source.labels_for(stored)
+    return SourceItem(source.source_system, stored, str(path), st.st_size, st.st_mtime_ns, labels)
 
 
 class DirectorySource(Source):
@@ -125,7 +153,7 @@ class DirectorySource(Source):
             raise NotADirectoryError(f"source root is not a directory: {self.root}")
         items: dict[str, SourceItem] = {}
         for rel, path, st in self._walk():
-            item = _stat_item(self.source_system, rel, path, st)
+            item = _stat_item(self, rel, path, st)
             if not self.matches(item.source_id):
                 continue
             # Two names give one ID only where a valid name spells an undecodable one's escape (`caf\\xe9.txt`
@@ -252,7 +280,7 @@ class PathsSource(Source):
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode):
-                items.append(_stat_item(self.source_system, self.source_id_for(path), path, st))
+                items.append(_stat_item(self, self.source_id_for(path), path, st))
         return sorted(items, key=lambda i: i.source_id)
 
     def covers(self, source_id: str, path: str | None) -> bool:

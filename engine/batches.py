@@ -37,7 +37,7 @@ from unichunk.index.chunk_batch import ChunkBatchResult
 from unichunk.index.chunk_cache import ChunkKey
 from unichunk.index.generations import ensure_live_alias, expired_generations
 from unichunk.index.run import RunConfig
-from unichunk.index.sink_writes import PrepareOutcome, optimize_sinks, record_outcome
+from unichunk.index.sink_writes import PrepareOutcome, optimize_sinks, record_outcome, relabel_documents
 from unichunk.index.status import DocumentStatus, Failure, pending_fields
 from unichunk.sinks.base import SINK_NAMES, Sink
 from unichunk.sinks.config import SinkSettings
@@ -63,6 +63,7 @@ def unchanged_by_stat(item: SourceItem, row: DocumentStatus | None, run: RunConf
         and row.path == item.stored_path
         and row.size == item.size
         and row.mtime_ns == item.mtime_ns
+        and tuple(row.labels) == item.labels  # new labels: loaded, then relabelled if its content is the same
     )
 
 
@@ -380,10 +381,15 @@ def _run_batches(
             metrics.DOCUMENTS.labels(outcome="skipped").inc(len(result.skipped))
             if dry_run:
                 summary.would_process.extend(by_id[key.document_id].source_id for key in result.keys)
+                summary.would_process.extend(by_id[d].source_id for d in result.relabel)
                 _record_failures(summary, by_id, result.failed, result.failures, dry_run=True)
             else:
                 summary.chunked += len(result.chunked)
                 failed = dict(result.failed)
+                if result.relabel:  # unchanged content, new labels: set in every store, nothing embedded
+                    _, not_relabelled = relabel_documents(run, result.relabel, by_id)
+                    failed.update(not_relabelled)
+                    summary.relabelled += len(result.relabel) - len(not_relabelled)
                 seconds: dict[str, dict[str, float]] = {"prepare": {}, "write": {}}
                 good, outcomes = (
                     prepare_batch(result.keys, run, failed, seconds["prepare"]) if result.keys else ([], {})

@@ -14,8 +14,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
+from unichunk.chunking.access_labels import normalise_labels
 from unichunk.chunking.config import ChunkStrategy, StrategyName
 from unichunk.chunking.ids import SOURCE_NAME_PATTERN
+from unichunk.chunking.label_rules import parse_rules
 from unichunk.chunking.names import one_line, openable_name, storable_name
 from unichunk.chunking.sources import (
     DEFAULT_PATTERNS,
@@ -52,6 +54,26 @@ class SourceParams(BaseModel):
         description="Name of the source, part of every document ID; unset: derived from the absolute root, "
         "so two folders never share IDs and the same folder keeps them.",
     )
+    labels: list[str] = Field(
+        default_factory=list,
+        description="Access labels every document of the source carries (none: readable by admins only); "
+        "kept for the source, so a re-index without a source keeps them.",
+    )
+    label_rules: list[str] = Field(
+        default_factory=list,
+        description="Sidecar rules PATTERN=LABEL[,LABEL...] (e.g. hr/**=hr): a document whose path in the "
+        "source matches the gitignore-style pattern carries those labels too.",
+    )
+
+    @field_validator("labels")
+    @classmethod
+    def _check_labels(cls, labels: list[str]) -> list[str]:
+        return list(normalise_labels(labels))  # a bad one: BadLabel, a ValueError naming it
+
+    @field_validator("label_rules")
+    @classmethod
+    def _check_rules(cls, rules: list[str]) -> list[str]:
+        return [str(rule) for rule in parse_rules(rules)]
 
     @field_validator("root", mode="before")
     @classmethod
@@ -76,6 +98,9 @@ class SourceParams(BaseModel):
         return self
 
     def build(self) -> Source:
+        return self._build().with_access(self.labels, parse_rules(self.label_rules))
+
+    def _build(self) -> Source:
         if self.kind == "directory":
             assert self.root is not None
             return DirectorySource(
@@ -98,6 +123,8 @@ class SourceParams(BaseModel):
             patterns=tuple(self.patterns) if self.kind == "directory" else (),
             paths=tuple(self.paths) if self.kind == "paths" else (),
             follow_symlinks=self.follow_symlinks,
+            labels=tuple(self.labels),
+            label_rules=tuple(self.label_rules),
         )
 
     @classmethod
@@ -109,6 +136,8 @@ class SourceParams(BaseModel):
             paths=list(record.paths),
             follow_symlinks=record.follow_symlinks,
             source_system=record.name,
+            labels=list(record.labels),
+            label_rules=list(record.label_rules),
         )
 
 
@@ -314,6 +343,9 @@ class IngestSummary(BaseModel):
     unreadable: list[FailedDocument] = Field(default_factory=list)
     deleted: int = 0
     chunked: int = 0
+    relabelled: int = Field(
+        0, description="Unchanged documents given new access labels in every store (nothing embedded)."
+    )
     chunks_written: dict[str, int] = Field(default_factory=dict)
     embedded: int = Field(
         0, description="Chunk texts embedded in this run (each distinct text of a batch once)."
@@ -344,6 +376,7 @@ class IngestSummary(BaseModel):
         self.unreadable.extend(part.unreadable)
         self.deleted += part.deleted
         self.chunked += part.chunked
+        self.relabelled += part.relabelled
         for name, count in part.chunks_written.items():
             self.chunks_written[name] = self.chunks_written.get(name, 0) + count
         self.embedded += part.embedded
@@ -374,7 +407,9 @@ class IngestSummary(BaseModel):
         written = ", ".join(f"{k}={v}" for k, v in sorted(self.chunks_written.items())) or "none"
         return (
             f"{self.flow}{self._shards_note()}: {self.listed} listed, {self.processed} processed ({self.chunked} chunked), "
-            f"{self.skipped} unchanged, {len(self.failed)} failed{self._unreadable_note()}, {self.deleted} "
+            f"{self.skipped} unchanged, "
+            + (f"{self.relabelled} relabelled, " if self.relabelled else "")
+            + f"{len(self.failed)} failed{self._unreadable_note()}, {self.deleted} "
             f"deleted; chunks written: {written}{self._vectors_note()}; {self.duration_seconds:.1f} s"
         )
 

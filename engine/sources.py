@@ -90,12 +90,18 @@ def enclosing_source(named: SourceParams, recorded: list[SourceRecord]) -> Sourc
         root = Path(record.root)
         if any(not part.is_relative_to(root) for part in parts) or parts == [root]:
             continue
+        # The folder's access labels and rules hold for its parts, unless this run names its own.
+        access = (
+            {}
+            if named.labels or named.label_rules
+            else {"labels": list(record.labels), "label_rules": list(record.label_rules)}
+        )
         if named.kind == "paths":
-            return named.model_copy(update={"root": record.root, "source_system": record.name})
+            return named.model_copy(update={"root": record.root, "source_system": record.name, **access})
         sub = parts[0].relative_to(root).as_posix()
         patterns = [f"{sub}/{pattern.lstrip('/')}" for pattern in named.patterns]
         return named.model_copy(
-            update={"root": record.root, "source_system": record.name, "patterns": patterns}
+            update={"root": record.root, "source_system": record.name, "patterns": patterns, **access}
         )
     return None
 

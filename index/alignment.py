@@ -47,6 +47,10 @@ class AlignmentReport:
     missing: dict[str, set[str]] = field(default_factory=dict)
     extra: dict[str, set[str]] = field(default_factory=dict)
     altered: dict[str, set[str]] = field(default_factory=dict)
+    # Chunks a sink holds under an expected ID with other access labels than the records give their
+    # document (a relabel that stopped half-way); a store that keeps no labels (`Sink.chunk_labels` not
+    # implemented) is left out, not failed.
+    mislabelled: dict[str, set[str]] = field(default_factory=dict)
     # One file stored under several document IDs (two sources over it): path -> its document IDs. Every
     # store then holds its text twice, which the ID sets cannot show: `verify` reports it and exits 1,
     # while `ok` stays about the stores agreeing (the stores do agree; a repair cannot tell which to drop).
@@ -57,10 +61,13 @@ class AlignmentReport:
 
     @property
     def ok(self) -> bool:
-        return not any(v for kind in (self.missing, self.extra, self.altered) for v in kind.values())
+        return not any(v for kind in self._kinds() for v in kind.values())
 
     def mismatch_count(self) -> int:
-        return sum(len(v) for kind in (self.missing, self.extra, self.altered) for v in kind.values())
+        return sum(len(v) for kind in self._kinds() for v in kind.values())
+
+    def _kinds(self) -> tuple[dict[str, set[str]], ...]:
+        return (self.missing, self.extra, self.altered, self.mislabelled)
 
     def as_dict(self, limit: int = 20) -> dict[str, Any]:
         """JSON-friendly summary; at most `limit` example IDs per list so a bad run stays readable."""
@@ -76,6 +83,8 @@ class AlignmentReport:
                     "missing_examples": sorted(self.missing[name])[:limit],
                     "extra_examples": sorted(self.extra[name])[:limit],
                     "altered_examples": sorted(self.altered.get(name, ()))[:limit],
+                    "mislabelled": len(self.mislabelled.get(name, ())),
+                    "mislabelled_examples": sorted(self.mislabelled.get(name, ()))[:limit],
                 }
                 for name in self.counts
             },
@@ -96,9 +105,14 @@ class AlignmentReport:
         self.same_content = {h: sorted(ids) for h, ids in by_content.items() if len(ids) > 1}
 
 
-def verify_alignment(sinks: Mapping[str, Sink], expected: set[str] | None = None) -> AlignmentReport:
-    """Compare every sink's `chunk_ids()` with `expected` (or with the union of all sinks), and the content
-    hash of every chunk it holds (`content_hashes()`) with the hash in the chunk's ID."""
+def verify_alignment(
+    sinks: Mapping[str, Sink],
+    expected: set[str] | None = None,
+    labels: Mapping[str, tuple[str, ...]] | None = None,
+) -> AlignmentReport:
+    """Compare every sink's `chunk_ids()` with `expected` (or with the union of all sinks), the content
+    hash of every chunk it holds (`content_hashes()`) with the hash in the chunk's ID, and, given the
+    records' `labels` (chunk_id -> labels), the labels it holds for each (`chunk_labels()`)."""
     held = {name: sink.chunk_ids() for name, sink in sinks.items()}
     reference = expected if expected is not None else set().union(*held.values())
     report = AlignmentReport(expected_count=len(reference))
@@ -107,7 +121,21 @@ def verify_alignment(sinks: Mapping[str, Sink], expected: set[str] | None = None
         report.missing[name] = reference - ids
         report.extra[name] = ids - reference
         report.altered[name] = altered_chunks(sinks[name].content_hashes()) - report.extra[name]
+        if labels is not None and (held_labels := stored_labels(sinks[name])) is not None:
+            report.mislabelled[name] = {
+                chunk_id
+                for chunk_id, found in held_labels.items()
+                if chunk_id in labels and tuple(found) != tuple(labels[chunk_id])
+            }
     return report
+
+
+def stored_labels(sink: Sink) -> dict[str, tuple[str, ...]] | None:
+    """The sink's chunk labels, or None for a sink that keeps none (yet)."""
+    try:
+        return sink.chunk_labels()
+    except NotImplementedError:
+        return None
 
 
 def altered_chunks(hashes: Mapping[str, str]) -> set[str]:
@@ -131,13 +159,18 @@ def record_alignment(report: AlignmentReport) -> None:
         metrics.ALIGNMENT_MISMATCHES.labels(sink=name, kind="missing").set(len(report.missing[name]))
         metrics.ALIGNMENT_MISMATCHES.labels(sink=name, kind="extra").set(len(report.extra[name]))
         metrics.ALIGNMENT_MISMATCHES.labels(sink=name, kind="altered").set(len(report.altered.get(name, ())))
+        metrics.ALIGNMENT_MISMATCHES.labels(sink=name, kind="mislabelled").set(
+            len(report.mislabelled.get(name, ()))
+        )
 
 
 def verify_run(run: RunConfig) -> AlignmentReport:
     """Compare each of the run's sinks with the chunk IDs its status table expects; publish the gauges."""
     with metrics.timed("verify_alignment"):
         status = run.status_store()
-        report = verify_alignment(run.open_sinks(), expected=status.expected_chunk_ids())
+        report = verify_alignment(
+            run.open_sinks(), expected=status.expected_chunk_ids(), labels=status.expected_labels()
+        )
         report.add_documents(status.rows())
     record_alignment(report)
     return report
@@ -167,7 +200,11 @@ def repair(run: RunConfig, report: AlignmentReport) -> RepairResult:
         rewrite: dict[str, set[str]] = defaultdict(set)
         delete: dict[str, set[str]] = defaultdict(set)
         for name in report.counts:
-            restore = report.missing[name] | report.altered.get(name, set())
+            # A mislabelled chunk too: the re-write carries the recorded labels (`previous_version`), its
+            # vectors and extractions come from the stores' result caches.
+            restore = (
+                report.missing[name] | report.altered.get(name, set()) | report.mislabelled.get(name, set())
+            )
             for chunk_id in restore | report.extra[name]:
                 try:
                     document_id = parse_chunk_id(chunk_id)[0]
@@ -203,7 +240,8 @@ def previous_version(row: DocumentStatus, run: RunConfig) -> tuple[Document, lis
     """The document's last successfully written chunks, from the chunk cache or by re-chunking the file."""
     if not row.content_hash or not row.chunk_fingerprint:
         raise ValueError(f"{row.document_id} has no recorded successful version")
-    key = ChunkKey(row.document_id, row.content_hash, row.chunk_fingerprint)
+    # With the recorded labels: those every store held for this version.
+    key = ChunkKey(row.document_id, row.content_hash, row.chunk_fingerprint, tuple(row.labels))
     cache = run.chunk_cache()
     try:
         return cache.load(key)
@@ -212,7 +250,7 @@ def previous_version(row: DocumentStatus, run: RunConfig) -> tuple[Document, lis
     if not row.path or not row.source_system or not row.source_id:
         raise ValueError(f"{row.document_id}: not in the chunk cache and its source is unknown")
     document = load_item(
-        SourceItem(row.source_system, row.source_id, openable_name(row.path), 0, 0),
+        SourceItem(row.source_system, row.source_id, openable_name(row.path), 0, 0, tuple(row.labels)),
         run.settings.max_document_bytes,
     )
     strategy = ChunkStrategy.from_values(row.strategy) if row.strategy else run.strategy
@@ -229,7 +267,9 @@ def verify_live(settings: SinkSettings) -> AlignmentReport:
     pinned = reading_settings(settings)
     with flow_sinks(SINK_NAMES, pinned) as sinks:
         status = StatusStore.of(pinned, readonly=True)
-        report = verify_alignment(sinks, expected=status.expected_chunk_ids())
+        report = verify_alignment(
+            sinks, expected=status.expected_chunk_ids(), labels=status.expected_labels()
+        )
         report.add_documents(status.rows())
     record_alignment(report)
     return report

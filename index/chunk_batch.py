@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from unichunk.chunking.access_labels import document_labels
 from unichunk.chunking.base import EmbedFunction
 from unichunk.chunking.errors import DocumentTooLarge, UnichunkError
 from unichunk.chunking.models import Chunk, Document
@@ -38,12 +39,16 @@ class ChunkBatchResult:
     chunked: list[str] = field(default_factory=list)  # chunked in this run (the rest came from the cache)
     # Listed, then gone before it was loaded (a delete racing the run): deleted by the run, not failed.
     vanished: list[str] = field(default_factory=list)
+    # Unchanged content whose access labels changed: document_id -> its new labels, for the run to set
+    # in every store and then in its record (`unichunk.engine.relabel`), nothing chunked or embedded.
+    relabel: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def line(self, label: str) -> str:
         return (
             f"batch {label}: {len(self.keys)} to write ({len(self.chunked)} chunked, "
             f"{len(self.keys) - len(self.chunked)} from the chunk cache), {len(self.skipped)} unchanged, "
-            f"{len(self.failed)} failed"
+            + (f"{len(self.relabel)} to relabel, " if self.relabel else "")
+            + f"{len(self.failed)} failed"
             + (f", {len(self.vanished)} vanished since listed" if self.vanished else "")
         )
 
@@ -84,12 +89,17 @@ def chunk_items(items: list[SourceItem], run: RunConfig, *, dry_run: bool = Fals
                 failure: Failure = "too_large" if isinstance(exc, DocumentTooLarge) else "unreadable"
                 _fail(result, writer, item, LOAD_FAILED + _load_error(exc), failure)
                 continue
-            if StatusStore.is_current(rows.get(document_id), document.content_hash, run.fingerprint):
+            labels = document_labels(document.metadata)
+            row = rows.get(document_id)
+            if StatusStore.is_current(row, document.content_hash, run.fingerprint):
+                if row is not None and tuple(row.labels) != labels:
+                    result.relabel[document_id] = labels
+                    continue
                 result.skipped.append(document_id)
                 if writer is not None:  # remember the new mtime so the next listing skips without loading
                     writer.seen(item)
                 continue
-            key = ChunkKey(document_id, document.content_hash, run.chunk_fingerprint)
+            key = ChunkKey(document_id, document.content_hash, run.chunk_fingerprint, labels)
             if writer is None:
                 result.keys.append(key)
                 continue

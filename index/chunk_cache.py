@@ -17,13 +17,14 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import TypeAdapter
 from sqlalchemy import Connection, text
 
+from unichunk.chunking.access_labels import LABELS_KEY
 from unichunk.chunking.models import Chunk, Document
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.database import Database, open_store_database
@@ -87,6 +88,9 @@ class ChunkKey:
     document_id: str
     content_hash: str
     fingerprint: str
+    # The access labels the document is written with (None: as cached). Not part of the key: the same
+    # content is chunked once whatever its labels; `load` hands the document back carrying these.
+    labels: tuple[str, ...] | None = field(default=None, compare=False)
 
 
 class ChunkCache:
@@ -246,6 +250,10 @@ class ChunkCache:
             body = chunk_lists.get(key)
             if document is None or body is None:
                 raise KeyError(f"no stored chunks for {key}")
+            if key.labels is not None:
+                document = document.model_copy(
+                    update={"metadata": {**document.metadata, LABELS_KEY: tuple(key.labels)}}
+                )
             loaded.append((document, _chunks(body)))
         return loaded
 

@@ -212,9 +212,9 @@ class ShardRecords:
 
 def _dump(item: SourceItem) -> str:
     """An item as ASCII JSON: any file name travels, undecodable bytes (lone surrogates) included."""
-    return json.dumps([item.source_system, item.source_id, item.path, item.size, item.mtime_ns])
+    return json.dumps([item.source_system, item.source_id, item.path, item.size, item.mtime_ns, item.labels])
 
 
 def _load(text: str) -> SourceItem:
-    source_system, source_id, path, size, mtime_ns = json.loads(text)
-    return SourceItem(source_system, source_id, path, size, mtime_ns)
+    source_system, source_id, path, size, mtime_ns, *labels = json.loads(text)  # labels: since 26
+    return SourceItem(source_system, source_id, path, size, mtime_ns, tuple(labels[0]) if labels else ())

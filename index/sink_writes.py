@@ -111,6 +111,7 @@ def record_outcome(
                     fingerprint=run.fingerprint,
                     chunk_fingerprint=key.fingerprint,
                     strategy=run.strategy.model_dump_json(),
+                    **({} if key.labels is None else {"labels": key.labels}),
                     **item_fields(items[key.document_id]),
                 ),
             )
@@ -155,6 +156,37 @@ def restore_previous(
             except Exception as exc:
                 errors[document_id] = f"[{name}] restore failed: {type(exc).__name__}: {exc}"
     return errors
+
+
+def relabel_documents(
+    run: RunConfig, relabel: Mapping[str, tuple[str, ...]], items: Mapping[str, SourceItem]
+) -> tuple[dict[str, int], dict[str, str]]:
+    """Give unchanged documents their new access labels in every sink (`Sink.relabel`: nothing embedded or
+    extracted again), then in their records; returns (chunks relabelled per sink, document id -> error).
+
+    Converges like a write: the record takes the new labels only once every sink holds them, so a run
+    stopped half-way leaves the old labels recorded, and the next run sees them differ and relabels
+    again (each sink's relabel is safe to re-run). A sink that keeps no labels yet is skipped. A
+    document that failed is recorded failed, so the next run writes it whole (vectors from the cache)."""
+    counts: dict[str, int] = defaultdict(int)
+    failed: dict[str, str] = {}
+    done: list[tuple[str, dict[str, object]]] = []
+    with metrics.timed("relabel"):
+        sinks = run.open_sinks()
+        for document_id, labels in relabel.items():
+            try:
+                for name, sink in sinks.items():
+                    try:
+                        counts[name] += sink.relabel(document_id, labels)
+                    except NotImplementedError:
+                        continue
+            except Exception as exc:
+                failed[document_id] = f"relabel failed: {type(exc).__name__}: {exc}"
+                continue
+            extra = item_fields(items[document_id]) if document_id in items else {}
+            done.append((document_id, {"labels": labels, **extra}))
+        run.status_store().upsert_many(done)
+    return dict(counts), failed
 
 
 def delete_documents(run: RunConfig, document_ids: Sequence[str]) -> dict[str, int]:

@@ -34,9 +34,14 @@ CREATE TABLE IF NOT EXISTS sources (
     paths TEXT NOT NULL DEFAULT '[]',
     follow_symlinks INTEGER NOT NULL DEFAULT 0,
     first_seen TEXT NOT NULL,
-    last_listed TEXT NOT NULL
+    last_listed TEXT NOT NULL,
+    labels TEXT,
+    label_rules TEXT
 )"""
 ]
+# Added since the first schema (NULL in an earlier row: none): the source's access labels and label rules,
+# JSON arrays.
+_ADDED_COLUMNS = {"labels": "TEXT", "label_rules": "TEXT"}
 _POSTGRES_SCHEMA = [
     """
 CREATE TABLE IF NOT EXISTS sources (
@@ -47,7 +52,9 @@ CREATE TABLE IF NOT EXISTS sources (
     paths TEXT NOT NULL DEFAULT '[]',
     follow_symlinks INTEGER NOT NULL DEFAULT 0,
     first_seen TEXT NOT NULL,
-    last_listed TEXT NOT NULL
+    last_listed TEXT NOT NULL,
+    labels TEXT,
+    label_rules TEXT
 )"""
 ]
 
@@ -62,6 +69,8 @@ class SourceRecord:
     patterns: tuple[str, ...] = ()
     paths: tuple[str, ...] = ()
     follow_symlinks: bool = False
+    labels: tuple[str, ...] = ()  # access labels of every document (`unichunk.chunking.access_labels`)
+    label_rules: tuple[str, ...] = ()  # `PATTERN=LABEL[,LABEL...]` (`unichunk.chunking.label_rules`)
     first_seen: str = field(default="", compare=False)
     last_listed: str = field(default="", compare=False)
 
@@ -83,6 +92,7 @@ class SourceRegistry:
         """The registry's database with its table created (reads never create it)."""
         writer = open_database(self.settings, self._path)
         writer.ensure(_POSTGRES_SCHEMA if writer.dialect == "postgresql" else _SQLITE_SCHEMA)
+        writer.add_missing_columns("sources", _ADDED_COLUMNS)
         return writer
 
     def record(self, source: SourceRecord) -> None:
@@ -96,7 +106,7 @@ class SourceRegistry:
         writer = self.create()
         now = datetime.now(UTC).isoformat(timespec="seconds")
         with writer.write(lock="sources") as conn:
-            check(_records(conn.execute(text(_SELECT)).all()))
+            check(_records(conn.execute(text(_select())).all()))
             conn.execute(
                 text(_UPSERT),
                 {
@@ -106,6 +116,8 @@ class SourceRegistry:
                     "patterns": json.dumps(list(source.patterns)),
                     "paths": json.dumps(list(source.paths)),
                     "follow": int(source.follow_symlinks),
+                    "labels": json.dumps(list(source.labels)),
+                    "rules": json.dumps(list(source.label_rules)),
                     "now": now,
                 },
             )
@@ -122,8 +134,9 @@ class SourceRegistry:
 
     def all(self) -> list[SourceRecord]:
         try:
+            missing = frozenset(_ADDED_COLUMNS) - self._reader.columns("sources")
             with self._reader.read() as conn:
-                rows = conn.execute(text(_SELECT)).all()
+                rows = conn.execute(text(_select(missing))).all()
         except Exception as exc:
             if self._reader.missing(exc):
                 return []
@@ -131,16 +144,23 @@ class SourceRegistry:
         return _records(rows)
 
 
-_SELECT = (
-    "SELECT name, kind, root, patterns, paths, follow_symlinks, first_seen, last_listed "
-    "FROM sources ORDER BY name"
-)
+def _select(missing: frozenset[str] = frozenset()) -> str:
+    """The rows' query; the added columns a table made before lacks read as NULL."""
+    added = ", ".join(f"NULL AS {name}" if name in missing else name for name in _ADDED_COLUMNS)
+    return (
+        f"SELECT name, kind, root, patterns, paths, follow_symlinks, first_seen, last_listed, {added} "
+        "FROM sources ORDER BY name"
+    )
+
+
 _UPSERT = (
     "INSERT INTO sources (name, kind, root, patterns, paths, follow_symlinks, first_seen, "
-    "last_listed) VALUES (:name, :kind, :root, :patterns, :paths, :follow, :now, :now) "
+    "last_listed, labels, label_rules) VALUES (:name, :kind, :root, :patterns, :paths, :follow, :now, :now, "
+    ":labels, :rules) "
     "ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, root = excluded.root, "
     "patterns = excluded.patterns, paths = excluded.paths, "
-    "follow_symlinks = excluded.follow_symlinks, last_listed = excluded.last_listed"
+    "follow_symlinks = excluded.follow_symlinks, last_listed = excluded.last_listed, "
+    "labels = excluded.labels, label_rules = excluded.label_rules"
 )
 
 
@@ -153,10 +173,12 @@ def _records(rows: Sequence[Any]) -> list[SourceRecord]:
             tuple(json.loads(patterns)),
             tuple(json.loads(paths)),
             bool(follow),
+            tuple(json.loads(labels or "[]")),
+            tuple(json.loads(rules or "[]")),
             first,
             last,
         )
-        for name, kind, root, patterns, paths, follow, first, last in rows
+        for name, kind, root, patterns, paths, follow, first, last, labels, rules in rows
     ]
 
 

@@ -53,7 +53,8 @@ CREATE TABLE IF NOT EXISTS documents (
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL,
     last_success_at TEXT,
-    failure TEXT
+    failure TEXT,
+    labels TEXT
 )""",
     "CREATE INDEX IF NOT EXISTS documents_source ON documents (source_system, source_id)",
     "CREATE INDEX IF NOT EXISTS documents_state ON documents (state)",
@@ -79,13 +80,15 @@ CREATE TABLE IF NOT EXISTS documents (
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL,
     last_success_at TEXT,
-    failure TEXT
+    failure TEXT,
+    labels TEXT
 )""",
     *_SQLITE_SCHEMA[1:],
 ]
 # Columns added since the first schema, with their type: tables made before get them when a writer opens
 # them; a reader of such a table reads them as NULL.
-_ADDED_COLUMNS = {"failure": "TEXT"}
+# `labels`: the document's access labels as a JSON array (NULL in a row written before labels: none).
+_ADDED_COLUMNS = {"failure": "TEXT", "labels": "TEXT"}
 
 _COLUMNS = [
     "document_id",
@@ -106,6 +109,7 @@ _COLUMNS = [
     "updated_at",
     "last_success_at",
     "failure",
+    "labels",
 ]
 # Columns that hold the user's text: BYTEA on PostgreSQL.
 _USER_TEXT = frozenset({"document_id", "source_system", "source_id", "path", "error"})
@@ -146,11 +150,13 @@ class DocumentStatus:
     updated_at: str = ""
     last_success_at: str | None = None
     failure: Failure | None = None
+    labels: tuple[str, ...] = ()  # the access labels every store holds for its chunks (sorted)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> DocumentStatus:
         data = {name: Database.unpack(value) if name in _USER_TEXT else value for name, value in row.items()}
         data["chunk_ids"] = json.loads(data["chunk_ids"] or "[]")
+        data["labels"] = tuple(json.loads(data.get("labels") or "[]"))
         return cls(**data)
 
     def as_dict(self) -> dict[str, Any]:
@@ -250,6 +256,20 @@ class StatusStore:
 
         return self._read(query, set())
 
+    def expected_labels(self) -> dict[str, tuple[str, ...]]:
+        """chunk_id -> the access labels every sink should hold for it: its document's (for `verify`)."""
+        labelled = "labels" in self.db.columns("documents")
+        statement = text(f"SELECT chunk_ids, {'labels' if labelled else 'NULL'} FROM documents")
+
+        def query(conn: Connection) -> dict[str, tuple[str, ...]]:
+            expected: dict[str, tuple[str, ...]] = {}
+            for chunk_ids, labels in conn.execute(statement):
+                found = tuple(json.loads(labels or "[]"))
+                expected.update((chunk_id, found) for chunk_id in json.loads(chunk_ids or "[]"))
+            return expected
+
+        return self._read(query, {})
+
     @staticmethod
     def is_current(row: DocumentStatus | None, content_hash: str, fingerprint: str) -> bool:
         """The incremental rule: processed, with the same content and the same settings."""
@@ -323,6 +343,8 @@ class StatusStore:
             chunk_ids = list(fields["chunk_ids"])
             fields["chunk_ids"] = json.dumps(chunk_ids)
             fields.setdefault("chunk_count", len(chunk_ids))
+        if "labels" in fields:
+            fields["labels"] = json.dumps(sorted(fields["labels"]))
         now = _now()
         fields["updated_at"] = now
         values = {"document_id": document_id, "created_at": now, "state": "pending", **fields}

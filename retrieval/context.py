@@ -18,7 +18,7 @@ from typing import Literal
 from unichunk.chunking.sentences import sentence_spans
 from unichunk.chunking.tokenizer import TokenCounter
 from unichunk.retrieval.fusion import Hit
-from unichunk.sinks.base import ChunkSearch, StoredChunk
+from unichunk.sinks.base import ChunkSearch, SearchFilter, StoredChunk
 
 DEFAULT_BUDGET = 8000  # tokens of assembled context, when the caller names no budget
 SEPARATOR = "\n\n"
@@ -86,9 +86,15 @@ class AssembledContext:
     dropped: list[str] = field(default_factory=list)  # hit chunk IDs left out by the budget
 
 
-def pieces_for_hits(hits: Sequence[Hit], store: ChunkSearch | None = None, radius: int = 1) -> list[Piece]:
+def pieces_for_hits(
+    hits: Sequence[Hit],
+    store: ChunkSearch | None = None,
+    radius: int = 1,
+    filter: SearchFilter | None = None,
+) -> list[Piece]:
     """Hits as pieces, plus their ±`radius` neighbours from `store`, in small-to-big admission order
-    (`small_to_big`)."""
+    (`small_to_big`). Neighbours are fetched under the search's `filter`, inside the store's query: a
+    neighbour the reader may not read is as absent as one past the document's end."""
     ranked: list[Piece] = []
     seen: set[str] = set()
     for rank, hit in enumerate(hits, start=1):
@@ -109,7 +115,7 @@ def pieces_for_hits(hits: Sequence[Hit], store: ChunkSearch | None = None, radiu
                 range(p.chunk_index - radius, p.chunk_index + radius + 1)
             )
         for document_id, indexes in wanted.items():
-            for c in store.chunks_at(document_id, indexes):
+            for c in store.chunks_at(document_id, indexes, filter=filter):
                 around[(c.document_id, c.chunk_index)] = Piece(
                     c.chunk_id, c.document_id, c.chunk_index, c.start_char, c.end_char, c.content,
                     tuple(c.heading_chain),
@@ -247,12 +253,14 @@ def assemble_context(
     radius: int = 1,
     budget: int = DEFAULT_BUDGET,
     counter: TokenCounter | None = None,
+    filter: SearchFilter | None = None,
 ) -> AssembledContext:
-    """Admit `hits` (best first) and their ±`radius` neighbours small-to-big into at most `budget` tokens."""
+    """Admit `hits` (best first) and their ±`radius` neighbours small-to-big into at most `budget` tokens;
+    neighbours only those `filter` admits (`pieces_for_hits`)."""
     counter = counter or TokenCounter()
     admitted = _Admitted(titles or {}, counter)
     cut_ids: set[str] = set()
-    for piece in pieces_for_hits(hits, store, radius):
+    for piece in pieces_for_hits(hits, store, radius, filter):
         if admitted.covers(piece):  # costs nothing; a hit still counts as found (and not dropped)
             if piece.rank is not None:
                 admitted.pieces.append(piece)
@@ -288,13 +296,15 @@ def merge_order(spans: Sequence[ContextSpan]) -> list[ContextSpan]:
     return sorted(spans, key=lambda s: (doc_rank[s.document_id], s.document_id, s.start_char))
 
 
-def document_records(hits: Sequence[Hit], stores: Sequence[ChunkSearch] = ()) -> dict[str, StoredChunk]:
+def document_records(
+    hits: Sequence[Hit], stores: Sequence[ChunkSearch] = (), filter: SearchFilter | None = None
+) -> dict[str, StoredChunk]:
     """For each hit's document, a stored chunk of it that carries what the store keeps beside the chunks
     (`StoredChunk.extra`: Qdrant's title, source ID and path; `.title` reads them), by document.
 
     A hit's own record is used first; a document whose hit came from a store that keeps no such fields
-    (BM25) is looked up, by one of its chunks, in the other `stores`. A document no store describes is
-    absent."""
+    (BM25) is looked up, by one of its chunks, in the other `stores` (under the search's `filter`). A
+    document no store describes is absent."""
     records: dict[str, StoredChunk] = {}
     first: dict[str, str] = {}
     for hit in hits:
@@ -305,7 +315,7 @@ def document_records(hits: Sequence[Hit], stores: Sequence[ChunkSearch] = ()) ->
         missing = [chunk_id for document_id, chunk_id in first.items() if document_id not in records]
         if not missing:
             break
-        for chunk in store.get_chunks(missing).values():
+        for chunk in store.get_chunks(missing, filter=filter).values():
             if chunk.title:
                 records.setdefault(chunk.document_id, chunk)
     return records

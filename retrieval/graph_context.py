@@ -2,14 +2,15 @@
 
 LightRAG-style: the entities mentioned in the retrieved chunks come first, ranked by how well-ranked the
 chunks mentioning them are, then the one-hop neighbours of the strongest of them, with the relations
-among them by weight. It reads the graph through `unichunk.sinks.base.GraphReader` only.
+among them by weight. It reads the graph through `unichunk.sinks.base.GraphReader` only, under the search's
+filter: with a labels filter, only what readable chunks taught the graph (docs/access.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from unichunk.sinks.base import GraphContext, GraphEntity, GraphReader, GraphRelation
+from unichunk.sinks.base import GraphContext, GraphEntity, GraphReader, GraphRelation, SearchFilter
 
 
 def graph_context(
@@ -19,6 +20,7 @@ def graph_context(
     hop_entities: int = 5,
     max_entities: int = 30,
     max_relations: int = 30,
+    filter: SearchFilter | None = None,
 ) -> GraphContext:
     """Entities and relations linked to `chunk_ids` (best first) plus one-hop neighbours, by weight.
 
@@ -30,7 +32,7 @@ def graph_context(
     if not chunk_ids:
         return GraphContext()
     rank = {c: i for i, c in reversed(list(enumerate(chunk_ids, start=1)))}
-    direct = graph.context_for_chunks(chunk_ids)
+    direct = graph.context_for_chunks(chunk_ids, filter=filter)
     relations: dict[tuple[str, str], GraphRelation] = {(r.source, r.target): r for r in direct.relations}
     strength: dict[str, float] = {}
     for r in direct.relations:
@@ -47,7 +49,9 @@ def graph_context(
     ranked = sorted(direct.entities, key=relevance)
     entities: dict[str, GraphEntity] = {e.name: e for e in ranked}
     if ranked:  # one read for every expanded entity
-        around = graph.strongest_relations([e.name for e in ranked[:hop_entities]], limit=max_relations)
+        around = graph.strongest_relations(
+            [e.name for e in ranked[:hop_entities]], limit=max_relations, filter=filter
+        )
         for r in around.relations:
             relations.setdefault((r.source, r.target), r)  # one relation per pair: the same record
         for n in around.entities:
@@ -66,13 +70,16 @@ def graph_context(
     return GraphContext(tuple(entities[n] for n in names), tuple(kept))
 
 
-def graph_by_chunk(graph: GraphReader, chunk_ids: Sequence[str]) -> dict[str, GraphContext]:
+def graph_by_chunk(
+    graph: GraphReader, chunk_ids: Sequence[str], filter: SearchFilter | None = None
+) -> dict[str, GraphContext]:
     """What the graph holds for each of `chunk_ids`: the entities it took from that chunk and the relations
-    stated in it (one read for all of them), for a view that shows each chunk's share of the graph."""
+    stated in it (one read for all of them), for a view that shows each chunk's share of the graph; with
+    `filter` (a reader's labels), only as the chunks it admits taught them."""
     wanted = list(dict.fromkeys(chunk_ids))
     if not wanted:
         return {}
-    direct = graph.context_for_chunks(wanted)
+    direct = graph.context_for_chunks(wanted, filter=filter)
     entities: dict[str, list[GraphEntity]] = {c: [] for c in wanted}
     relations: dict[str, list[GraphRelation]] = {c: [] for c in wanted}
     for e in sorted(direct.entities, key=lambda e: e.name):

@@ -2,7 +2,8 @@
 
 Steps: rank (`unichunk.retrieval.ranking`: BM25, vectors, or both fused), assemble the context (`unichunk.retrieval.context`:
 neighbours, merge by offsets, token budget), add what the graph learnt from the hits
-(`unichunk.retrieval.graph_context`). Nothing here writes to a store.
+(`unichunk.retrieval.graph_context`). `SearchOptions.filter` (a document filter, a reader's labels) goes
+into every store read of every step: ranking, neighbours, records, graph. Nothing here writes to a store.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from unichunk.sinks.base import GraphContext, SearchFilter, StoredChunk
 @dataclass(frozen=True)
 class SearchOptions:
     """How to search: ranking (mode, routing, candidates per retriever), context (assembled or not,
-    neighbour expansion, token budget), graph context, and a filter on stored fields (`document_id`)."""
+    neighbour expansion, token budget), graph context, and a filter on stored fields (`document_id`,
+    `labels`) every step reads under."""
 
     mode: Mode = "hybrid"
     route_threshold: float | None = None
@@ -54,7 +56,7 @@ def search(readers: Readers, query: str, k: int = 5, options: SearchOptions | No
         ),
         filter=options.filter,
     )
-    records = document_records(found.hits, list(readers.searchers().values()))
+    records = document_records(found.hits, list(readers.searchers().values()), filter=options.filter)
     titles = {document_id: str(record.title) for document_id, record in records.items()}
     context = None
     if options.context:
@@ -64,10 +66,11 @@ def search(readers: Readers, query: str, k: int = 5, options: SearchOptions | No
             titles=titles,
             radius=1 if options.expand else 0,
             budget=options.budget,
+            filter=options.filter,
         )
     graph = None
     if options.graph and readers.graph is not None:
-        graph = graph_context(readers.graph, [h.chunk_id for h in found.hits])
+        graph = graph_context(readers.graph, [h.chunk_id for h in found.hits], filter=options.filter)
     return SearchResult(
         query=found.query,
         k=k,
@@ -79,11 +82,14 @@ def search(readers: Readers, query: str, k: int = 5, options: SearchOptions | No
     )
 
 
-def chunk_graphs(readers: Readers, chunk_ids: Sequence[str]) -> dict[str, GraphResult]:
-    """Each chunk's entities and relations in the graph (`graph_by_chunk`); empty without a graph store."""
+def chunk_graphs(
+    readers: Readers, chunk_ids: Sequence[str], filter: SearchFilter | None = None
+) -> dict[str, GraphResult]:
+    """Each chunk's entities and relations in the graph (`graph_by_chunk`, under `filter`); empty without
+    a graph store."""
     if readers.graph is None:
         return {c: GraphResult() for c in dict.fromkeys(chunk_ids)}
-    return {c: _graph(g) for c, g in graph_by_chunk(readers.graph, chunk_ids).items()}
+    return {c: _graph(g) for c, g in graph_by_chunk(readers.graph, chunk_ids, filter).items()}
 
 
 def _hit(rank: int, hit: Hit, record: StoredChunk | None) -> SearchHit:

@@ -159,12 +159,17 @@ class ChunkSearch(Protocol):
         """The `k` best chunks for `query`, best first; [] when nothing matches."""
         ...
 
-    def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, StoredChunk]:
-        """Stored chunks by ID (absent IDs are left out)."""
+    def get_chunks(
+        self, chunk_ids: Iterable[str], filter: SearchFilter | None = None
+    ) -> dict[str, StoredChunk]:
+        """Stored chunks by ID (absent IDs, and those `filter` excludes, are left out)."""
         ...
 
-    def chunks_at(self, document_id: str, indexes: Iterable[int]) -> list[StoredChunk]:
-        """A document's chunks at these `chunk_index` positions, in index order (neighbour expansion)."""
+    def chunks_at(
+        self, document_id: str, indexes: Iterable[int], filter: SearchFilter | None = None
+    ) -> list[StoredChunk]:
+        """A document's chunks at these `chunk_index` positions that `filter` lets through, in index order
+        (neighbour expansion)."""
         ...
 
 
@@ -179,17 +184,26 @@ class AliasedCollection(Protocol):
 
 @runtime_checkable
 class GraphReader(Protocol):
-    """The knowledge graph's read side: what the graph learnt from chunks, and around an entity."""
+    """The knowledge graph's read side: what the graph learnt from chunks, and around an entity.
 
-    def context_for_chunks(self, chunk_ids: Iterable[str]) -> GraphContext:
+    With a `filter` (`labels`, `document_id`), an entity or relation is shown only if one of its source
+    chunks passes it, and its description, keywords, weight and sources come from those chunks alone."""
+
+    def context_for_chunks(
+        self, chunk_ids: Iterable[str], filter: SearchFilter | None = None
+    ) -> GraphContext:
         """Entities mentioned in these chunks, and the relations between them stated in these chunks."""
         ...
 
-    def neighbourhood(self, entity_name: str, hops: int = 1, limit: int = 50) -> GraphContext:
+    def neighbourhood(
+        self, entity_name: str, hops: int = 1, limit: int = 50, filter: SearchFilter | None = None
+    ) -> GraphContext:
         """Entities within `hops` relation steps of one entity, with the strongest relations among them."""
         ...
 
-    def strongest_relations(self, entity_names: Iterable[str], limit: int = 50) -> GraphContext:
+    def strongest_relations(
+        self, entity_names: Iterable[str], limit: int = 50, filter: SearchFilter | None = None
+    ) -> GraphContext:
         """Each entity's `limit` heaviest relations (either direction), heaviest first, with the entities at
         their ends."""
         ...
@@ -240,6 +254,18 @@ class Sink(ABC):
         store, for all stored chunks or those of one document; `NO_CONTENT_HASH` where it holds none.
 
         Never the hash recorded at write time: the point is to catch content a store altered."""
+
+    def relabel(self, document_id: str, labels: Sequence[str]) -> int:
+        """Set the access labels of every chunk of the document to `labels` (normalised), without
+        re-embedding or re-extracting anything; returns how many chunks changed. Safe to re-run.
+
+        Not abstract only so that a store without labels yet still opens: it says so here."""
+        raise NotImplementedError(f"the {self.name} store keeps no access labels")
+
+    def chunk_labels(self, document_id: str | None = None) -> dict[str, tuple[str, ...]]:
+        """chunk_id -> access labels as stored (sorted), for all stored chunks or those of one document:
+        what `verify` compares with the records (a store that raises NotImplementedError is skipped)."""
+        raise NotImplementedError(f"the {self.name} store keeps no access labels")
 
     @abstractmethod
     def drop(self) -> None:
@@ -306,6 +332,12 @@ def check_storable(sink: str, chunk: Chunk) -> None:
                 f"character {found.start()}, which is not a Unicode character and has no UTF-8 form: the stores "
                 "cannot hold it exactly",
             )
+
+
+def matches_nothing(values: Mapping[str, Sequence[str]]) -> bool:
+    """Whether a filter (as `filter_values` gives it) lists no accepted value for some field: then no
+    chunk matches (a principal with no labels reads nothing), and the store need not be asked."""
+    return any(not accepted for accepted in values.values())
 
 
 def filter_values(

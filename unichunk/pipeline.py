@@ -13,6 +13,12 @@ flows load only when a write needs them: reads do not pay for them, and a caller
 Prefect at its server first. The stores opened stay open between calls until `close()`; with
 Qdrant in local mode one process may hold its folder, so close the Pipeline before a CLI command or a
 served run needs the same data dir.
+
+This is also the one place access is enforced (docs/access.md): every method runs as `self.principal`
+(`scoped`). Reads go to the stores under the principal's `read_filter`, inside every store query (ranking,
+neighbours, records, graph), and a single look-up of a document or chunk the principal may not read answers
+exactly as one that does not exist (`NotFound`); writes need `may_write`, the index's own state an admin
+(`AccessDenied`).
 """
 
 from __future__ import annotations
@@ -26,10 +32,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from pydantic import ValidationError
+
 from unichunk import local_stack
-from unichunk.access import OWNER, Principal
+from unichunk.access import OWNER, AccessDenied, Principal
+from unichunk.chunking.access_labels import BadLabel, document_labels
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.chunking.ids import derive_document_id
+from unichunk.chunking.label_rules import LabelRule, exact_pattern, parse_rules
 from unichunk.chunking.models import Document
 from unichunk.chunking.sources import DEFAULT_PATTERNS, DirectorySource
 from unichunk.engine.params import (
@@ -57,7 +67,7 @@ from unichunk.index.generations import (
 from unichunk.index.metrics import MetricsSettings
 from unichunk.index.source_registry import SourceRegistry
 from unichunk.index.status import DocumentStatus, StatusStore
-from unichunk.inline_documents import INLINE_FOLDER, inline_root, named_texts, write_documents
+from unichunk.inline_documents import INLINE_FOLDER, Rejected, inline_root, named_texts, write_documents
 from unichunk.request_limits import check_query
 from unichunk.results import (
     ChunkContext,
@@ -78,7 +88,7 @@ from unichunk.retrieval.ranking import Mode
 from unichunk.retrieval.readers import RANKING_SINKS, SEARCH_SINKS, Readers, open_readers
 from unichunk.retrieval.results import GraphResult, SearchResult
 from unichunk.retrieval.search import SearchOptions, chunk_graphs, search
-from unichunk.sinks.base import SINK_NAMES, SearchFilter, SinkName, StoredChunk
+from unichunk.sinks.base import LABELS_FILTER, SINK_NAMES, SearchFilter, SinkName, StoredChunk
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.pool import release_sinks
 from unichunk.stopping import mark_crashed_runs
@@ -158,6 +168,8 @@ class Pipeline:
         dry_run: bool = False,
         batch_size: int = DEFAULT_BATCH_SIZE,
         shards: int = 1,
+        labels: Sequence[str] | None = None,
+        label_rules: Sequence[str] | None = None,
     ) -> IngestSummary:
         """Bring the index in line with `source`, re-doing only new and changed documents.
 
@@ -168,10 +180,15 @@ class Pipeline:
         `source_name` names the source, part of every document ID (default: derived from the folder).
         `shards` > 1 splits the run into that many `ingest-shard` runs on the workers of the Prefect work
         pool (or a `unichunk serve`), which must run with the same settings (docs/operations.md).
+        `labels` are the access labels of every document of the source, `label_rules` add labels by path
+        (`PATTERN=LABEL[,LABEL...]`, e.g. `hr/**=hr`); both are kept for the source, the latest run's
+        winning, and an in-memory `Document` adds its own (`metadata["labels"]`). A document whose labels
+        change but not its content is relabelled in every store, nothing embedded again (docs/access.md).
 
         Returns the run's summary; documents that failed are listed in `summary.failed` (the rest is
         stored), never raised. Raises for what stops the whole run (`GenerationMismatch`: other settings
         than the live index's; a store unreachable)."""
+        self.require_write("ingest")
         rejected: list[FailedDocument] = []
         params_source: SourceParams | None
         if isinstance(source, Mapping) or _is_documents(source):
@@ -179,6 +196,19 @@ class Pipeline:
             delete_missing = False
         else:
             params_source = source_params(source, source_name, patterns)
+        if labels or label_rules:
+            if params_source is None:
+                raise UsageError("labels and label rules go with a source")
+            try:
+                params_source = SourceParams.model_validate(
+                    params_source.model_dump()
+                    | {
+                        "labels": list(labels or ()),
+                        "label_rules": list(label_rules or ()) + list(params_source.label_rules),
+                    }
+                )
+            except ValidationError as exc:
+                raise UsageError(_first_error(exc)) from exc
         params = IngestParams(
             source=params_source,
             strategy=self.strategy,
@@ -196,7 +226,9 @@ class Pipeline:
     def delete(self, document_id: str) -> dict[str, int]:
         """Remove one document from every store and the pipeline's records; chunks removed per store. An
         in-memory document's file goes too, so a re-index cannot bring it back. Raises `NotFound` for a
-        document no generation a deletion reaches records (before any flow runs)."""
+        document no generation a deletion reaches records (before any flow runs), or one the principal
+        may not read (as if it did not exist)."""
+        self.require_write("delete")
         if not self.knows(document_id):
             raise NotFound(f"no such document: {document_id}")
         row = self._status().get(document_id)
@@ -209,6 +241,7 @@ class Pipeline:
         """Delete every document of the source `name` (each as `delete` does) and its record, so no
         re-index scans it again: how an overlapping source is given up for the folder around it
         (`SourceOverlap`). Returns the documents deleted; raises `NotFound` for a source not recorded."""
+        self.require_write("forget a source")
         registry = SourceRegistry.of(self.settings)
         if name not in {record.name for record in registry.all()}:
             raise NotFound(f"no such source: {name} (`unichunk status` lists the sources of the documents)")
@@ -240,6 +273,7 @@ class Pipeline:
         the live one and `summary.gate` says where and by how much (the report is saved as `eval`'s)."""
         if gate is not None:
             load_questions(gate)  # a questions file that cannot be read is refused before the build
+        self.require_write("rebuild")
         params = RebuildParams(
             source=source_params(source, source_name, patterns),
             strategy=strategy or self.strategy,
@@ -261,6 +295,7 @@ class Pipeline:
     ) -> GenerationSwitch:
         """Verify a retained or ready generation (default: the last retired one: a rollback), then make it
         live. A generation that does not exist or may not go live is refused before any flow runs."""
+        self.require_admin("switch generations")
         switchable(self.settings, generation_id or rollback_target(self.settings))
         self.close()
         done = self._run("switch-generation", generation_id, retention_hours)
@@ -268,6 +303,7 @@ class Pipeline:
 
     def drop_generation(self, generation_id: str) -> DroppedGeneration:
         """Delete a generation that is not live now, without waiting for its retention."""
+        self.require_admin("drop a generation")
         found = registry_of(self.settings).get(generation_id)
         if found is None:
             raise NotFound(f"no such generation: {generation_id}")
@@ -333,14 +369,20 @@ class Pipeline:
         context assembled around them within `budget` tokens (neighbours added when `expand`), and what
         the graph knows of them. `document_ids` and `source` (a source's name) restrict the search to those
         documents (both: to those of the source among them). Nothing ingested yet: no hits, nothing opened.
-        A blank query, or one over `MAX_QUERY_CHARS`, raises `UsageError` (`unichunk.request_limits`)."""
+        A blank query, or one over `MAX_QUERY_CHARS`, raises `UsageError` (`unichunk.request_limits`).
+        Every store read of the search (hits, neighbours, records, graph context) runs under the
+        principal's label filter, so `k` readable hits come back when `k` exist."""
         check_query(query)  # blank or too long: a UsageError, the same at every door
         empty = SearchResult(query=query, k=k, route=mode)
         if self._provided is None and not self.indexed():
             return empty
-        filter = self._document_filter(document_ids, source)
-        if filter is not None and not filter["document_id"]:
+        documents = self._document_filter(document_ids, source)
+        if documents is not None and not documents["document_id"]:
             return empty  # the filter admits no document
+        reading = self.principal.read_filter()
+        if reading is not None and not reading[LABELS_FILTER]:
+            return empty  # a principal with no labels reads nothing
+        filter: SearchFilter | None = {**(documents or {}), **(reading or {})} or None
         options = SearchOptions(
             mode, route_threshold, expand=expand, budget=budget, graph=graph, filter=filter
         )
@@ -349,21 +391,30 @@ class Pipeline:
         return self._with_sources(found)
 
     def get_chunks(self, chunk_ids: Sequence[str]) -> list[StoredChunk]:
-        """Stored chunks by ID, in the order asked (unknown IDs left out)."""
+        """Stored chunks by ID, in the order asked (unknown IDs, and those the principal may not read, left
+        out)."""
         with self._reading(RANKING_SINKS) as readers:
             store = readers.neighbour_store()
-            found = store.get_chunks(chunk_ids) if store is not None else {}
-        return [found[c] for c in dict.fromkeys(chunk_ids) if c in found]
+            found = (
+                store.get_chunks(chunk_ids, filter=self.principal.read_filter()) if store is not None else {}
+            )
+        readable = self._readable(found.values())
+        return [readable[c] for c in dict.fromkeys(chunk_ids) if c in readable]
 
     def neighbours(self, chunk_id: str, radius: int = 1) -> list[StoredChunk]:
-        """The chunk and up to `radius` chunks either side of it in its document, in document order."""
+        """The chunk and up to `radius` chunks either side of it in its document, in document order. A
+        chunk the principal may not read is `NotFound`, as an unknown one."""
+        reading = self.principal.read_filter()
         with self._reading(RANKING_SINKS) as readers:
             store = readers.neighbour_store()
-            chunk = (store.get_chunks([chunk_id]) if store is not None else {}).get(chunk_id)
+            found = store.get_chunks([chunk_id], filter=reading) if store is not None else {}
+            chunk = self._readable(found.values()).get(chunk_id)
             if store is None or chunk is None:
                 raise NotFound(f"no such chunk: {chunk_id}")
             positions = range(max(0, chunk.chunk_index - radius), chunk.chunk_index + radius + 1)
-            return store.chunks_at(chunk.document_id, positions)
+            around = store.chunks_at(chunk.document_id, positions, filter=reading)
+        readable = self._readable(around)
+        return [c for c in around if c.chunk_id in readable]
 
     def context(self, chunk_id: str, radius: int = 1) -> ChunkContext:
         """The chunk and its `radius` neighbours either side merged into one passage, as a search's
@@ -387,25 +438,41 @@ class Pipeline:
         )
 
     def document(self, document_id: str) -> DocumentChunks:
-        """A live document's record and its chunks in order; `NotFound` for an unknown one."""
+        """A live document's record and its chunks in order; `NotFound` for an unknown one, and for one the
+        principal may not read (the same answer: whether it exists is not told)."""
         row = self._status().get(document_id)
-        if row is None:
+        if row is None or not self.principal.may_read(_record_labels(row)):
             raise NotFound(f"no such document: {document_id}")
+        reading = self.principal.read_filter()
         with self._reading(RANKING_SINKS) as readers:
             store = readers.neighbour_store()
-            chunks = [] if store is None else store.chunks_at(document_id, range(row.chunk_count))
-        ordered = sorted(chunks, key=lambda c: c.chunk_index)
+            chunks = (
+                [] if store is None else store.chunks_at(document_id, range(row.chunk_count), filter=reading)
+            )
+        ordered = sorted(self._readable(chunks).values(), key=lambda c: c.chunk_index)
         return DocumentChunks(document=_document_info(row), chunks=[_record(c) for c in ordered])
 
     def chunk_graphs(self, chunk_ids: Sequence[str]) -> dict[str, GraphResult]:
         """What the graph holds for each of these chunks (the entities taken from it, the relations stated
-        in it), by chunk ID in the order asked: the per-chunk view of a document (the service's `/ui`)."""
+        in it), by chunk ID in the order asked: the per-chunk view of a document (the service's `/ui`).
+        Only chunks the principal may read, and only what readable chunks taught (`unichunk.access`)."""
+        readable = [c.chunk_id for c in self.get_chunks(chunk_ids)]
         with self._reading(("graph",)) as readers:
-            return chunk_graphs(readers, chunk_ids)
+            return chunk_graphs(readers, readable, filter=self.principal.read_filter())
 
-    def documents(self, document_ids: Iterable[str]) -> dict[str, DocumentInfo]:
-        """The live records of these documents (unknown ones left out), by ID: one indexed read."""
-        return {k: _document_info(row) for k, row in self._status().get_many(document_ids).items()}
+    def documents(self, document_ids: Iterable[str] | None = None) -> dict[str, DocumentInfo]:
+        """The live records of these documents (unknown ones, and those the principal may not read, left
+        out), by ID: one indexed read. None: every live document the principal may read (what a reader
+        lists instead of `status`, which is for admins)."""
+        store = self._status()
+        rows = (
+            {row.document_id: row for row in store.rows()}
+            if document_ids is None
+            else store.get_many(document_ids)
+        )
+        return {
+            k: _document_info(row) for k, row in rows.items() if self.principal.may_read(_record_labels(row))
+        }
 
     @staticmethod
     def document_id_for(source_system: str, source_id: str) -> str:
@@ -424,19 +491,24 @@ class Pipeline:
         return built.refusal(source_id)
 
     def knows(self, document_id: str) -> bool:
-        """Whether a generation a deletion reaches (the live one, or one being built) records it."""
-        return any(
-            StatusStore.of(self.settings.for_generation(g.generation_id), readonly=True).get(document_id)
-            is not None
-            for g in deletion_targets(self.settings)
-        )
+        """Whether a generation a deletion reaches (the live one, or one being built) records it, readable
+        by the principal (a document it may not read is not known to it)."""
+        for g in deletion_targets(self.settings):
+            row = StatusStore.of(self.settings.for_generation(g.generation_id), readonly=True).get(
+                document_id
+            )
+            if row is not None and self.principal.may_read(_record_labels(row)):
+                return True
+        return False
 
     def indexed(self) -> bool:
         """Whether there is an index to read (a live generation, or settings pinned to one)."""
         return self.settings.generation is not None or live_generation(self.settings) is not None
 
     def generations(self) -> Generations:
-        """The index generations, the live one first, each with its settings and document counts."""
+        """The index generations, the live one first, each with its settings and document counts (admins
+        only: the counts are of every document)."""
+        self.require_admin("generations")
         generations = sorted(
             registry_of(self.settings).all(), key=lambda g: (g.state != "live", g.created_at)
         )
@@ -462,7 +534,9 @@ class Pipeline:
 
     def status(self, *, failed_only: bool = False) -> IndexStatus:
         """The index generations and the live one's documents (only the failed ones if asked). Flow runs of
-        this data dir whose process was killed are marked Crashed in Prefect first, when its server runs."""
+        this data dir whose process was killed are marked Crashed in Prefect first, when its server runs.
+        Admins only: it lists every document."""
+        self.require_admin("status")
         self._mark_crashed()
         store = self._status()
         return IndexStatus(
@@ -473,7 +547,8 @@ class Pipeline:
 
     def verify(self) -> AlignmentReport:
         """Check every store holds exactly the chunks the status table expects, each with the content its
-        ID names (`report.ok`). Also publishes the alignment gauges."""
+        ID names (`report.ok`). Also publishes the alignment gauges. Admins only."""
+        self.require_admin("verify")
         self.close()  # the check opens every store of the live generation itself
         return verify_live(self.settings)
 
@@ -493,7 +568,36 @@ class Pipeline:
     ) -> None:
         self.close()
 
+    # --- access ---------------------------------------------------------------------------------------
+
+    def require_admin(self, operation: str) -> None:
+        """`AccessDenied` unless the principal is an admin; `operation` names what was refused. Public for
+        a door that starts a flow run itself (a served deployment) rather than through a method here."""
+        if not self.principal.admin:
+            raise AccessDenied(f"{operation}: for admins only, and {self.principal.name!r} is not one")
+
+    def require_write(self, operation: str) -> None:
+        """`AccessDenied` unless the principal may write (or is an admin); as `require_admin`."""
+        if not (self.principal.may_write or self.principal.admin):
+            raise AccessDenied(f"{operation}: {self.principal.name!r} may not write to the index")
+
     # --- helpers ----------------------------------------------------------------------------------------
+
+    def _readable(self, chunks: Iterable[StoredChunk]) -> dict[str, StoredChunk]:
+        """The chunks the principal may read, by ID: a second check behind the store's filter, on the
+        labels the store returned with each chunk (`extra["labels"]`) and on its document's record (the
+        labels the records hold), so a store that lost a filter or a relabel caught half-way fails closed."""
+        chunks = list(chunks)
+        if self.principal.admin:
+            return {c.chunk_id: c for c in chunks}
+        rows = self._status().get_many({c.document_id for c in chunks}) if chunks else {}
+        return {
+            c.chunk_id: c
+            for c in chunks
+            if self.principal.may_read(c.extra.get(LABELS_FILTER, ()))
+            and (row := rows.get(c.document_id)) is not None
+            and self.principal.may_read(_record_labels(row))
+        }
 
     def _run(self, flow: str, *args: Any) -> Any:
         """Run the flow named `flow` (`FLOWS`) with `args` under this Pipeline's settings, inside its
@@ -579,12 +683,43 @@ class Pipeline:
     ) -> tuple[SourceParams, list[FailedDocument]]:
         if not source_name:
             raise UsageError("in-memory documents need a source_name (e.g. 'notes')")
-        params = SourceParams(kind="directory", root="/", patterns=["**/*"], source_system=source_name)
         root = inline_root(self.settings.data_dir, source_name)
-        rejected = write_documents(root, named_texts(documents))
+        pairs = named_texts(documents)
+        rules, bad = self._inline_rules(documents, source_name)
+        rejected = [
+            *bad,
+            *write_documents(root, [(n, t) for n, t in pairs if n not in {r.name for r in bad}]),
+        ]
         root.mkdir(parents=True, exist_ok=True)
         failed = [FailedDocument(document_id="", source_id=r.name, error=r.error) for r in rejected]
-        return params.model_copy(update={"root": str(root)}), failed
+        params = SourceParams(
+            kind="directory", root=str(root), patterns=["**/*"], source_system=source_name, label_rules=rules
+        )
+        return params, failed
+
+    def _inline_rules(
+        self, documents: Sequence[Document] | Mapping[str, str], source_name: str
+    ) -> tuple[list[str], list[Rejected]]:
+        """The label rules of an in-memory source: one exact rule per document that carries labels of
+        its own (`Document.metadata["labels"]`), kept beside those of documents added before (an inline
+        source is never scanned whole, so its earlier documents keep theirs); a document given now
+        without labels drops its old rule. A document with a bad label is rejected alone."""
+        recorded = next((r for r in SourceRegistry.of(self.settings).all() if r.name == source_name), None)
+        rules = {rule.pattern: rule for rule in parse_rules(recorded.label_rules if recorded else ())}
+        bad: list[Rejected] = []
+        given = [] if isinstance(documents, Mapping) else [d for d in documents if d.source_id]
+        for document in given:
+            assert document.source_id is not None
+            pattern = exact_pattern(document.source_id)
+            try:
+                labels = document_labels(document.metadata)
+            except BadLabel as exc:
+                bad.append(Rejected(document.source_id, str(exc)))
+                continue
+            rules.pop(pattern, None)
+            if labels:
+                rules[pattern] = LabelRule(pattern, labels)
+        return [str(rule) for rule in rules.values()], bad
 
 
 def run_result(outcome: Any) -> Any:
@@ -598,6 +733,12 @@ def run_result(outcome: Any) -> Any:
         if isinstance(outcome, BaseException):
             raise outcome
     return outcome
+
+
+def _first_error(exc: ValidationError) -> str:
+    """The first problem pydantic found, as its message says it (a bad label names itself)."""
+    error = exc.errors()[0]
+    return str(error.get("ctx", {}).get("error") or error["msg"])
 
 
 def _is_documents(source: object) -> bool:
@@ -657,6 +798,11 @@ def _record(chunk: StoredChunk) -> ChunkRecord:
         content=chunk.content,
         heading_chain=list(chunk.heading_chain),
     )
+
+
+def _record_labels(row: DocumentStatus) -> tuple[str, ...]:
+    """The access labels the records hold for a document (none: admins only)."""
+    return tuple(row.labels)
 
 
 def _document_info(row: DocumentStatus) -> DocumentInfo:

@@ -54,6 +54,9 @@ class DocumentInfo(BaseModel):
     created_at: str = ""
     updated_at: str
     last_success_at: str | None = None
+    labels: list[str] = Field(
+        default_factory=list, description="Its access labels (none: readable by admins only)."
+    )
 
 
 class Generations(BaseModel):

@@ -440,9 +440,14 @@ def _verify(pipeline: Pipeline, *, as_json: bool = False) -> bool:
     if as_json:
         print_json(report.as_dict())
         return report.ok and not report.stored_twice
-    kinds = {"missing": report.missing, "extra": report.extra, "altered": report.altered}
+    kinds = {
+        "missing": report.missing,
+        "extra": report.extra,
+        "altered": report.altered,
+        "mislabelled": report.mislabelled,  # other access labels than the records give
+    }
     print_table(
-        ("sink", "chunks", "missing", "extra", "altered"),
+        ("sink", "chunks", *kinds),
         [
             (name, str(report.counts[name]), *(str(len(ids.get(name, ()))) for ids in kinds.values()))
             for name in report.counts

@@ -1,16 +1,24 @@
 """Every Cypher statement of the knowledge graph, written once for Neo4j and FalkorDB alike.
 
 Schema: (:Document)<-[:FROM_DOCUMENT]-(:Chunk)-[:NEXT_CHUNK]->(:Chunk), (:Entity)-[:MENTIONED_IN]->(:Chunk),
-(:Entity)-[:RELATED]->(:Entity), the relation stored once per pair, from the smaller name to the larger.
+(:Entity)-[:RELATED]->(:Entity), the relation stored once per pair, from the smaller name to the larger. Each
+Chunk carries its document's access `labels` (a list, empty for none).
 
 What an entity or relation learnt is kept per source chunk in parallel lists (`source_chunk_ids[i]` goes
 with `chunk_descriptions[i]`, ...), and the shown `type`, `description`, `keywords` and `weight` are
 derived from them in the same statement. That is what lets a deleted or re-chunked document take back
 exactly its own contribution from an entity other documents still mention. Every statement is safe to
 repeat, so a sequence interrupted half-way is repaired by running it again.
+
+The same per-chunk lists make the filtered reads (`filtered`): an entity or relation is shown to a reader only
+if one of its source chunks passes the reader's filter, with its description, keywords, weight and sources
+derived, in the statement, from those chunks' entries alone (docs/access.md).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
 
 UNKNOWN_TYPE = "UNKNOWN"
 MAX_HOPS = 3
@@ -61,6 +69,7 @@ _CHUNK_PROPS = (
     "content_hash",
     "content",
     "generation",
+    "labels",
 )
 UPSERT_CHUNKS = """
 UNWIND $rows AS r
@@ -214,6 +223,20 @@ MATCH (c:Chunk {chunk_id: id})
 RETURN c.chunk_id AS chunk_id, c.content AS content, c.content_encoding AS content_encoding
 """
 
+# A document's new labels on every one of its chunks, in one atomic statement; unchanged chunks are not
+# touched (a SET re-indexes the node in FalkorDB), so the count is of chunks changed and a re-run changes none.
+RELABEL_CHUNKS = """
+MATCH (c:Chunk {document_id: $document_id})
+WHERE NOT coalesce(c.labels = $labels, false)
+SET c.labels = $labels
+RETURN count(c) AS n
+"""
+DOCUMENT_CHUNK_LABELS = """
+MATCH (c:Chunk {document_id: $document_id})
+RETURN c.chunk_id AS chunk_id, c.labels AS labels
+"""
+ALL_CHUNK_LABELS = "MATCH (c:Chunk) RETURN c.chunk_id AS chunk_id, c.labels AS labels"
+
 _ENTITY_FIELDS = (
     "e.name AS name, e.display_name AS display_name, e.type AS type, e.description AS description, "
     "e.source_chunk_ids AS source_chunk_ids"
@@ -278,6 +301,143 @@ UNWIND top AS r
 RETURN r.source AS source, r.target AS target, r.keywords AS keywords, r.description AS description,
        r.weight AS weight, r.source_chunk_ids AS source_chunk_ids
 """
+
+
+# --- filtered reads -------------------------------------------------------------------------------------
+# A reader's filter (`sinks.base.SearchFilter`) as a predicate on a source chunk: at least one of its labels
+# among `$labels`, its document among `$document_ids`. Entities and relations are reached as unfiltered, then
+# their source chunks are looked up by ID (the unique index) and tested, and what is shown is derived from
+# the entries of the chunks that pass. A label index would not help: chunks are always reached by ID.
+FILTER_KEYS = ("document_id", "labels")
+FILTER_PARAMS = {"document_id": "document_ids", "labels": "labels"}
+
+
+def passes(chunk: str, keys: Sequence[str]) -> str:
+    """Cypher: the Chunk node bound to `chunk` passes the filter on `keys` (a subset of `FILTER_KEYS`)."""
+    tests = {
+        "labels": f"any(l IN coalesce({chunk}.labels, []) WHERE l IN $labels)",
+        "document_id": f"{chunk}.document_id IN $document_ids",
+    }
+    return " AND ".join(tests[k] for k in sorted(keys))
+
+
+def _kept(var: str, keys: Sequence[str], carry: str) -> str:
+    """The indexes `keep` of `var`'s per-chunk lists whose source chunk passes the filter; a row whose
+    entity or relation has none is dropped (the MATCH finds no passing chunk)."""
+    return f"""UNWIND coalesce({var}.source_chunk_ids, []) AS sid
+MATCH (s:Chunk {{chunk_id: sid}})
+WHERE {passes("s", keys)}
+WITH {carry}{var}, collect(sid) AS passing
+WITH {carry}{var}, [i IN range(0, size({var}.source_chunk_ids) - 1) WHERE {var}.source_chunk_ids[i] IN passing] AS keep
+"""
+
+
+def _filtered_entities(keys: Sequence[str]) -> str:
+    """After `WITH DISTINCT e`: each entity with a passing source chunk, derived from those chunks alone."""
+    return f"""{_kept("e", keys, "")}WITH e, [i IN keep | e.source_chunk_ids[i]] AS ids,
+     [i IN keep | coalesce(e.chunk_types[i], '{UNKNOWN_TYPE}')] AS ts, [i IN keep | coalesce(e.chunk_descriptions[i], '')] AS ds
+RETURN e.name AS name, e.display_name AS display_name, ts[0] AS type, {_join_first("ds", 3, _NEWLINE)} AS description,
+       ids AS source_chunk_ids
+"""
+
+
+def _filtered_relations(keys: Sequence[str], carry: str = "") -> str:
+    """After a MATCH binding `a`, `b`, `x` (and `carry`): each relation with a passing source chunk, its
+    weight, keywords and description derived from those chunks alone; ends in a WITH, for ORDER BY."""
+    return f"""{_kept("x", keys, carry + "a, b, ")}WITH {carry}a, b, [i IN keep | x.source_chunk_ids[i]] AS ids,
+     [i IN keep | coalesce(x.chunk_weights[i], 0.0)] AS ws, [i IN keep | coalesce(x.chunk_keywords[i], '')] AS ks,
+     [i IN keep | coalesce(x.chunk_descriptions[i], '')] AS ds
+WITH {carry}a.name AS source, b.name AS target, {_join_first("ks", 10, ", ")} AS keywords,
+     {_join_first("ds", 3, _NEWLINE)} AS description, reduce(t = 0.0, w IN ws | t + w) AS weight, ids AS source_chunk_ids
+"""
+
+
+_RETURN_RELATION = "RETURN source, target, keywords, description, weight, source_chunk_ids\nORDER BY weight DESC, source, target"
+
+
+@cache
+def passing_chunk_ids(keys: tuple[str, ...]) -> str:
+    """Which of `$chunk_ids` pass the filter."""
+    return f"""
+UNWIND $chunk_ids AS id
+MATCH (c:Chunk {{chunk_id: id}})
+WHERE {passes("c", keys)}
+RETURN c.chunk_id AS chunk_id
+"""
+
+
+@cache
+def filtered_entities_of_chunks(keys: tuple[str, ...]) -> str:
+    """`ENTITIES_OF_CHUNKS` under a filter (the caller passes only chunk IDs that pass it)."""
+    return f"""
+UNWIND $chunk_ids AS id
+MATCH (c:Chunk {{chunk_id: id}})
+MATCH (e:Entity)-[:MENTIONED_IN]->(c)
+WITH DISTINCT e
+{_filtered_entities(keys)}"""
+
+
+@cache
+def filtered_entities_by_name(keys: tuple[str, ...]) -> str:
+    return f"""
+UNWIND $names AS name
+MATCH (e:Entity {{name: name}})
+WITH DISTINCT e
+{_filtered_entities(keys)}"""
+
+
+@cache
+def filtered_relations_of_chunks(keys: tuple[str, ...]) -> str:
+    return f"""
+UNWIND $names AS name
+MATCH (a:Entity {{name: name}})-[x:RELATED]->(b:Entity)
+WHERE b.name IN $names AND any(id IN x.source_chunk_ids WHERE id IN $chunk_ids)
+{_filtered_relations(keys)}{_RETURN_RELATION}
+"""
+
+
+@cache
+def filtered_relations_among(keys: tuple[str, ...]) -> str:
+    return f"""
+UNWIND $names AS name
+MATCH (a:Entity {{name: name}})-[x:RELATED]->(b:Entity)
+WHERE b.name IN $names
+{_filtered_relations(keys)}{_RETURN_RELATION}
+LIMIT $limit
+"""
+
+
+@cache
+def filtered_relations_of_entities(keys: tuple[str, ...]) -> str:
+    """`RELATIONS_OF_ENTITIES` under a filter: each hub's `$limit` heaviest passing relations, by the weight
+    of their passing chunks."""
+    return f"""
+UNWIND $names AS hub
+MATCH (:Entity {{name: hub}})-[x:RELATED]-(:Entity)
+WITH hub, x, startNode(x) AS a, endNode(x) AS b
+{_filtered_relations(keys, "hub, ")}ORDER BY weight DESC, source, target
+WITH hub, collect({{source: source, target: target, keywords: keywords, description: description,
+                   weight: weight, source_chunk_ids: source_chunk_ids}})[..$limit] AS top
+UNWIND top AS r
+RETURN r.source AS source, r.target AS target, r.keywords AS keywords, r.description AS description,
+       r.weight AS weight, r.source_chunk_ids AS source_chunk_ids
+"""
+
+
+@cache
+def filtered_neighbours(keys: tuple[str, ...]) -> str:
+    """One hop of a filtered neighbourhood: entities related to `$names` by a relation with a passing
+    source chunk, other than `$seen` (a path through a relation the reader may not see is no path)."""
+    return f"""
+UNWIND $names AS name
+MATCH (:Entity {{name: name}})-[x:RELATED]-(o:Entity)
+WHERE NOT o.name IN $seen
+UNWIND coalesce(x.source_chunk_ids, []) AS sid
+MATCH (s:Chunk {{chunk_id: sid}})
+WHERE {passes("s", keys)}
+RETURN DISTINCT o.name AS name
+"""
+
 
 COUNT_NODES = "MATCH (n:{label}) RETURN count(n) AS n"
 COUNT_RELATIONSHIPS = "MATCH ()-[r:{type}]->() RETURN count(r) AS n"

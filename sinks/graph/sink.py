@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
+from unichunk.chunking.access_labels import document_labels, normalise_labels
 from unichunk.chunking.ids import sha256_hex
 from unichunk.chunking.models import Chunk, Document
 from unichunk.sinks.base import (
@@ -28,8 +29,10 @@ from unichunk.sinks.base import (
     GraphEntity,
     GraphRelation,
     Prepared,
+    SearchFilter,
     Sink,
     SinkError,
+    filter_values,
     group_batch,
 )
 from unichunk.sinks.config import SinkSettings
@@ -52,6 +55,14 @@ from unichunk.sinks.result_cache import ResultCache
 ESCAPED = "backslash"  # `content_encoding` of content stored escaped (see the module docstring)
 _ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
 _UNESCAPED = {"\\": "\\", "0": "\x00"}
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """A read filter as the graph applies it: the filter keys (`cypher.FILTER_KEYS`) and their parameters."""
+
+    keys: tuple[str, ...]
+    params: dict[str, list[str]]
 
 
 @dataclass
@@ -179,7 +190,9 @@ class KnowledgeGraphSink(Sink):
     ) -> None:
         """The steps of one document's write, each run for all documents at once and in the same order."""
         doc_ids = [d.document_id for d in documents]
-        rows = [self._chunk_row(c) for d in doc_ids for c in chunks[d]]  # validated before anything is sent
+        labels = {d.document_id: list(document_labels(d.metadata)) for d in documents}
+        # validated before anything is sent
+        rows = [self._chunk_row(c, labels[d]) for d in doc_ids for c in chunks[d]]
         ids = {d: [c.chunk_id for c in chunks[d]] for d in doc_ids}
         graph = _merge_graphs([graphs[d] for d in doc_ids])
         self._batched(
@@ -227,6 +240,31 @@ class KnowledgeGraphSink(Sink):
             ) from exc
         return len(ids)
 
+    def relabel(self, document_id: str, labels: Sequence[str]) -> int:
+        """Set the access labels of every chunk of the document, in one statement (nothing is extracted
+        again: what the graph learnt stays, only who may read it changes); returns the chunks changed, 0
+        on a re-run."""
+        wanted = list(normalise_labels(labels))
+        try:
+            rows = self.backend.run(cypher.RELABEL_CHUNKS, {"document_id": document_id, "labels": wanted})
+        except Exception as exc:
+            raise SinkError(
+                self.name, f"relabel of {document_id} failed on {self.backend.name}: {exc}"
+            ) from exc
+        return int(rows[0]["n"]) if rows else 0
+
+    def chunk_labels(self, document_id: str | None = None) -> dict[str, tuple[str, ...]]:
+        """Chunk ID -> the access labels its Chunk node holds (for verify), of one document or all."""
+        try:
+            rows = (
+                self.backend.run(cypher.ALL_CHUNK_LABELS, write=False)
+                if document_id is None
+                else self.backend.run(cypher.DOCUMENT_CHUNK_LABELS, {"document_id": document_id}, write=False)
+            )
+        except Exception as exc:
+            raise SinkError(self.name, f"reading chunk labels failed on {self.backend.name}: {exc}") from exc
+        return {r["chunk_id"]: tuple(r["labels"] or ()) for r in rows if r["chunk_id"] is not None}
+
     def _remove_chunks(self, chunk_ids: list[str]) -> None:
         if not chunk_ids:
             return
@@ -244,8 +282,9 @@ class KnowledgeGraphSink(Sink):
         for start in range(0, len(rows), self.batch_size):
             self.backend.run(query, {key: rows[start : start + self.batch_size]})
 
-    def _chunk_row(self, chunk: Chunk) -> dict[str, Any]:
-        """The MERGE key and the other properties; `props` leaves out chunk_id so `SET +=` cannot touch it."""
+    def _chunk_row(self, chunk: Chunk, labels: list[str]) -> dict[str, Any]:
+        """The MERGE key and the other properties; `props` leaves out chunk_id so `SET +=` cannot touch it.
+        `labels` are the document's access labels (an empty list for none, so a removed label is unset)."""
         if not isinstance(chunk.chunk_id, str) or not chunk.chunk_id:
             raise SinkError(self.name, f"chunk {chunk.chunk_index} of {chunk.document_id} has no chunk_id")
         props: dict[str, Any] = {
@@ -255,6 +294,7 @@ class KnowledgeGraphSink(Sink):
             "end_char": chunk.end_char,
             "token_count": chunk.token_count,
             "content_hash": chunk.content_hash,
+            "labels": labels,
         }
         if self.store_content:  # a null encoding is sent too: it removes a marker left by an older write
             props["content"], props["content_encoding"] = encode_content(chunk.content)
@@ -297,68 +337,117 @@ class KnowledgeGraphSink(Sink):
             raise SinkError(self.name, f"reading chunk content failed on {self.backend.name}: {exc}") from exc
         return hashes
 
-    def context_for_chunks(self, chunk_ids: Iterable[str]) -> GraphContext:
-        """Entities mentioned in these chunks, and the relations between them stated in these chunks."""
+    def _scope(self, filter: SearchFilter | None) -> _Scope | None:
+        """The filter as Cypher parameters (None: unfiltered). Only `labels` and `document_id` are
+        understood; another key is refused (`InvalidRequest`) rather than ignored."""
+        values = filter_values(self.name, filter, cypher.FILTER_KEYS)
+        if not values:
+            return None
+        keys = tuple(sorted(values))
+        return _Scope(keys, {cypher.FILTER_PARAMS[k]: values[k] for k in keys})
+
+    def _read(self, query: str, params: Mapping[str, Any], scope: _Scope | None = None) -> list[dict]:
+        return self.backend.run(query, {**params, **(scope.params if scope else {})}, write=False)
+
+    def context_for_chunks(
+        self, chunk_ids: Iterable[str], filter: SearchFilter | None = None
+    ) -> GraphContext:
+        """Entities mentioned in these chunks, and the relations between them stated in these chunks.
+
+        With a `filter` (`labels`, `document_id`), only those of the chunks that pass it count, and each
+        entity and relation is derived from its passing source chunks alone (`cypher.filtered_*`)."""
         ids = sorted(set(chunk_ids))
+        scope = self._scope(filter)
+        if scope is not None and ids:
+            ids = sorted(
+                r["chunk_id"]
+                for r in self._read(cypher.passing_chunk_ids(scope.keys), {"chunk_ids": ids}, scope)
+            )
         if not ids:
             return GraphContext()
-        entities = [
-            _entity(r) for r in self.backend.run(cypher.ENTITIES_OF_CHUNKS, {"chunk_ids": ids}, write=False)
-        ]
-        names = sorted(e.name for e in entities)
-        rows = (
-            self.backend.run(cypher.RELATIONS_OF_CHUNKS, {"names": names, "chunk_ids": ids}, write=False)
-            if names
-            else []
+        entities_query = (
+            cypher.ENTITIES_OF_CHUNKS if scope is None else cypher.filtered_entities_of_chunks(scope.keys)
         )
+        entities = [_entity(r) for r in self._read(entities_query, {"chunk_ids": ids}, scope)]
+        names = sorted(e.name for e in entities)
+        relations_query = (
+            cypher.RELATIONS_OF_CHUNKS if scope is None else cypher.filtered_relations_of_chunks(scope.keys)
+        )
+        rows = self._read(relations_query, {"names": names, "chunk_ids": ids}, scope) if names else []
         return GraphContext(tuple(sorted(entities, key=lambda e: e.name)), tuple(_relation(r) for r in rows))
 
-    def neighbourhood(self, entity_name: str, hops: int = 1, limit: int = 50) -> GraphContext:
-        """Entities within `hops` RELATED steps of one entity, with the strongest relations among them."""
+    def neighbourhood(
+        self, entity_name: str, hops: int = 1, limit: int = 50, filter: SearchFilter | None = None
+    ) -> GraphContext:
+        """Entities within `hops` RELATED steps of one entity, with the strongest relations among them.
+        With a `filter`, only relations with a passing source chunk are stepped along and shown, and an
+        entity without one is as absent as an unknown one."""
         if not 1 <= hops <= MAX_HOPS:
             raise ValueError(f"hops must be between 1 and {MAX_HOPS}")
         key = entity_key(entity_name)
-        rows = self.backend.run(cypher.NEIGHBOURS[hops], {"name": key}, write=False)
-        names = sorted({key} | {r["name"] for r in rows})
+        scope = self._scope(filter)
+        if scope is None:
+            rows = self._read(cypher.NEIGHBOURS[hops], {"name": key})
+            names = sorted({key} | {r["name"] for r in rows})
+        elif not self._read(cypher.filtered_entities_by_name(scope.keys), {"names": [key]}, scope):
+            return GraphContext()
+        else:
+            names = self._filtered_reach(key, hops, scope)
+        relations_query = (
+            cypher.RELATIONS_AMONG if scope is None else cypher.filtered_relations_among(scope.keys)
+        )
         relations = [
-            _relation(r)
-            for r in self.backend.run(
-                cypher.RELATIONS_AMONG, {"names": names, "limit": int(limit)}, write=False
-            )
+            _relation(r) for r in self._read(relations_query, {"names": names, "limit": int(limit)}, scope)
         ]
         keep = {key} | {r.source for r in relations} | {r.target for r in relations}
-        entities = [
-            _entity(r)
-            for r in self.backend.run(cypher.ENTITIES_BY_NAME, {"names": sorted(keep)}, write=False)
-        ]
+        entities = self._entities_by_name(sorted(keep), scope)
         entities.sort(key=lambda e: (e.name != key, e.name))
         return GraphContext(tuple(entities), tuple(relations))
 
-    def strongest_relations(self, entity_names: Iterable[str], limit: int = 50) -> GraphContext:
+    def _filtered_reach(self, key: str, hops: int, scope: _Scope) -> list[str]:
+        """Entities within `hops` steps of `key` along relations that pass the filter, one statement a hop."""
+        seen, frontier = {key}, [key]
+        for _ in range(hops):
+            if not frontier:
+                break
+            rows = self._read(
+                cypher.filtered_neighbours(scope.keys), {"names": frontier, "seen": sorted(seen)}, scope
+            )
+            frontier = sorted({r["name"] for r in rows} - seen)
+            seen.update(frontier)
+        return sorted(seen)
+
+    def _entities_by_name(self, names: list[str], scope: _Scope | None) -> list[GraphEntity]:
+        query = cypher.ENTITIES_BY_NAME if scope is None else cypher.filtered_entities_by_name(scope.keys)
+        return [_entity(r) for r in self._read(query, {"names": names}, scope)]
+
+    def strongest_relations(
+        self, entity_names: Iterable[str], limit: int = 50, filter: SearchFilter | None = None
+    ) -> GraphContext:
         """Each entity's `limit` heaviest relations (either direction), deduplicated and heaviest first, with
         the entities at their ends: two statements for any number of entities (a search's graph context
-        expands several; one `neighbourhood` each took three)."""
+        expands several; one `neighbourhood` each took three). With a `filter`, only relations with a
+        passing source chunk, weighed by those chunks alone."""
         keys = sorted({entity_key(name) for name in entity_names})
         if not keys:
             return GraphContext()
-        rows = self.backend.run(
-            cypher.RELATIONS_OF_ENTITIES, {"names": keys, "limit": int(limit)}, write=False
+        scope = self._scope(filter)
+        query = (
+            cypher.RELATIONS_OF_ENTITIES
+            if scope is None
+            else cypher.filtered_relations_of_entities(scope.keys)
         )
+        rows = self._read(query, {"names": keys, "limit": int(limit)}, scope)
         relations = {(r.source, r.target): r for r in map(_relation, rows)}
         ordered = sorted(relations.values(), key=lambda r: (-r.weight, r.source, r.target))
         ends = {name for r in ordered for name in (r.source, r.target)}
-        entities = [
-            _entity(r)
-            for r in self.backend.run(
-                cypher.ENTITIES_BY_NAME, {"names": sorted(set(keys) | ends)}, write=False
-            )
-        ]
+        entities = self._entities_by_name(sorted(set(keys) | ends), scope)
         return GraphContext(tuple(sorted(entities, key=lambda e: e.name)), tuple(ordered))
 
-    def entity(self, name: str) -> GraphEntity | None:
-        """One entity by any spelling of its name."""
-        rows = self.backend.run(cypher.ENTITIES_BY_NAME, {"names": [entity_key(name)]}, write=False)
-        return _entity(rows[0]) if rows else None
+    def entity(self, name: str, filter: SearchFilter | None = None) -> GraphEntity | None:
+        """One entity by any spelling of its name (under a `filter`: as the reader may see it)."""
+        found = self._entities_by_name([entity_key(name)], self._scope(filter))
+        return found[0] if found else None
 
     def stats(self) -> dict[str, int]:
         """Node counts per label and relationship counts per type (for monitoring and tests)."""

@@ -20,13 +20,14 @@ import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 from sqlalchemy.exc import SQLAlchemyError
 
+from unichunk.chunking.access_labels import document_labels, normalise_labels
 from unichunk.chunking.ids import sha256_hex
 from unichunk.chunking.models import embed_text
 from unichunk.sinks.base import (
@@ -41,6 +42,7 @@ from unichunk.sinks.base import (
     StoredChunk,
     filter_values,
     group_batch,
+    matches_nothing,
 )
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.database import Database, open_store_database
@@ -65,9 +67,19 @@ def stored_terms(counts: Iterable[Counter[str]]) -> list[tuple[str, bytes, int]]
     return [(" ".join(c), struct.pack(f"<{len(c)}I", *c.values()), sum(c.values())) for c in counts]
 
 
-def _stored(row: Sequence[Any], score: float | None = None) -> StoredChunk:
+# The search filter keys this store answers inside its query: by document, and by access label (the labels
+# table: `term_store.py`).
+FILTER_KEYS = ("document_id", "labels")
+
+
+def _stored(
+    row: Sequence[Any], score: float | None = None, labels: Mapping[str, tuple[str, ...]] | None = None
+) -> StoredChunk:
     fields = (row[0], row[1], int(row[2]), int(row[3]), int(row[4]), row[5], tuple(json.loads(row[6])))
-    return StoredChunk(*fields) if score is None else ScoredChunk(*fields, score=score)
+    extra = {} if labels is None else {"labels": list(labels.get(row[1], ()))}
+    if score is None:
+        return StoredChunk(*fields, extra=extra)
+    return ScoredChunk(*fields, extra=extra, score=score)
 
 
 class BM25Sink(Sink):
@@ -195,8 +207,9 @@ class BM25Sink(Sink):
         """Replace each document's chunks with the prepared ones, all in one transaction."""
         self.check_prepared(prepared)
         keep = {doc_id: [c.chunk_id for c in doc_chunks] for doc_id, doc_chunks in prepared.chunks.items()}
+        labels = {d.document_id: document_labels(d.metadata) for d in prepared.documents}
         try:
-            self.store.replace(prepared.payload, keep)
+            self.store.replace(prepared.payload, keep, labels)
         except SQLAlchemyError as exc:
             raise SinkError(self.name, f"write failed: {exc}") from exc
         return prepared.chunk_count
@@ -209,6 +222,19 @@ class BM25Sink(Sink):
 
     def chunk_ids(self, document_id: str | None = None) -> set[str]:
         return self.store.chunk_ids(document_id)
+
+    def relabel(self, document_id: str, labels: Sequence[str]) -> int:
+        """Set the document's labels (its own table: no terms, postings or revision change)."""
+        try:
+            return self.store.relabel(document_id, normalise_labels(labels))
+        except SQLAlchemyError as exc:
+            raise SinkError(self.name, f"relabel failed: {exc}") from exc
+
+    def chunk_labels(self, document_id: str | None = None) -> dict[str, tuple[str, ...]]:
+        try:
+            return self.store.chunk_labels(document_id)
+        except SQLAlchemyError as exc:
+            raise SinkError(self.name, f"read failed: {exc}") from exc
 
     def content_hashes(self, document_id: str | None = None) -> dict[str, str]:
         """SHA-256 of each stored row's content as the store gives it back (decoded), a page at a time."""
@@ -243,10 +269,17 @@ class BM25Sink(Sink):
     def search(self, query: str, k: int = 10, filter: SearchFilter | None = None) -> list[ScoredChunk]:
         """Top-k chunks by BM25 over the current store; [] for a query with no indexable terms.
 
-        `filter` may only name `document_id` (the one field the in-memory index knows)."""
-        allowed = filter_values(self.name, filter, ("document_id",)).get("document_id")
-        if k <= 0:
+        `filter` may name `document_id` and `labels`: the documents they let through are the candidates
+        scored, so `k` hits come back whenever `k` matching chunks hold a query term."""
+        filters = filter_values(self.name, filter, FILTER_KEYS)
+        if k <= 0 or matches_nothing(filters):
             return []
+        allowed = filters.get("document_id")
+        if "labels" in filters:
+            labelled = self._labelled(filters["labels"])
+            allowed = labelled if allowed is None else sorted(set(allowed) & set(labelled))
+            if not allowed:
+                return []
         tokens = self.analyzer(query)
         if not tokens:
             return []
@@ -264,26 +297,61 @@ class BM25Sink(Sink):
             candidates = candidates[np.argpartition(-scores[candidates], k - 1)[:k]]
         ranked = sorted(candidates.tolist(), key=lambda p: (-scores[p], p))
         hits = [(snap.chunk_ids[p], float(scores[p])) for p in ranked]
-        by_id = {r[0]: r for r in self._rows(chunk_id for chunk_id, _ in hits)}
-        # A chunk deleted by a writer since the snapshot was taken is left out.
-        return [_stored(by_id[chunk_id], score) for chunk_id, score in hits if chunk_id in by_id]
+        # The rows are read under the same filter: a chunk deleted, or relabelled out of reach, by a writer
+        # since the snapshot was taken is left out.
+        rows = self._rows((chunk_id for chunk_id, _ in hits), filters)
+        by_id = {r[0]: r for r in rows}
+        labels = self._labels(rows)
+        return [_stored(by_id[chunk_id], score, labels) for chunk_id, score in hits if chunk_id in by_id]
 
-    def _rows(self, chunk_ids: Iterable[str]) -> list[tuple[Any, ...]]:
+    def _rows(
+        self, chunk_ids: Iterable[str], filters: Mapping[str, Sequence[str]] | None = None
+    ) -> list[tuple[Any, ...]]:
         try:
-            return self.store.rows(chunk_ids)
+            return self.store.rows(chunk_ids, filters)
         except SQLAlchemyError as exc:
             raise SinkError(self.name, f"read failed: {exc}") from exc
 
-    def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, StoredChunk]:
-        """Stored chunks by ID (absent IDs are left out): the query side's source of text and offsets."""
-        return {r[0]: _stored(r) for r in self._rows(chunk_ids)}
+    def _labelled(self, labels: Sequence[str]) -> list[str]:
+        try:
+            return self.store.labelled_documents(labels)
+        except SQLAlchemyError as exc:
+            raise SinkError(self.name, f"read failed: {exc}") from exc
 
-    def chunks_at(self, document_id: str, indexes: Iterable[int]) -> list[StoredChunk]:
-        """A document's chunks at these `chunk_index` positions, in index order (neighbour expansion)."""
+    def _labels(self, rows: Sequence[tuple[Any, ...]]) -> dict[str, tuple[str, ...]]:
+        """The labels of the rows' documents, for `StoredChunk.extra["labels"]`."""
+        try:
+            return self.store.document_labels(r[1] for r in rows)
+        except SQLAlchemyError as exc:
+            raise SinkError(self.name, f"read failed: {exc}") from exc
+
+    def get_chunks(
+        self, chunk_ids: Iterable[str], filter: SearchFilter | None = None
+    ) -> dict[str, StoredChunk]:
+        """Stored chunks by ID that `filter` lets through (the others, and absent IDs, are left out): the
+        query side's source of text and offsets."""
+        filters = filter_values(self.name, filter, FILTER_KEYS)
+        if matches_nothing(filters):
+            return {}
+        rows = self._rows(chunk_ids, filters)
+        labels = self._labels(rows)
+        return {r[0]: _stored(r, labels=labels) for r in rows}
+
+    def chunks_at(
+        self, document_id: str, indexes: Iterable[int], filter: SearchFilter | None = None
+    ) -> list[StoredChunk]:
+        """A document's chunks at these `chunk_index` positions that `filter` lets through, in index order
+        (neighbour expansion)."""
+        filters = filter_values(self.name, filter, FILTER_KEYS)
         wanted = sorted({int(i) for i in indexes if int(i) >= 0})
-        if not wanted:
+        if not wanted or matches_nothing(filters):
             return []
-        return [_stored(r) for r in self.store.rows_at(document_id, wanted)]
+        try:
+            rows = self.store.rows_at(document_id, wanted, filters)
+        except SQLAlchemyError as exc:
+            raise SinkError(self.name, f"read failed: {exc}") from exc
+        labels = self._labels(rows)
+        return [_stored(r, labels=labels) for r in rows]
 
     def _current(self) -> Snapshot | None:
         """The index of the store's current revision, refreshed from changed rows if stale."""

@@ -18,7 +18,7 @@ import json
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -98,6 +98,15 @@ class _Dialect:
                 rev {self.integer} NOT NULL
             )""",
             "CREATE INDEX IF NOT EXISTS removed_rev ON removed (rev)",
+            # Access labels, per document (every chunk of a document carries its labels): outside the
+            # scored rows, so a relabel touches no postings and needs no index refresh. A store made
+            # before labels gets the table on open; its documents have none until relabelled or written.
+            """CREATE TABLE IF NOT EXISTS labels (
+                document_id TEXT NOT NULL,
+                label TEXT NOT NULL,
+                PRIMARY KEY (document_id, label)
+            )""",
+            "CREATE INDEX IF NOT EXISTS labels_label ON labels (label)",
         ]
 
 
@@ -180,6 +189,10 @@ class TermStore:
         )
         self._stale = f" AND chunk_id NOT IN {d.id_list}"
         self._docs = d.id_list.replace(":ids", ":docs")
+        # The documents carrying at least one of the labels bound to :labels (a JSON array).
+        self._labelled = (
+            f"(SELECT document_id FROM labels WHERE label IN {d.id_list.replace(':ids', ':labels')})"
+        )
 
     # -- schema ----------------------------------------------------------------------------------------
 
@@ -250,9 +263,15 @@ class TermStore:
             conn.execute(text("DELETE FROM removed WHERE rev <= :f"), {"f": floor})
             conn.execute(text("UPDATE state SET log_floor = :f WHERE id = 0"), {"f": floor})
 
-    def replace(self, rows: Sequence[tuple[Any, ...]], keep: dict[str, list[str]]) -> bool:
+    def replace(
+        self,
+        rows: Sequence[tuple[Any, ...]],
+        keep: dict[str, list[str]],
+        labels: Mapping[str, Sequence[str]] | None = None,
+    ) -> bool:
         """Upsert `rows` (values in `COLUMNS` order, content as a str) and remove each document's chunks
-        not in `keep[document_id]`, in one transaction; True if anything changed (then a new revision)."""
+        not in `keep[document_id]`, and set the documents' `labels` (document_id -> labels), in one
+        transaction; True if any scored row changed (then a new revision)."""
         encode = self.dialect.encode
         at = COLUMNS.index("content")
         with self.db.write() as conn:
@@ -272,6 +291,8 @@ class TermStore:
                     text(f"INSERT INTO removed (chunk_id, rev) SELECT chunk_id, :r FROM chunks {where}"), bind
                 )
                 changed += conn.execute(text(f"DELETE FROM chunks {where}"), bind).rowcount
+            if labels:
+                self._set_labels(conn, labels)
             if changed:
                 self._publish(conn, revision)
         return bool(changed)
@@ -294,6 +315,34 @@ class TermStore:
         ).scalar_one()
         return int(stored) != len(kept)
 
+    def _set_labels(self, conn: Connection, labels: Mapping[str, Sequence[str]]) -> None:
+        """Replace the labels of these documents (within the caller's transaction)."""
+        conn.execute(
+            text(f"DELETE FROM labels WHERE document_id IN {self._docs}"), {"docs": json.dumps(list(labels))}
+        )
+        pairs = [{"d": d, "l": label} for d, found in labels.items() for label in found]
+        if pairs:
+            conn.execute(text("INSERT INTO labels (document_id, label) VALUES (:d, :l)"), pairs)
+
+    def relabel(self, document_id: str, labels: Sequence[str]) -> int:
+        """Set one document's labels; how many of its chunks changed (0: already so, or no chunks)."""
+        with self.db.write() as conn:
+            self._lock(conn)  # one writer at a time, as for every write of this store
+            count = int(
+                conn.execute(
+                    text("SELECT COUNT(*) FROM chunks WHERE document_id = :d"), {"d": document_id}
+                ).scalar_one()
+            )
+            held = sorted(
+                conn.execute(
+                    text("SELECT label FROM labels WHERE document_id = :d"), {"d": document_id}
+                ).scalars()
+            )
+            if not count or held == sorted(labels):
+                return 0
+            self._set_labels(conn, {document_id: labels})
+        return count
+
     _log_removals = (
         "INSERT INTO removed (chunk_id, rev) SELECT chunk_id, :r FROM chunks WHERE document_id = :d"
     )
@@ -305,6 +354,7 @@ class TermStore:
             removed = conn.execute(
                 text("DELETE FROM chunks WHERE document_id = :d"), {"d": document_id}
             ).rowcount
+            conn.execute(text("DELETE FROM labels WHERE document_id = :d"), {"d": document_id})
             if removed:
                 self._publish(conn, revision)
         return int(removed)
@@ -387,23 +437,73 @@ class TermStore:
             )
             yield Changes(int(revision), full, removed, result.partitions(LOAD_PAGE))
 
-    def rows(self, chunk_ids: Iterable[str]) -> list[tuple[Any, ...]]:
-        """Stored rows (`STORED` columns, content decoded) of these chunks, in no particular order."""
+    def _where_filter(self, filters: Mapping[str, Sequence[str]]) -> tuple[str, dict[str, str]]:
+        """The SQL condition (with its binds) of a search filter: `document_id` any of, `labels` any of."""
+        sql, bind = "", {}
+        if "document_id" in filters:
+            sql += f" AND document_id IN {self._docs}"
+            bind["docs"] = json.dumps(list(filters["document_id"]))
+        if "labels" in filters:
+            sql += f" AND document_id IN {self._labelled}"
+            bind["labels"] = json.dumps(list(filters["labels"]))
+        return sql, bind
+
+    def rows(
+        self, chunk_ids: Iterable[str], filters: Mapping[str, Sequence[str]] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Stored rows (`STORED` columns, content decoded) of these chunks that `filters` lets through, in
+        no particular order."""
         ids = list(dict.fromkeys(chunk_ids))
         if not ids:
             return []
-        statement = text(f"SELECT {STORED} FROM chunks WHERE chunk_id IN {self.dialect.id_list}")
-        found = self._query(lambda c: c.execute(statement, {"ids": json.dumps(ids)}).fetchall())
+        where, bind = self._where_filter(filters or {})
+        statement = text(f"SELECT {STORED} FROM chunks WHERE chunk_id IN {self.dialect.id_list}{where}")
+        found = self._query(lambda c: c.execute(statement, {"ids": json.dumps(ids), **bind}).fetchall())
         return [self._decoded(r) for r in found]
 
-    def rows_at(self, document_id: str, indexes: list[int]) -> list[tuple[Any, ...]]:
+    def rows_at(
+        self, document_id: str, indexes: list[int], filters: Mapping[str, Sequence[str]] | None = None
+    ) -> list[tuple[Any, ...]]:
+        where, bind = self._where_filter(filters or {})
         statement = text(
             f"SELECT {STORED} FROM chunks WHERE document_id = :d "
-            f"AND CAST(chunk_index AS TEXT) IN {self.dialect.id_list} ORDER BY chunk_index"
+            f"AND CAST(chunk_index AS TEXT) IN {self.dialect.id_list}{where} ORDER BY chunk_index"
         )
-        bind = {"d": document_id, "ids": json.dumps([str(i) for i in indexes])}
+        bind |= {"d": document_id, "ids": json.dumps([str(i) for i in indexes])}
         found = self._query(lambda c: c.execute(statement, bind).fetchall())
         return [self._decoded(r) for r in found]
+
+    def labelled_documents(self, labels: Sequence[str]) -> list[str]:
+        """The documents carrying at least one of `labels` (the keyword search's candidates)."""
+        statement = text(f"SELECT DISTINCT document_id FROM labels WHERE label IN {self.dialect.id_list}")
+        return list(self._query(lambda c: c.execute(statement, {"ids": json.dumps(list(labels))}).scalars()))
+
+    def document_labels(self, document_ids: Iterable[str]) -> dict[str, tuple[str, ...]]:
+        """document_id -> its labels (sorted), for the documents that have any."""
+        ids = list(dict.fromkeys(document_ids))
+        if not ids:
+            return {}
+        statement = text(f"SELECT document_id, label FROM labels WHERE document_id IN {self.dialect.id_list}")
+        found: dict[str, list[str]] = {}
+        for document_id, label in self._query(
+            lambda c: c.execute(statement, {"ids": json.dumps(ids)}).fetchall()
+        ):
+            found.setdefault(document_id, []).append(label)
+        return {d: tuple(sorted(labels)) for d, labels in found.items()}
+
+    def chunk_labels(self, document_id: str | None = None) -> dict[str, tuple[str, ...]]:
+        """chunk_id -> its document's labels (sorted; () for none), for every chunk or one document's."""
+        where = "" if document_id is None else " WHERE c.document_id = :d"
+        statement = text(
+            f"SELECT c.chunk_id, l.label FROM chunks c LEFT JOIN labels l ON l.document_id = c.document_id{where}"
+        )
+        found: dict[str, list[str]] = {}
+        with self.db.read() as conn:
+            for chunk_id, label in conn.execute(statement, {"d": document_id}):
+                held = found.setdefault(chunk_id, [])
+                if label is not None:
+                    held.append(label)
+        return {c: tuple(sorted(labels)) for c, labels in found.items()}
 
     def _decoded(self, row: Sequence[Any]) -> tuple[Any, ...]:
         content = self.dialect.decode(row[5])

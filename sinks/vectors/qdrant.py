@@ -128,6 +128,9 @@ class QdrantSink(VectorSink):
     def _store_delete(self, ids: list[str]) -> None:
         self.client.delete(self.collection, models.PointIdsList(points=list(ids)), wait=True)
 
+    def _store_set_payload(self, ids: list[str], payload: dict[str, Any]) -> None:
+        self.client.set_payload(self.collection, payload=payload, points=list(ids), wait=True)
+
     def _store_scroll(
         self, conditions: Conditions | None, fields: list[str] | bool
     ) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -172,6 +172,13 @@ class EdgeQdrantSink(VectorSink):
         self.shard.flush()
         self._changed = True
 
+    def _store_set_payload(self, ids: list[str], payload: dict[str, Any]) -> None:
+        needed = len(ids) * (_DELETE_BYTES + len(json.dumps(payload)))  # the WAL records it
+        self._require_room(needed, f"relabelling {len(ids)} vectors")
+        self.shard.update(UpdateOperation.set_payload([uuid.UUID(i) for i in ids], payload))
+        self.shard.flush()
+        self._changed = True
+
     def optimize(self) -> bool:
         """Index, merge and vacuum the shard (`EdgeShard.optimize`) if this sink changed it since the last
         time: without it queries compare against every vector and deleted points are never reclaimed.

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from unichunk.chunking.access_labels import document_labels, normalise_labels
 from unichunk.chunking.ids import sha256_hex
 from unichunk.chunking.models import Chunk, Document
 from unichunk.sinks import progress as work_progress
@@ -41,6 +42,7 @@ from unichunk.sinks.base import (
     StoredChunk,
     filter_values,
     group_batch,
+    matches_nothing,
 )
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.disk_space import DiskFull
@@ -62,7 +64,9 @@ SINK_NAME = "vectors"
 POINT_NAMESPACE = uuid.UUID("6f1c7a52-3d0e-5b8e-9c4a-2b7d1e0f9a31")
 _SCROLL_PAGE = 10_000  # big pages: local mode re-filters the whole collection per page
 # Keyword payload indexes: filters and deletes by document or source find their points without a scan.
-INDEXED_FIELDS = ("document_id", "chunk_id", "source_system", "source_id")
+# `labels` (an array of keywords: a point matches a MatchAny when one of its labels is listed) keeps a labels
+# filter inside the query, so `k` readable hits come back however few of the points are readable.
+INDEXED_FIELDS = ("document_id", "chunk_id", "source_system", "source_id", "labels")
 
 
 def point_id(chunk_id: str) -> str:
@@ -302,6 +306,34 @@ class VectorSink(Sink):
                 for _, payload in self._store_scroll(conditions, ["chunk_id", "content"])
             }
 
+    def relabel(self, document_id: str, labels: Sequence[str]) -> int:
+        """Set the `labels` payload of the document's points whose labels differ (vectors untouched)."""
+        wanted = list(normalise_labels(labels))
+        with self._operation("relabel"), self._lock:
+            if not self._collection_exists():
+                return 0
+            self._check_collection(create=True)  # a store written before labels gets their index
+            stale = [
+                pid
+                for pid, payload in self._store_scroll({"document_id": [document_id]}, ["labels"])
+                if _labels_of(payload) != tuple(wanted)
+            ]
+            size = self.settings.upsert_batch_size
+            for start in range(0, len(stale), size):
+                self._store_set_payload(stale[start : start + size], {"labels": wanted})
+            return len(stale)
+
+    def chunk_labels(self, document_id: str | None = None) -> dict[str, tuple[str, ...]]:
+        """Each stored point's `labels` payload (none for a point written before labels existed)."""
+        with self._operation("chunk_labels"), self._lock:
+            if not self._collection_exists():
+                return {}
+            conditions = {"document_id": [document_id]} if document_id is not None else None
+            return {
+                payload["chunk_id"]: _labels_of(payload)
+                for _, payload in self._store_scroll(conditions, ["chunk_id", "labels"])
+            }
+
     def close(self) -> None:
         if self._release_client is not None:
             release, self._release_client = self._release_client, None
@@ -320,6 +352,8 @@ class VectorSink(Sink):
     def search(self, query: str, k: int = 10, filter: SearchFilter | None = None) -> list[ScoredChunk]:
         """The `k` chunks nearest to `query` (cosine), optionally restricted by payload field matches."""
         conditions = filter_values(self.name, filter)
+        if matches_nothing(conditions):
+            return []
         with self._operation("search"):
             with self._lock:
                 if not self._collection_exists():
@@ -341,22 +375,37 @@ class VectorSink(Sink):
                 return 0
             return self._store_count(conditions)
 
-    def get_chunks(self, chunk_ids: Iterable[str]) -> dict[str, StoredChunk]:
-        """Stored chunks by chunk ID (absent IDs are left out), fetched by point ID without vectors."""
-        ids = [point_id(c) for c in dict.fromkeys(chunk_ids)]
+    def get_chunks(
+        self, chunk_ids: Iterable[str], filter: SearchFilter | None = None
+    ) -> dict[str, StoredChunk]:
+        """Stored chunks by chunk ID (absent IDs are left out), without vectors: by point ID, or with a
+        filter by one filtered scroll of the `chunk_id` index (the filter is the store's, never applied
+        afterwards)."""
+        conditions = filter_values(self.name, filter)
+        wanted = list(dict.fromkeys(chunk_ids))
         with self._operation("get_chunks"), self._lock:
-            if not ids or not self._collection_exists():
+            if not wanted or matches_nothing(conditions) or not self._collection_exists():
                 return {}
-            payloads = self._store_retrieve(ids)
+            if conditions:
+                found = self._store_scroll({**conditions, "chunk_id": wanted}, True)
+                payloads = [p for _, p in found]
+            else:
+                payloads = self._store_retrieve([point_id(c) for c in wanted])
         return {p["chunk_id"]: _stored(p) for p in payloads if p}
 
-    def chunks_at(self, document_id: str, indexes: Iterable[int]) -> list[StoredChunk]:
-        """A document's chunks at these `chunk_index` positions, in index order (neighbour expansion)."""
+    def chunks_at(
+        self, document_id: str, indexes: Iterable[int], filter: SearchFilter | None = None
+    ) -> list[StoredChunk]:
+        """A document's chunks at these `chunk_index` positions that `filter` lets through, in index order
+        (neighbour expansion)."""
+        extra = filter_values(self.name, filter)
         wanted = sorted({int(i) for i in indexes if int(i) >= 0})
         with self._operation("chunks_at"), self._lock:
-            if not wanted or not self._collection_exists():
+            if not wanted or matches_nothing(extra) or not self._collection_exists():
                 return []
-            conditions: Conditions = {"document_id": [document_id], "chunk_index": list(wanted)}
+            conditions: Conditions = {**extra, "document_id": [document_id], "chunk_index": list(wanted)}
+            if "document_id" in extra and document_id not in extra["document_id"]:
+                return []
             found = [_stored(p) for _, p in self._store_scroll(conditions, True)]
         return sorted(found, key=lambda c: c.chunk_index)
 
@@ -429,6 +478,11 @@ class VectorSink(Sink):
 
     @abstractmethod
     def _store_delete(self, ids: list[str]) -> None: ...
+
+    @abstractmethod
+    def _store_set_payload(self, ids: list[str], payload: dict[str, Any]) -> None:
+        """Set these payload fields of these points, leaving the rest (and the vectors) as they are;
+        durable when it returns."""
 
     @abstractmethod
     def _store_scroll(
@@ -529,7 +583,13 @@ def chunk_payload(
         "document_content_hash": document.content_hash,
         "ingested_at": ingested_at,
         "metadata": dict(chunk.metadata),
+        "labels": list(document_labels(document.metadata)),
     }
+
+
+def _labels_of(payload: dict[str, Any]) -> tuple[str, ...]:
+    """A point's stored labels (a point written before labels existed has none)."""
+    return tuple(sorted(str(label) for label in payload.get("labels") or ()))
 
 
 def _pack(vector: list[float]) -> bytes:
