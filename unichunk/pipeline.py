@@ -328,7 +328,9 @@ class Pipeline:
         `generation` (default: the live one), and with `against` a second generation (any generation by
         ID, read without switching), paired question by question (candidate minus the first). Returns the
         report (the JSON of `unichunk eval --json`), also saved as `<data_dir>/evaluations/latest.json`
-        and a stamped copy. References that cannot be located are in `report["unlocated"]`."""
+        and a stamped copy. References that cannot be located are in `report["unlocated"]`. For admins:
+        the references quote any document, and the scores are of the whole index."""
+        self.require_admin("eval")
         if not budgets or any(b <= 0 for b in budgets) or k <= 0:
             raise UsageError("budgets and k must be positive")
         first = generation or (live.generation_id if (live := live_generation(self.settings)) else None)

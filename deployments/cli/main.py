@@ -41,6 +41,7 @@ import typer
 from rich.text import Text
 
 from unichunk import local_stack as stack
+from unichunk.access import AccessDenied
 from unichunk.deployments.cli.console import (
     ProgressBar,
     console,
@@ -126,6 +127,15 @@ def _flow_runs() -> Iterator[None]:
     under the progress bar."""
     with stop_on_signals(_say_stopping), prefect_api(), _BAR.shown():
         yield
+
+
+def _nothing_ingested(index: IndexService) -> bool:
+    """Whether no index exists yet (the hint after an empty search); a reader who may not see the
+    generations (admins only) is not told, and gets no hint."""
+    try:
+        return index.generations().live is None
+    except AccessDenied:
+        return False
 
 
 def _say_stopping(line: str) -> None:
@@ -341,7 +351,7 @@ def search(
 
     def ask(index: IndexService) -> tuple[Any, bool]:
         found = index.search(text, k, graph=False, expand=False)
-        return found, not found.hits and index.generations().live is None
+        return found, not found.hits and _nothing_ingested(index)
 
     result, nothing_ingested = _ask(ask)
     if as_json:

@@ -346,7 +346,8 @@ class _Tools:
         return found if failed_only else found.model_copy(update={"documents": []})
 
     def documents(self) -> list[DocumentInfo]:
-        return self.pipeline.status().documents
+        """The live documents this caller may read (`status` is for admins)."""
+        return list(self.pipeline.documents().values())
 
     def document(self, document_id: str) -> dict[str, Any]:
         try:

@@ -23,7 +23,7 @@ from fastapi.security import HTTPBearer
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from unichunk.access import AccessDenied, Principal
+from unichunk.access import Principal
 from unichunk.deployments.service.auth import principal_auth
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.errors import DiskFull, NotFound, SinkError, StoreBusy, UsageError
@@ -147,9 +147,9 @@ def create_search_router(
     def delete_endpoint(
         document_id: str, response: Response, wait: bool = False, caller: Principal = caller_of
     ) -> dict[str, Any]:
-        if not caller.may_write:  # the served run writes, not `Pipeline.delete`: refused here
-            raise AccessDenied("deleting needs a token that may write (`unichunk tokens create --write`)")
-        if not pipeline.scoped(caller).knows(document_id):
+        reader = pipeline.scoped(caller)
+        reader.require_write("delete")  # the served run writes, not `Pipeline.delete`: checked here
+        if not reader.knows(document_id):
             raise HTTPException(404, f"no such document: {document_id} (`unichunk status` lists them)")
         with _prefect_api():
             run = run_deployment(
