@@ -31,6 +31,7 @@ from unichunk.interface import Mode
 from unichunk.pipeline import DEFAULT_BUDGET, Pipeline, Readers, ReadersProvider, run_result
 from unichunk.request_limits import MAX_QUERY_CHARS
 from unichunk.results import DocumentChunks, IndexStatus, SearchResult
+from unichunk.settings import SinkSettings
 from unichunk.tokens import Tokens
 from unichunk.warm_stores import WarmStores
 
@@ -64,8 +65,12 @@ def open_stores(provider: SinksProvider | None, settings: ServiceSettings) -> Re
     return ProvidedStores(provider) if provider is not None else WarmStores(settings.service_busy_wait)
 
 
-def service_pipeline(stores: ReaderSource, settings: ServiceSettings) -> Pipeline:
-    """A Pipeline reading `stores`: a busy or unavailable store is a 503 (with Retry-After when busy)."""
+def service_pipeline(
+    stores: ReaderSource, settings: ServiceSettings, records: SinkSettings | None = None
+) -> Pipeline:
+    """A Pipeline reading `stores` and the records of `records`' data dir (default: the configured one),
+    whose labels decide what each caller may read: a busy or unavailable store is a 503 (with Retry-After
+    when busy)."""
     retry_after = str(max(1, math.ceil(settings.service_busy_wait)))
 
     @contextmanager
@@ -79,7 +84,7 @@ def service_pipeline(stores: ReaderSource, settings: ServiceSettings) -> Pipelin
             raise HTTPException(503, f"store unavailable: {exc}") from exc
 
     provider: ReadersProvider = readers
-    return Pipeline(readers=provider)
+    return Pipeline(records, readers=provider)
 
 
 def service_tokens(settings: ServiceSettings) -> Tokens:
@@ -89,16 +94,19 @@ def service_tokens(settings: ServiceSettings) -> Tokens:
 
 
 def create_search_router(
-    stores: ReaderSource, settings: ServiceSettings | None = None, tokens: Tokens | None = None
+    stores: ReaderSource,
+    settings: ServiceSettings | None = None,
+    tokens: Tokens | None = None,
+    records: SinkSettings | None = None,
 ) -> APIRouter:
-    """The API routes, reading `stores`; each runs as the principal its bearer token names (`tokens`:
-    default, the data dir's and the configured admin token)."""
+    """The API routes, reading `stores` and `records`' data dir; each runs as the principal its bearer
+    token names (`tokens`: default, the data dir's and the configured admin token)."""
     settings = settings or ServiceSettings()
     tokens = tokens or service_tokens(settings)
     # HTTPBearer (no auto error: `principal_auth` answers) declares the scheme in the OpenAPI document
     router = APIRouter(dependencies=[Security(BEARER_SCHEME)])
     caller_of = Depends(principal_auth(tokens))  # a default, not an annotation: the routes are local
-    pipeline = service_pipeline(stores, settings)
+    pipeline = service_pipeline(stores, settings, records)
 
     @router.get("/search", response_model=SearchResult)
     def search_endpoint(

@@ -375,8 +375,8 @@ def create_app(
     app.state.replay = replay
     app.state.events = events
     app.state.stores = stores
-    app.include_router(create_search_router(stores, settings, tokens))
-    app.include_router(create_ui_router(service_pipeline(stores, settings), check, data_dir))
+    app.include_router(create_search_router(stores, settings, tokens, records))
+    app.include_router(create_ui_router(service_pipeline(stores, settings, records), check, data_dir))
 
     @app.exception_handler(WebhookRejected)
     async def _rejected(_request: Request, exc: WebhookRejected) -> JSONResponse:
