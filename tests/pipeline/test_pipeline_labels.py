@@ -1,0 +1,163 @@
+"""Access labels through real ingests (qdrant-edge with MiniLM, the keyword store, the records, a real Prefect
+server): where labels come from (source labels, path rules, an in-memory document's own), that every store
+and the records hold them, and that a label change relabels every store without embedding anything, so
+`verify` stays clean and a run stopped half-way converges on the next.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from unichunk import Pipeline
+from unichunk.chunking.models import Document
+from unichunk.index.generations import reading_settings
+from unichunk.settings import SinkSettings
+from unichunk.sinks.keywords.bm25 import BM25Sink
+from unichunk.sinks.pool import close_all_sinks
+from unichunk.sinks.vectors.sink import open_vector_sink
+
+SINKS = ("vectors", "keywords")
+FILES = {
+    "hr/salaries.md": "# Salaries\n\nThe salary bands for engineers are reviewed every spring by the board.",
+    "eng/design.md": "# Design\n\nThe ingestion pipeline writes every chunk to three stores at once.",
+    "notes.md": "# Notes\n\nThe canteen serves soup on Fridays and salad on Mondays.",
+}
+
+
+def corpus(tmp_path: Path) -> Path:
+    root = tmp_path / "corpus"
+    for rel, text in FILES.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def labels_by_path(settings: SinkSettings) -> dict[str, dict[str, set[tuple[str, ...]]]]:
+    """Per store: each document's path (its source ID) -> the label sets its chunks hold."""
+    close_all_sinks()
+    pinned = reading_settings(settings)
+    found: dict[str, dict[str, set[tuple[str, ...]]]] = {}
+    with open_vector_sink(pinned) as vectors, BM25Sink(pinned) as keywords:
+        for sink in (vectors, keywords):
+            by_chunk = sink.chunk_labels()
+            chunks = sink.get_chunks(list(by_chunk))
+            per_path: dict[str, set[tuple[str, ...]]] = {}
+            for chunk_id, labels in by_chunk.items():
+                per_path.setdefault(chunks[chunk_id].document_id, set()).add(labels)
+            found[sink.name] = per_path
+    return found
+
+
+def aligned(pipeline: Pipeline) -> bool:
+    """`verify` finds the two stores these tests write in line with the records, labels included (the
+    graph, not written here, is left out)."""
+    report = pipeline.verify()
+    kinds = (report.missing, report.extra, report.altered, report.mislabelled)
+    return report.counts["vectors"] > 0 and not any(kind.get(name) for kind in kinds for name in SINKS)
+
+
+def by_source_id(
+    pipeline: Pipeline, found: dict[str, set[tuple[str, ...]]]
+) -> dict[str, set[tuple[str, ...]]]:
+    info = pipeline.documents(found)
+    return {info[d].source_id or d: labels for d, labels in found.items()}
+
+
+def test_source_labels_and_rules_reach_every_store_and_a_change_relabels_without_embedding(
+    pipeline_env: Path, tmp_path: Path
+) -> None:
+    root = corpus(tmp_path)
+    settings = SinkSettings(data_dir=pipeline_env)
+    with Pipeline(settings, sinks=SINKS) as pipeline:
+        first = pipeline.ingest(root, labels=["Staff"], label_rules=["hr/**=hr"])
+        assert first.processed == 3 and first.relabelled == 0
+        expected = {
+            "hr/salaries.md": {("hr", "staff")},
+            "eng/design.md": {("staff",)},
+            "notes.md": {("staff",)},
+        }
+        for name, found in labels_by_path(settings).items():
+            assert by_source_id(pipeline, found) == expected, name
+        records = pipeline.status().documents
+        assert {d.source_id: tuple(d.labels) for d in records} == {
+            "hr/salaries.md": ("hr", "staff"),
+            "eng/design.md": ("staff",),
+            "notes.md": ("staff",),
+        }
+        assert aligned(pipeline)
+
+        # New labels, same files: every store relabelled, nothing chunked or embedded.
+        second = pipeline.ingest(root, labels=["all"], label_rules=["hr/**=hr", "eng/**=eng,dev"])
+        assert (second.relabelled, second.processed, second.chunked, second.embedded) == (3, 0, 0, 0)
+        assert second.chunks_written == {}
+        expected = {
+            "hr/salaries.md": {("all", "hr")},
+            "eng/design.md": {("all", "dev", "eng")},
+            "notes.md": {("all",)},
+        }
+        for name, found in labels_by_path(settings).items():
+            assert by_source_id(pipeline, found) == expected, name
+        assert aligned(pipeline)
+
+        # A re-index of every recorded source keeps the labels it was given (the registry holds them).
+        third = pipeline.ingest()
+        assert (third.relabelled, third.processed, third.skipped) == (0, 0, 3)
+
+
+def test_a_relabel_stopped_half_way_is_reported_by_verify_and_converges_on_the_next_run(
+    pipeline_env: Path, tmp_path: Path
+) -> None:
+    root = corpus(tmp_path)
+    settings = SinkSettings(data_dir=pipeline_env)
+    with Pipeline(settings, sinks=SINKS) as pipeline:
+        pipeline.ingest(root, labels=["a"])
+        hr_id = next(d.document_id for d in pipeline.status().documents if d.source_id == "hr/salaries.md")
+    close_all_sinks()
+    # As a run that relabelled the vector store and then died would leave it: records and keywords say "a".
+    with open_vector_sink(reading_settings(settings)) as vectors:
+        assert vectors.relabel(hr_id, ["b"]) >= 1
+    close_all_sinks()
+    with Pipeline(settings, sinks=SINKS) as pipeline:
+        report = pipeline.verify()
+        assert report.mislabelled["vectors"] and not report.mislabelled["keywords"]
+        assert not report.ok and not report.mislabelled.get("graph")  # no labels in the graph yet: skipped
+        again = pipeline.ingest(root, labels=["b"])
+        assert (again.relabelled, again.embedded) == (3, 0)
+        assert aligned(pipeline)
+        for found in labels_by_path(settings).values():
+            assert set().union(*found.values()) == {("b",)}
+
+
+def test_in_memory_documents_carry_their_own_labels_and_a_bad_label_fails_that_document_alone(
+    pipeline_env: Path,
+) -> None:
+    settings = SinkSettings(data_dir=pipeline_env)
+    documents = [
+        Document(
+            text="Quarterly revenue grew by a tenth.", source_id="q3.md", metadata={"labels": ["Finance"]}
+        ),
+        Document(text="Nobody may read this but admins.", source_id="open.md"),
+        Document(
+            text="A label with a space is refused.", source_id="bad.md", metadata={"labels": ["no way"]}
+        ),
+    ]
+    with Pipeline(settings, sinks=SINKS) as pipeline:
+        summary = pipeline.ingest(documents, source_name="notes", labels=["everyone"])
+        assert summary.processed == 2
+        assert [f.source_id for f in summary.failed] == ["bad.md"] and "bad label" in summary.failed[0].error
+        expected = {"q3.md": {("everyone", "finance")}, "open.md": {("everyone",)}}
+        for name, found in labels_by_path(settings).items():
+            assert by_source_id(pipeline, found) == expected, name
+        # A later ingest of one of them with other labels keeps the other's own labels.
+        changed = [
+            Document(
+                text="Quarterly revenue grew by a tenth.", source_id="q3.md", metadata={"labels": ["board"]}
+            )
+        ]
+        again = pipeline.ingest(changed, source_name="notes", labels=["everyone"])
+        assert (again.relabelled, again.embedded) == (1, 0)
+        expected = {"q3.md": {("board", "everyone")}, "open.md": {("everyone",)}}
+        for found in labels_by_path(settings).values():
+            assert by_source_id(pipeline, found) == expected
+        assert aligned(pipeline)
+    close_all_sinks()
