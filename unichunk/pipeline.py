@@ -22,6 +22,7 @@ import importlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -30,11 +31,12 @@ from pydantic import ValidationError
 
 from unichunk import local_stack
 from unichunk.access import OWNER, Principal
-from unichunk.chunking.access_labels import BadLabel, document_labels
+from unichunk.chunking.access_labels import BadLabel, document_labels, normalise_labels
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.chunking.ids import derive_document_id
 from unichunk.chunking.label_rules import LabelRule, exact_pattern, parse_rules
 from unichunk.chunking.models import Document
+from unichunk.chunking.names import openable_name
 from unichunk.chunking.sources import DEFAULT_PATTERNS, DirectorySource
 from unichunk.engine.params import (
     FailedDocument,
@@ -226,6 +228,30 @@ class Pipeline:
         if row is not None and row.path and _inside(Path(row.path), self.settings.data_dir / INLINE_FOLDER):
             Path(row.path).unlink(missing_ok=True)
         return removed
+
+    def relabel(self, document_id: str, labels: Sequence[str]) -> IngestSummary:
+        """Give one document its own access `labels` (besides its source's labels and matching rules),
+        in every store and its record, without embedding anything: kept as an exact-path rule of its
+        source (so every later re-index keeps them), then applied by an ingest of that one file, which
+        relabels it and converges like any write. `labels=[]` drops the document's own labels. Raises
+        `NotFound` for a document not recorded, `UsageError` for a bad label."""
+        row = self._status().get(document_id)
+        if row is None or not row.source_system or not row.source_id or not row.path:
+            raise NotFound(f"no such document: {document_id}")
+        registry = SourceRegistry.of(self.settings)
+        record = next((r for r in registry.all() if r.name == row.source_system), None)
+        if record is None:
+            raise NotFound(f"no such source: {row.source_system} (the document's source is not recorded)")
+        try:
+            wanted = normalise_labels(labels)
+        except BadLabel as exc:
+            raise UsageError(str(exc)) from exc
+        pattern = exact_pattern(row.source_id)
+        rules = [rule for rule in parse_rules(record.label_rules) if rule.pattern != pattern]
+        if wanted:
+            rules.append(LabelRule(pattern, wanted))
+        registry.record(replace(record, label_rules=tuple(str(rule) for rule in rules)))
+        return self.ingest(Path(openable_name(row.path)), delete_missing=False)
 
     def forget_source(self, name: str) -> int:
         """Delete every document of the source `name` (each as `delete` does) and its record, so no

@@ -103,6 +103,18 @@ def test_source_labels_and_rules_reach_every_store_and_a_change_relabels_without
         third = pipeline.ingest()
         assert (third.relabelled, third.processed, third.skipped) == (0, 0, 3)
 
+        # One document's own labels, set directly: kept by later re-indexes, dropped with [].
+        hr_id = next(d.document_id for d in pipeline.status().documents if d.source_id == "hr/salaries.md")
+        direct = pipeline.relabel(hr_id, ["Secret"])
+        assert (direct.relabelled, direct.embedded) == (1, 0)
+        assert pipeline.documents([hr_id])[hr_id].labels == ["all", "hr", "secret"]
+        assert pipeline.ingest().relabelled == 0
+        for found in labels_by_path(settings).values():
+            assert by_source_id(pipeline, found)["hr/salaries.md"] == {("all", "hr", "secret")}
+        assert pipeline.relabel(hr_id, []).relabelled == 1
+        assert pipeline.documents([hr_id])[hr_id].labels == ["all", "hr"]
+        assert aligned(pipeline)
+
 
 def test_a_relabel_stopped_half_way_is_reported_by_verify_and_converges_on_the_next_run(
     pipeline_env: Path, tmp_path: Path
