@@ -206,3 +206,18 @@ def test_a_filtered_read_never_returns_a_chunk_without_a_listed_label(
         assert len(near) == (2 if document_id in readable else 0)
     for chunk in [*hits, *got.values()]:
         assert set(chunk.extra["labels"]) & set(wanted)
+
+
+def test_a_keyword_store_made_before_labels_opens_and_its_chunks_have_none(tmp_path: Path) -> None:
+    settings = SinkSettings(data_dir=tmp_path / "data")
+    doc, chunks = labelled("d1", ["alpha one"], ["hr"])
+    with BM25Sink(settings) as sink:
+        write(sink, (doc, chunks))
+        with sink.store.db.write() as conn:  # as an earlier version left it: no labels table
+            conn.exec_driver_sql("DROP TABLE labels")
+    with BM25Sink(settings) as sink:
+        assert sink.chunk_labels() == {chunks[0].chunk_id: ()}
+        assert [hit.document_id for hit in sink.search("alpha", 5)] == ["d1"]
+        assert sink.search("alpha", 5, {"labels": ["hr"]}) == []  # no labels: no reader but an admin
+        assert sink.relabel("d1", ["hr"]) == 1
+        assert [hit.document_id for hit in sink.search("alpha", 5, {"labels": ["hr"]})] == ["d1"]
