@@ -22,7 +22,6 @@ import importlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
-from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -34,7 +33,7 @@ from unichunk.access import OWNER, Principal
 from unichunk.chunking.access_labels import BadLabel, document_labels, normalise_labels
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.chunking.ids import derive_document_id
-from unichunk.chunking.label_rules import LabelRule, exact_pattern, parse_rules
+from unichunk.chunking.label_rules import parse_rules
 from unichunk.chunking.models import Document
 from unichunk.chunking.names import openable_name
 from unichunk.chunking.sources import DEFAULT_PATTERNS, DirectorySource
@@ -183,6 +182,11 @@ class Pipeline:
         Returns the run's summary; documents that failed are listed in `summary.failed` (the rest is
         stored), never raised. Raises for what stops the whole run (`GenerationMismatch`: other settings
         than the live index's; a store unreachable)."""
+        try:  # checked before anything is written (an in-memory document's file)
+            normalise_labels(labels or ())
+            parse_rules(label_rules or ())
+        except BadLabel as exc:
+            raise UsageError(str(exc)) from exc
         rejected: list[FailedDocument] = []
         params_source: SourceParams | None
         if isinstance(source, Mapping) or _is_documents(source):
@@ -198,7 +202,7 @@ class Pipeline:
                     params_source.model_dump()
                     | {
                         "labels": list(labels or ()),
-                        "label_rules": list(label_rules or ()) + list(params_source.label_rules),
+                        "label_rules": list(label_rules or ()),
                     }
                 )
             except ValidationError as exc:
@@ -231,26 +235,21 @@ class Pipeline:
 
     def relabel(self, document_id: str, labels: Sequence[str]) -> IngestSummary:
         """Give one document its own access `labels` (besides its source's labels and matching rules),
-        in every store and its record, without embedding anything: kept as an exact-path rule of its
-        source (so every later re-index keeps them), then applied by an ingest of that one file, which
-        relabels it and converges like any write. `labels=[]` drops the document's own labels. Raises
+        in every store and its record, without embedding anything: kept beside its source (so every
+        later re-index keeps them), then applied by an ingest of that one file, which relabels it and
+        converges like any write. `labels=[]` drops the document's own labels. Raises
         `NotFound` for a document not recorded, `UsageError` for a bad label."""
         row = self._status().get(document_id)
         if row is None or not row.source_system or not row.source_id or not row.path:
             raise NotFound(f"no such document: {document_id}")
-        registry = SourceRegistry.of(self.settings)
-        record = next((r for r in registry.all() if r.name == row.source_system), None)
-        if record is None:
-            raise NotFound(f"no such source: {row.source_system} (the document's source is not recorded)")
         try:
-            wanted = normalise_labels(labels)
+            recorded = SourceRegistry.of(self.settings).set_document_labels(
+                row.source_system, {row.source_id: labels}
+            )
         except BadLabel as exc:
             raise UsageError(str(exc)) from exc
-        pattern = exact_pattern(row.source_id)
-        rules = [rule for rule in parse_rules(record.label_rules) if rule.pattern != pattern]
-        if wanted:
-            rules.append(LabelRule(pattern, wanted))
-        registry.record(replace(record, label_rules=tuple(str(rule) for rule in rules)))
+        if not recorded:
+            raise NotFound(f"no such source: {row.source_system} (the document's source is not recorded)")
         return self.ingest(Path(openable_name(row.path)), delete_missing=False)
 
     def forget_source(self, name: str) -> int:
@@ -400,6 +399,12 @@ class Pipeline:
     def documents(self, document_ids: Iterable[str]) -> dict[str, DocumentInfo]:
         """The live records of these documents (unknown ones left out), by ID: one indexed read."""
         return {k: _document_info(row) for k, row in self._status().get_many(document_ids).items()}
+
+    @staticmethod
+    def normalise_labels(labels: Iterable[str]) -> tuple[str, ...]:
+        """Access labels as stored (casefolded, checked, sorted): `BadLabel`, a ValueError naming the first
+        bad one, otherwise. For the doors, which check a request's labels before anything runs."""
+        return normalise_labels(labels)
 
     @staticmethod
     def document_id_for(source_system: str, source_id: str) -> str:
@@ -566,41 +571,26 @@ class Pipeline:
             raise UsageError("in-memory documents need a source_name (e.g. 'notes')")
         root = inline_root(self.settings.data_dir, source_name)
         pairs = named_texts(documents)
-        rules, bad = self._inline_rules(documents, source_name)
+        own, bad = _own_labels(documents)
         rejected = [
             *bad,
             *write_documents(root, [(n, t) for n, t in pairs if n not in {r.name for r in bad}]),
         ]
         root.mkdir(parents=True, exist_ok=True)
         failed = [FailedDocument(document_id="", source_id=r.name, error=r.error) for r in rejected]
-        params = SourceParams(
-            kind="directory", root=str(root), patterns=["**/*"], source_system=source_name, label_rules=rules
-        )
+        params = SourceParams(kind="directory", root=str(root), patterns=["**/*"], source_system=source_name)
+        if own:
+            self._keep_own_labels(params, own)
         return params, failed
 
-    def _inline_rules(
-        self, documents: Sequence[Document] | Mapping[str, str], source_name: str
-    ) -> tuple[list[str], list[Rejected]]:
-        """The label rules of an in-memory source: one exact rule per document that carries labels of
-        its own (`Document.metadata["labels"]`), kept beside those of documents added before (an inline
-        source is never scanned whole, so its earlier documents keep theirs); a document given now
-        without labels drops its old rule. A document with a bad label is rejected alone."""
-        recorded = next((r for r in SourceRegistry.of(self.settings).all() if r.name == source_name), None)
-        rules = {rule.pattern: rule for rule in parse_rules(recorded.label_rules if recorded else ())}
-        bad: list[Rejected] = []
-        given = [] if isinstance(documents, Mapping) else [d for d in documents if d.source_id]
-        for document in given:
-            assert document.source_id is not None
-            pattern = exact_pattern(document.source_id)
-            try:
-                labels = document_labels(document.metadata)
-            except BadLabel as exc:
-                bad.append(Rejected(document.source_id, str(exc)))
-                continue
-            rules.pop(pattern, None)
-            if labels:
-                rules[pattern] = LabelRule(pattern, labels)
-        return [str(rule) for rule in rules.values()], bad
+    def _keep_own_labels(self, params: SourceParams, own: dict[str, tuple[str, ...]]) -> None:
+        """Keep in-memory documents' own labels beside their source (recorded first if it is new: an
+        inline source is never scanned whole, so its earlier documents keep theirs)."""
+        registry = SourceRegistry.of(self.settings)
+        assert params.source_system is not None
+        if not registry.set_document_labels(params.source_system, own):
+            registry.record(params.record(params.build()))
+            registry.set_document_labels(params.source_system, own)
 
 
 def run_result(outcome: Any) -> Any:
@@ -614,6 +604,23 @@ def run_result(outcome: Any) -> Any:
         if isinstance(outcome, BaseException):
             raise outcome
     return outcome
+
+
+def _own_labels(
+    documents: Sequence[Document] | Mapping[str, str],
+) -> tuple[dict[str, tuple[str, ...]], list[Rejected]]:
+    """In-memory documents' own labels (`metadata["labels"]`, none for a mapping's texts) by name, and
+    those whose labels are bad, rejected alone. A document given without labels has none of its own."""
+    own: dict[str, tuple[str, ...]] = {}
+    bad: list[Rejected] = []
+    for document in [] if isinstance(documents, Mapping) else documents:
+        if not document.source_id:
+            continue
+        try:
+            own[document.source_id] = document_labels(document.metadata)
+        except BadLabel as exc:
+            bad.append(Rejected(document.source_id, str(exc)))
+    return own, bad
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -6,10 +6,20 @@ and the records hold them, and that a label change relabels every store without 
 
 from __future__ import annotations
 
+import json
+import time
+import uuid
 from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
 
 from unichunk import Pipeline
 from unichunk.chunking.models import Document
+from unichunk.deployments.service.webhook import PrefectEventSink, create_app
+from unichunk.deployments.service.webhook_security import sign
+from unichunk.deployments.settings import ServiceSettings
 from unichunk.index.generations import reading_settings
 from unichunk.settings import SinkSettings
 from unichunk.sinks.keywords.bm25 import BM25Sink
@@ -17,6 +27,7 @@ from unichunk.sinks.pool import close_all_sinks
 from unichunk.sinks.vectors.sink import open_vector_sink
 
 SINKS = ("vectors", "keywords")
+SECRET = "a-webhook-secret-for-the-labels-tests"
 FILES = {
     "hr/salaries.md": "# Salaries\n\nThe salary bands for engineers are reviewed every spring by the board.",
     "eng/design.md": "# Design\n\nThe ingestion pipeline writes every chunk to three stores at once.",
@@ -171,5 +182,73 @@ def test_in_memory_documents_carry_their_own_labels_and_a_bad_label_fails_that_d
         expected = {"q3.md": {("board", "everyone")}, "open.md": {("everyone",)}}
         for found in labels_by_path(settings).values():
             assert by_source_id(pipeline, found) == expected
+        assert aligned(pipeline)
+    close_all_sinks()
+
+
+def test_a_webhook_carries_the_documents_own_labels_and_refuses_a_bad_one(
+    tmp_path: Path, prefect_api_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The receiver checks and normalises `labels` and puts them in the event for the ingest-document
+    run; a bad label is that request's 422, and nothing reaches Prefect."""
+    root = corpus(tmp_path)
+    monkeypatch.setenv("UNICHUNK_DATA_DIR", str(tmp_path / "data"))
+    settings = ServiceSettings(webhook_secret=SECRET, source_root=root, source_name="docs")
+    with TestClient(create_app(settings, PrefectEventSink(prefect_api_url))) as client:
+
+        def send(body: dict[str, object]) -> httpx.Response:
+            raw = json.dumps(body).encode()
+            ts = int(time.time())
+            headers = {
+                "Content-Type": "application/json",
+                "X-Unichunk-Timestamp": str(ts),
+                "X-Unichunk-Signature": sign(SECRET, ts, raw),
+                "X-Unichunk-Delivery": f"dlv-{uuid.uuid4().hex}",
+            }
+            return client.post("/webhooks/documents", content=raw, headers=headers)
+
+        bad = send({"event": "updated", "source_id": "notes.md", "labels": ["ok", "not ok"]})
+        assert bad.status_code == 422 and "bad label 'not ok'" in bad.text
+        good = send({"event": "updated", "source_id": "notes.md", "labels": ["Board", "hr"]})
+        assert good.status_code == 202, good.text
+    deadline = time.monotonic() + 60
+    while True:  # the server stores an event a moment after taking it
+        events = httpx.post(
+            f"{prefect_api_url}/events/filter",
+            json={"filter": {"id": {"id": [good.json()["event_id"]]}}, "limit": 5},
+            timeout=10,
+        ).json()["events"]
+        if events or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert [event["payload"]["labels"] for event in events] == [["board", "hr"]]
+
+
+def test_the_ingest_document_run_keeps_a_webhooks_labels_for_later_scans(
+    pipeline_env: Path, tmp_path: Path
+) -> None:
+    root = corpus(tmp_path)
+    settings = SinkSettings(data_dir=pipeline_env)
+    with Pipeline(settings, sinks=SINKS) as pipeline:
+        pipeline.ingest(root, labels=["staff"], source_name="docs")
+    close_all_sinks()
+    path = str(root / "notes.md")
+    flows = pytest.importorskip("unichunk.flows.documents")
+    run = flows.ingest_document(
+        path=path, source_system="docs", root=str(root), sinks=list(SINKS), labels=["board"]
+    )
+    assert (run.relabelled, run.embedded) == (1, 0)
+    close_all_sinks()
+    with Pipeline(settings, sinks=SINKS) as pipeline:
+        for found in labels_by_path(settings).values():
+            assert by_source_id(pipeline, found)["notes.md"] == {("board", "staff")}
+        # A later scan of the source, and a webhook without labels, keep them.
+        assert pipeline.ingest(root, labels=["staff"], source_name="docs").relabelled == 0
+        close_all_sinks()
+        (root / "notes.md").write_text(FILES["notes.md"] + "\n\nAnd pasta on Wednesdays.")
+        edited = flows.ingest_document(path=path, source_system="docs", root=str(root), sinks=list(SINKS))
+        assert edited.processed == 1
+        for found in labels_by_path(settings).values():
+            assert by_source_id(pipeline, found)["notes.md"] == {("board", "staff")}
         assert aligned(pipeline)
     close_all_sinks()
