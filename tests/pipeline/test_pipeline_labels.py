@@ -59,6 +59,19 @@ def labels_by_path(settings: SinkSettings) -> dict[str, dict[str, set[tuple[str,
     return found
 
 
+def hits(pipeline: Pipeline, settings: SinkSettings, query: str, labels: list[str]) -> set[str]:
+    """The paths of the documents a labels-filtered search finds, the same in each store."""
+    close_all_sinks()
+    pinned = reading_settings(settings)
+    found = []
+    with open_vector_sink(pinned) as vectors, BM25Sink(pinned) as keywords:
+        for sink in (vectors, keywords):
+            ids = {hit.document_id for hit in sink.search(query, 10, {"labels": labels})}
+            found.append({info.source_id for info in pipeline.documents(ids).values()})
+    assert found[0] == found[1], found
+    return found[0]
+
+
 def aligned(pipeline: Pipeline) -> bool:
     """`verify` finds the two stores these tests write in line with the records, labels included (the
     graph, not written here, is left out)."""
@@ -101,6 +114,9 @@ def test_source_labels_and_rules_reach_every_store_and_a_change_relabels_without
         second = pipeline.ingest(root, labels=["all"], label_rules=["hr/**=hr", "eng/**=eng,dev"])
         assert (second.relabelled, second.processed, second.chunked, second.embedded) == (3, 0, 0, 0)
         assert second.chunks_written == {}
+        assert hits(pipeline, settings, "every chunk spring", ["dev"]) == {"eng/design.md"}
+        assert hits(pipeline, settings, "every chunk spring", ["hr", "nobody"]) == {"hr/salaries.md"}
+        assert hits(pipeline, settings, "every chunk spring", []) == set()
         expected = {
             "hr/salaries.md": {("all", "hr")},
             "eng/design.md": {("all", "dev", "eng")},
