@@ -221,3 +221,16 @@ def test_a_keyword_store_made_before_labels_opens_and_its_chunks_have_none(tmp_p
         assert sink.search("alpha", 5, {"labels": ["hr"]}) == []  # no labels: no reader but an admin
         assert sink.relabel("d1", ["hr"]) == 1
         assert [hit.document_id for hit in sink.search("alpha", 5, {"labels": ["hr"]})] == ["d1"]
+
+
+def test_relabel_many_sets_each_documents_labels_in_one_pass(store: Sink) -> None:
+    a, a_chunks = labelled("a", ["alpha one", "alpha two"], ["hr"])
+    b, b_chunks = labelled("b", ["alpha three"], ["hr"])
+    write(store, (a, a_chunks), (b, b_chunks))
+    assert store.relabel_many({"a": ["eng"], "b": ["HR"], "absent": ["x"]}) == 2  # b is hr already
+    assert store.chunk_labels() == {
+        a_chunks[0].chunk_id: ("eng",),
+        a_chunks[1].chunk_id: ("eng",),
+        b_chunks[0].chunk_id: ("hr",),
+    }
+    assert store.relabel_many({}) == 0
