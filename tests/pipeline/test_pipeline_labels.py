@@ -20,10 +20,14 @@ from unichunk.chunking.models import Document
 from unichunk.deployments.service.webhook import PrefectEventSink, create_app
 from unichunk.deployments.service.webhook_security import sign
 from unichunk.deployments.settings import ServiceSettings
-from unichunk.index.generations import reading_settings
+from unichunk.engine.params import IngestParams, IngestSummary, SourceParams
+from unichunk.flows.ingest import ingest
+from unichunk.index.alignment import verify_alignment
+from unichunk.index.generations import live_status, reading_settings
+from unichunk.index.source_registry import SourceRegistry
 from unichunk.settings import SinkSettings
 from unichunk.sinks.keywords.bm25 import BM25Sink
-from unichunk.sinks.pool import close_all_sinks
+from unichunk.sinks.pool import close_all_sinks, get_sinks
 from unichunk.sinks.vectors.sink import open_vector_sink
 
 SINKS = ("vectors", "keywords")
@@ -268,3 +272,41 @@ def test_the_ingest_document_run_keeps_a_webhooks_labels_for_later_scans(
             assert by_source_id(pipeline, found)["notes.md"] == {("board", "staff")}
         assert aligned(pipeline)
     close_all_sinks()
+
+
+def test_server_mode_keeps_labels_in_postgresql_and_relabels_there(
+    pipeline_env: Path, server_records: str, corpus: Path
+) -> None:
+    """The records, the source registry and the keyword store in PostgreSQL: labels stored, filtered in
+    the query, changed without a re-write, and checked by verify."""
+
+    def run(labels: list[str], rules: list[str]) -> IngestSummary:
+        params = IngestParams(
+            source=SourceParams(root=str(corpus), labels=labels, label_rules=rules), sinks=["keywords"]
+        )
+        state = ingest(params, return_state=True)
+        assert state.is_completed(), state.message
+        return state.result()
+
+    first = run(["staff"], ["notes/**=notes"])
+    assert (first.processed, first.relabelled) == (3, 0)
+    second = run(["staff"], ["notes/**=notes,eng", "guide.md=public"])
+    assert (second.processed, second.relabelled, second.chunks_written) == (0, 3, {})
+    status = live_status(SinkSettings())
+    assert {row.source_id: row.labels for row in status.rows()} == {
+        "guide.md": ("public", "staff"),
+        "notes/plain.txt": ("eng", "notes", "staff"),
+        "notes/page.html": ("eng", "notes", "staff"),
+    }
+    keywords = get_sinks(["keywords"], reading_settings(SinkSettings()))["keywords"]
+    found = keywords.search("keyword index graphs qdrant", 10, {"labels": ["eng"]})
+    assert {hit.document_id for hit in found} == {
+        row.document_id for row in status.rows() if row.source_id.startswith("notes/")
+    }
+    report = verify_alignment(
+        {"keywords": keywords}, expected=status.expected_chunk_ids(), labels=status.expected_labels()
+    )
+    assert report.ok and report.mislabelled == {"keywords": set()}
+    (record,) = SourceRegistry.of(SinkSettings()).all()
+    assert (record.labels, record.label_rules) == (("staff",), ("notes/**=eng,notes", "guide.md=public"))
+    assert run(["staff"], ["notes/**=notes,eng", "guide.md=public"]).skipped == 3
