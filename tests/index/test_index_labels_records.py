@@ -86,3 +86,15 @@ def test_the_source_registry_keeps_labels_and_rules_and_opens_an_earlier_table(r
     )
     (new,) = SourceRegistry.of(records_settings).all()
     assert (new.labels, new.label_rules) == (("staff",), ("hr/**=hr",))
+
+
+def test_a_shard_manifest_carries_each_items_labels_and_reads_an_earlier_one() -> None:
+    import json
+
+    from unichunk.chunking.sources import SourceItem
+    from unichunk.index.shard_records import _dump, _load
+
+    item = SourceItem("docs", "hr/pay.md", "/srv/docs/hr/pay.md", 10, 20, ("hr", "staff"))
+    assert _load(_dump(item)) == item
+    earlier = json.dumps(["docs", "a.md", "/srv/docs/a.md", 1, 2])  # written before labels
+    assert _load(earlier) == SourceItem("docs", "a.md", "/srv/docs/a.md", 1, 2)
