@@ -49,7 +49,7 @@ class SourceItem:
     path: str
     size: int
     mtime_ns: int
-    # The document's access labels as listed (its source's defaults and matching rules), put into the
+    # The document's access labels as listed (its source's labels, matching rules and its own), put into the
     # loaded document's metadata by `load_item`: unchanged content with other labels is relabelled.
     labels: tuple[str, ...] = ()
 
