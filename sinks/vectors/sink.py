@@ -379,7 +379,7 @@ class VectorSink(Sink):
         """Exact number of stored points (chunks), optionally matching a payload filter."""
         conditions = filter_values(self.name, filter)
         with self._operation("count"), self._lock:
-            if not self._collection_exists():
+            if matches_nothing(conditions) or not self._collection_exists():
                 return 0
             return self._store_count(conditions)
 
