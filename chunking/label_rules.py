@@ -49,15 +49,6 @@ class LabelRule:
         return self._spec.match_file(source_id.lower().replace("\n", "\0"))
 
 
-_GLOB_SPECIAL = "\\*?[]!#"
-
-
-def exact_pattern(source_id: str) -> str:
-    """A pattern matching the one path `source_id` (anchored, its glob characters escaped): how an
-    in-memory document's own labels are kept as a rule of its source."""
-    return "/" + "".join("\\" + c if c in _GLOB_SPECIAL else c for c in source_id)
-
-
 def parse_rules(texts: Iterable[str]) -> tuple[LabelRule, ...]:
     """Rules written `PATTERN=LABEL[,LABEL...]`, checked and normalised (their text form is `str(rule)`)."""
     return tuple(LabelRule.parse(text) for text in texts)

@@ -14,9 +14,10 @@ from __future__ import annotations
 import os
 import stat
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from types import MappingProxyType
 
 import pathspec
 
@@ -48,7 +49,7 @@ class SourceItem:
     path: str
     size: int
     mtime_ns: int
-    # The document's access labels as listed (its source's defaults and matching rules), put into the
+    # The document's access labels as listed (its source's labels, matching rules and its own), put into the
     # loaded document's metadata by `load_item`: unchanged content with other labels is relabelled.
     labels: tuple[str, ...] = ()
 
@@ -93,14 +94,23 @@ class Source(ABC):
     # Access labels every listed document gets, and the sidecar rules (`unichunk.chunking.label_rules`).
     labels: tuple[str, ...] = ()
     label_rules: tuple[LabelRule, ...] = ()
+    document_labels: Mapping[str, tuple[str, ...]] = MappingProxyType({})  # source_id -> its own labels
 
     def labels_for(self, source_id: str) -> tuple[str, ...]:
         """The labels a document listed as `source_id` carries."""
-        return effective_labels(source_id, self.labels, self.label_rules)
+        own = self.document_labels.get(source_id, ())
+        return effective_labels(source_id, self.labels, self.label_rules, own)
 
-    def with_access(self, labels: Iterable[str] = (), rules: Iterable[LabelRule] = ()) -> Source:
-        """This source, giving its documents `labels` and the `rules`' labels (normalised)."""
+    def with_access(
+        self,
+        labels: Iterable[str] = (),
+        rules: Iterable[LabelRule] = (),
+        own: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> Source:
+        """This source, giving its documents `labels`, the `rules`' labels and their `own` (by source_id)."""
         self.labels, self.label_rules = normalise_labels(labels), tuple(rules)
+        if own is not None:
+            self.document_labels = dict(own)
         return self
 
     @abstractmethod

@@ -31,6 +31,7 @@ from unichunk.engine.batches import RunStores, process_items
 from unichunk.engine.params import FailedDocument, IngestSummary
 from unichunk.index.defaults import DEFAULT_BATCH_SIZE
 from unichunk.index.run import RunConfig
+from unichunk.index.source_registry import SourceRegistry
 from unichunk.index.update_queue import QueuedUpdate, UpdateQueue
 
 
@@ -76,7 +77,7 @@ def apply_queued(
         logger.info("this run's own update was applied by another run; applying %d more", len(claimed))
     outcomes: dict[str, str | None] = {}
     try:
-        items, entries_of = _items(claimed, entry, summary, outcomes)
+        items, entries_of = _items(claimed, entry, summary, outcomes, SourceRegistry.of(run.settings))
         summary.listed += len(items)
         if len(claimed) > 1:
             logger.info(
@@ -95,7 +96,11 @@ def apply_queued(
 
 
 def _items(
-    claimed: list[QueuedUpdate], own: str, summary: IngestSummary, outcomes: dict[str, str | None]
+    claimed: list[QueuedUpdate],
+    own: str,
+    summary: IngestSummary,
+    outcomes: dict[str, str | None],
+    registry: SourceRegistry,
 ) -> tuple[list[SourceItem], dict[str, list[str]]]:
     """The files to apply (one item per document, as listed now) and each document's entries. An entry
     whose file is gone fails, as a lone update of a missing file does: in `outcomes` (its own run reports
@@ -103,7 +108,7 @@ def _items(
     items: dict[str, SourceItem] = {}
     entries_of: dict[str, list[str]] = {}
     for update in claimed:
-        listed = _list(update)
+        listed = _list(update, registry)
         if listed is None:
             error = f"no such file: {update.path}"
             outcomes[update.entry] = error
@@ -124,7 +129,10 @@ def _items(
     return list(items.values()), entries_of
 
 
-def _list(update: QueuedUpdate) -> SourceItem | None:
-    """The update's file as it is now, under the webhook's own source ID; None when it is not a file."""
+def _list(update: QueuedUpdate, registry: SourceRegistry) -> SourceItem | None:
+    """The update's file as it is now, under the webhook's own source ID, with the labels its recorded
+    source gives it; None when it is not a file."""
     found = PathsSource([update.path], source_system=update.source_system).list()
-    return replace(found[0], source_id=update.source_id) if found else None
+    if not found:
+        return None
+    return registry.label_items([replace(found[0], source_id=update.source_id)])[0]

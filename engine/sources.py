@@ -35,8 +35,9 @@ class Listed:
 def list_sources(named: SourceParams | None, settings: SinkSettings, *, record: bool) -> list[Listed]:
     """List `named`, or every recorded source; `record` remembers a named source for later re-indexing."""
     registry = SourceRegistry.of(settings)
+    recorded = registry.all()
     if named is not None:
-        enclosing = enclosing_source(named, registry.all())
+        enclosing = enclosing_source(named, recorded)
         if enclosing is not None:
             get_run_logger().info(
                 "%s lies in the source %s (%s): ingested as part of it, with its document IDs",
@@ -45,7 +46,7 @@ def list_sources(named: SourceParams | None, settings: SinkSettings, *, record: 
                 enclosing.root,
             )
             named = enclosing
-        source = named.build()
+        source = with_own_labels(named.build(), recorded)
         listed = [Listed(named, source, source.list())]  # a named source that cannot be listed is an error
         if enclosing is None:  # the enclosing folder's record already covers it, and stays whole
             claimed = named.record(source)
@@ -55,9 +56,9 @@ def list_sources(named: SourceParams | None, settings: SinkSettings, *, record: 
                 refuse_overlap(claimed, registry.all())
         return listed
     found = []
-    for record_ in registry.all():
+    for record_ in recorded:
         params = SourceParams.from_record(record_)
-        source = params.build()
+        source = with_own_labels(params.build(), recorded)
         try:
             found.append(Listed(params, source, source.list()))
         except OSError as exc:
@@ -65,6 +66,14 @@ def list_sources(named: SourceParams | None, settings: SinkSettings, *, record: 
     if not found:
         get_run_logger().info("no source recorded in %s yet: nothing to scan", settings.data_dir)
     return found
+
+
+def with_own_labels(source: Source, recorded: list[SourceRecord]) -> Source:
+    """`source` giving its documents the own labels its record keeps (`SourceRecord.document_labels`)."""
+    record = next((r for r in recorded if r.name == source.source_system), None)
+    if record is not None:
+        source.document_labels = dict(record.document_labels)
+    return source
 
 
 def enclosing_source(named: SourceParams, recorded: list[SourceRecord]) -> SourceParams | None:

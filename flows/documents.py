@@ -26,6 +26,7 @@ from unichunk.engine.run_names import delete_document_run_name, ingest_document_
 from unichunk.flows.run_settings import flow_metrics, flow_settings, flow_strategy
 from unichunk.index.generations import target_for_ingest, writable_runs
 from unichunk.index.run import RunConfig
+from unichunk.index.source_registry import SourceRegistry
 from unichunk.index.update_queue import UpdateQueue
 from unichunk.sinks.base import SINK_NAMES, SinkName
 
@@ -39,6 +40,7 @@ def ingest_document(
     strategy: ChunkStrategy | None = None,
     sinks: list[SinkName] | None = None,
     entry: str | None = None,
+    labels: list[str] | None = None,
 ) -> IngestSummary | State:
     """(Re-)ingest one file; `source_id` defaults to its path relative to `root` (else absolute), and
     `source_system` to the name of `root` (`unichunk.chunking.sources.default_source_name`), so the document gets the
@@ -46,8 +48,14 @@ def ingest_document(
 
     `entry` names the update in the webhook update queue (the triggering event's id): then the run that
     takes the store lock applies every update queued for the source, and a run whose update another run
-    applied ends at once (`unichunk.engine.queued_updates`)."""
+    applied ends at once (`unichunk.engine.queued_updates`).
+
+    `labels` (a webhook's `labels`) become the document's own access labels, kept beside its source
+    (`SourceRegistry.set_document_labels`); None leaves them as they are. The file is
+    listed with the labels its recorded source gives it, as a scan would."""
     summary = IngestSummary(flow="ingest-document")
+    if labels is not None:
+        _own_labels(path, root, source_system, source_id, labels)
     if entry is not None:
         own = partial(_own_item, path, root, source_system, source_id)  # listed only if not queued
         return _ingest_queued(entry, own, strategy, sinks, summary)
@@ -68,7 +76,24 @@ def _own_item(path: str, root: str | None, source_system: str | None, source_id:
     items = PathsSource([path], root=root, source_system=source_system).list()
     if not items:
         raise FileNotFoundError(f"no such file: {path}")
-    return replace(items[0], source_id=source_id) if source_id else items[0]
+    item = replace(items[0], source_id=source_id) if source_id else items[0]
+    return SourceRegistry.of(flow_settings()).label_items([item])[0]
+
+
+def _own_labels(
+    path: str, root: str | None, source_system: str | None, source_id: str | None, labels: list[str]
+) -> None:
+    """Keep `labels` as the document's own, for its recorded source (a source never scanned keeps none:
+    said in the log, as the document then gets only what a later scan of its source gives it)."""
+    item = _own_item(path, root, source_system, source_id)
+    registry = SourceRegistry.of(flow_settings())
+    if not registry.set_document_labels(item.source_system, {item.source_id: labels}):
+        get_run_logger().warning(
+            "labels %s of %s not kept: its source %s has not been ingested yet",
+            labels,
+            item.source_id,
+            item.source_system,
+        )
 
 
 def _ingest_queued(

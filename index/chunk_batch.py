@@ -40,7 +40,8 @@ class ChunkBatchResult:
     # Listed, then gone before it was loaded (a delete racing the run): deleted by the run, not failed.
     vanished: list[str] = field(default_factory=list)
     # Unchanged content whose access labels changed: document_id -> its new labels, for the run to set
-    # in every store and then in its record (`unichunk.engine.relabel`), nothing chunked or embedded.
+    # in every store and then in its record (`unichunk.index.sink_writes.relabel_documents`), nothing
+    # chunked or embedded.
     relabel: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def line(self, label: str) -> str:

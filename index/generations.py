@@ -77,6 +77,9 @@ class LiveStatus:
     def expected_chunk_ids(self) -> set[str]:
         return self.now().expected_chunk_ids()
 
+    def expected_labels(self) -> dict[str, tuple[str, ...]]:
+        return self.now().expected_labels()
+
 
 def live_status(settings: SinkSettings) -> LiveStatus:
     """The live generation's status table of `settings`' index, read-only."""

@@ -216,5 +216,5 @@ def _dump(item: SourceItem) -> str:
 
 
 def _load(text: str) -> SourceItem:
-    source_system, source_id, path, size, mtime_ns, *labels = json.loads(text)  # labels: since 26
+    source_system, source_id, path, size, mtime_ns, *labels = json.loads(text)  # labels: since issue 26
     return SourceItem(source_system, source_id, path, size, mtime_ns, tuple(labels[0]) if labels else ())

@@ -170,21 +170,26 @@ def relabel_documents(
     document that failed is recorded failed, so the next run writes it whole (vectors from the cache)."""
     counts: dict[str, int] = defaultdict(int)
     failed: dict[str, str] = {}
-    done: list[tuple[str, dict[str, object]]] = []
     with metrics.timed("relabel"):
-        sinks = run.open_sinks()
-        for document_id, labels in relabel.items():
+        for name, sink in run.open_sinks().items():
             try:
-                for name, sink in sinks.items():
+                counts[name] += sink.relabel_many(relabel)  # one pass for the batch
+            except NotImplementedError:
+                continue
+            except Exception:  # find the documents that fail, relabelling the others
+                for document_id, labels in relabel.items():
                     try:
                         counts[name] += sink.relabel(document_id, labels)
-                    except NotImplementedError:
-                        continue
-            except Exception as exc:
-                failed[document_id] = f"relabel failed: {type(exc).__name__}: {exc}"
-                continue
-            extra = item_fields(items[document_id]) if document_id in items else {}
-            done.append((document_id, {"labels": labels, **extra}))
+                    except Exception as exc:
+                        failed.setdefault(document_id, f"relabel[{name}] failed: {type(exc).__name__}: {exc}")
+        done = [
+            (
+                document_id,
+                {"labels": labels, **(item_fields(items[document_id]) if document_id in items else {})},
+            )
+            for document_id, labels in relabel.items()
+            if document_id not in failed
+        ]
         run.status_store().upsert_many(done)
     return dict(counts), failed
 

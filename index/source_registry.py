@@ -12,14 +12,17 @@ character escaped, so any text round-trips.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import PurePath
 from typing import Any, Literal
 
 from sqlalchemy import text
 
+from unichunk.chunking.access_labels import normalise_labels
+from unichunk.chunking.label_rules import effective_labels, parse_rules
+from unichunk.chunking.sources import SourceItem
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.database import Database, open_database
 
@@ -36,12 +39,15 @@ CREATE TABLE IF NOT EXISTS sources (
     first_seen TEXT NOT NULL,
     last_listed TEXT NOT NULL,
     labels TEXT,
-    label_rules TEXT
+    label_rules TEXT,
+    document_labels TEXT
 )"""
 ]
 # Added since the first schema (NULL in an earlier row: none): the source's access labels and label rules,
 # JSON arrays.
-_ADDED_COLUMNS = {"labels": "TEXT", "label_rules": "TEXT"}
+# `document_labels`: documents' own labels (a webhook's, an in-memory document's, `Pipeline.relabel`), a
+# JSON object source_id -> labels, which recording a listing never replaces.
+_ADDED_COLUMNS = {"labels": "TEXT", "label_rules": "TEXT", "document_labels": "TEXT"}
 _POSTGRES_SCHEMA = [
     """
 CREATE TABLE IF NOT EXISTS sources (
@@ -54,7 +60,8 @@ CREATE TABLE IF NOT EXISTS sources (
     first_seen TEXT NOT NULL,
     last_listed TEXT NOT NULL,
     labels TEXT,
-    label_rules TEXT
+    label_rules TEXT,
+    document_labels TEXT
 )"""
 ]
 
@@ -71,8 +78,15 @@ class SourceRecord:
     follow_symlinks: bool = False
     labels: tuple[str, ...] = ()  # access labels of every document (`unichunk.chunking.access_labels`)
     label_rules: tuple[str, ...] = ()  # `PATTERN=LABEL[,LABEL...]` (`unichunk.chunking.label_rules`)
+    # source_id -> the document's own labels; kept by the registry, never replaced by recording a listing
+    document_labels: dict[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
     first_seen: str = field(default="", compare=False)
     last_listed: str = field(default="", compare=False)
+
+    def labels_for(self, source_id: str) -> tuple[str, ...]:
+        """The labels a document of this source listed as `source_id` carries."""
+        own = self.document_labels.get(source_id, ())
+        return effective_labels(source_id, self.labels, parse_rules(self.label_rules), own)
 
 
 class SourceRegistry:
@@ -132,6 +146,34 @@ class SourceRegistry:
             conn.execute(text("DELETE FROM sources WHERE name = :name"), {"name": writer.pack(name)})
         return True
 
+    def set_document_labels(self, name: str, labels: Mapping[str, Sequence[str]]) -> bool:
+        """Give documents of source `name` their own access labels (`labels`: source_id -> labels,
+        normalised; none: drop them), kept beside the source so every later listing gives them too;
+        False when the source is not recorded (then nothing is kept)."""
+        wanted = {source_id: normalise_labels(found) for source_id, found in labels.items()}
+        writer = self.create()
+        with writer.write(lock="sources") as conn:
+            record = next((r for r in _records(conn.execute(text(_select())).all()) if r.name == name), None)
+            if record is None:
+                return False
+            kept = {**record.document_labels, **wanted}
+            conn.execute(
+                text("UPDATE sources SET document_labels = :kept WHERE name = :name"),
+                {"kept": json.dumps({s: list(v) for s, v in kept.items() if v}), "name": writer.pack(name)},
+            )
+        return True
+
+    def label_items(self, items: Sequence[SourceItem]) -> list[SourceItem]:
+        """`items` (listed outside their source's scan: a webhook's file) with the labels their recorded
+        source gives them, its labels and matching rules, as its scan would."""
+        records = {record.name: record for record in self.all()}
+        labelled = []
+        for item in items:
+            record = records.get(item.source_system)
+            labels = () if record is None else record.labels_for(item.source_id)
+            labelled.append(replace(item, labels=labels))
+        return labelled
+
     def all(self) -> list[SourceRecord]:
         try:
             missing = frozenset(_ADDED_COLUMNS) - self._reader.columns("sources")
@@ -175,10 +217,11 @@ def _records(rows: Sequence[Any]) -> list[SourceRecord]:
             bool(follow),
             tuple(json.loads(labels or "[]")),
             tuple(json.loads(rules or "[]")),
+            {source_id: tuple(found) for source_id, found in json.loads(own or "{}").items()},
             first,
             last,
         )
-        for name, kind, root, patterns, paths, follow, first, last, labels, rules in rows
+        for name, kind, root, patterns, paths, follow, first, last, labels, rules, own in rows
     ]
 
 

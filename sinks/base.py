@@ -262,6 +262,11 @@ class Sink(ABC):
         Not abstract only so that a store without labels yet still opens: it says so here."""
         raise NotImplementedError(f"the {self.name} store keeps no access labels")
 
+    def relabel_many(self, labels: Mapping[str, Sequence[str]]) -> int:
+        """`relabel` for several documents (document_id -> labels); returns chunks changed. A store that
+        can do it in one pass (one flush, one transaction) does; this default relabels one by one."""
+        return sum(self.relabel(document_id, found) for document_id, found in labels.items())
+
     def chunk_labels(self, document_id: str | None = None) -> dict[str, tuple[str, ...]]:
         """chunk_id -> access labels as stored (sorted), for all stored chunks or those of one document:
         what `verify` compares with the records (a store that raises NotImplementedError is skipped)."""

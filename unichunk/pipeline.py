@@ -36,11 +36,12 @@ from pydantic import ValidationError
 
 from unichunk import local_stack
 from unichunk.access import OWNER, AccessDenied, Principal
-from unichunk.chunking.access_labels import BadLabel, document_labels
+from unichunk.chunking.access_labels import BadLabel, document_labels, normalise_labels
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.chunking.ids import derive_document_id
-from unichunk.chunking.label_rules import LabelRule, exact_pattern, parse_rules
+from unichunk.chunking.label_rules import parse_rules
 from unichunk.chunking.models import Document
+from unichunk.chunking.names import openable_name
 from unichunk.chunking.sources import DEFAULT_PATTERNS, DirectorySource
 from unichunk.engine.params import (
     FailedDocument,
@@ -189,6 +190,13 @@ class Pipeline:
         stored), never raised. Raises for what stops the whole run (`GenerationMismatch`: other settings
         than the live index's; a store unreachable)."""
         self.require_write("ingest")
+        if labels or label_rules or _carries_labels(source):
+            self.require_admin("setting access labels")  # who reads what is an admin's decision
+        try:  # checked before anything is written (an in-memory document's file)
+            normalise_labels(labels or ())
+            parse_rules(label_rules or ())
+        except BadLabel as exc:
+            raise UsageError(str(exc)) from exc
         rejected: list[FailedDocument] = []
         params_source: SourceParams | None
         if isinstance(source, Mapping) or _is_documents(source):
@@ -204,7 +212,7 @@ class Pipeline:
                     params_source.model_dump()
                     | {
                         "labels": list(labels or ()),
-                        "label_rules": list(label_rules or ()) + list(params_source.label_rules),
+                        "label_rules": list(label_rules or ()),
                     }
                 )
             except ValidationError as exc:
@@ -236,6 +244,27 @@ class Pipeline:
         if row is not None and row.path and _inside(Path(row.path), self.settings.data_dir / INLINE_FOLDER):
             Path(row.path).unlink(missing_ok=True)
         return removed
+
+    def relabel(self, document_id: str, labels: Sequence[str]) -> IngestSummary:
+        """Give one document its own access `labels` (besides its source's labels and matching rules),
+        in every store and its record, without embedding anything: kept beside its source (so every
+        later re-index keeps them), then applied by an ingest of that one file, which relabels it and
+        converges like any write. `labels=[]` drops the document's own labels. Raises
+        `NotFound` for a document not recorded, `UsageError` for a bad label; admins only (it decides
+        who reads the document)."""
+        self.require_admin("relabel")
+        row = self._status().get(document_id)
+        if row is None or not row.source_system or not row.source_id or not row.path:
+            raise NotFound(f"no such document: {document_id}")
+        try:
+            recorded = SourceRegistry.of(self.settings).set_document_labels(
+                row.source_system, {row.source_id: labels}
+            )
+        except BadLabel as exc:
+            raise UsageError(str(exc)) from exc
+        if not recorded:
+            raise NotFound(f"no such source: {row.source_system} (the document's source is not recorded)")
+        return self.ingest(Path(openable_name(row.path)), delete_missing=False)
 
     def forget_source(self, name: str) -> int:
         """Delete every document of the source `name` (each as `delete` does) and its record, so no
@@ -477,6 +506,12 @@ class Pipeline:
         }
 
     @staticmethod
+    def normalise_labels(labels: Iterable[str]) -> tuple[str, ...]:
+        """Access labels as stored (casefolded, checked, sorted): `BadLabel`, a ValueError naming the first
+        bad one, otherwise. For the doors, which check a request's labels before anything runs."""
+        return normalise_labels(labels)
+
+    @staticmethod
     def document_id_for(source_system: str, source_id: str) -> str:
         """The document ID an ingest gives the document `source_id` of the source `source_system` (its path
         under the source root, for a folder): what a webhook that names no ID means."""
@@ -687,41 +722,26 @@ class Pipeline:
             raise UsageError("in-memory documents need a source_name (e.g. 'notes')")
         root = inline_root(self.settings.data_dir, source_name)
         pairs = named_texts(documents)
-        rules, bad = self._inline_rules(documents, source_name)
+        own, bad = _own_labels(documents)
         rejected = [
             *bad,
             *write_documents(root, [(n, t) for n, t in pairs if n not in {r.name for r in bad}]),
         ]
         root.mkdir(parents=True, exist_ok=True)
         failed = [FailedDocument(document_id="", source_id=r.name, error=r.error) for r in rejected]
-        params = SourceParams(
-            kind="directory", root=str(root), patterns=["**/*"], source_system=source_name, label_rules=rules
-        )
+        params = SourceParams(kind="directory", root=str(root), patterns=["**/*"], source_system=source_name)
+        if own:
+            self._keep_own_labels(params, own)
         return params, failed
 
-    def _inline_rules(
-        self, documents: Sequence[Document] | Mapping[str, str], source_name: str
-    ) -> tuple[list[str], list[Rejected]]:
-        """The label rules of an in-memory source: one exact rule per document that carries labels of
-        its own (`Document.metadata["labels"]`), kept beside those of documents added before (an inline
-        source is never scanned whole, so its earlier documents keep theirs); a document given now
-        without labels drops its old rule. A document with a bad label is rejected alone."""
-        recorded = next((r for r in SourceRegistry.of(self.settings).all() if r.name == source_name), None)
-        rules = {rule.pattern: rule for rule in parse_rules(recorded.label_rules if recorded else ())}
-        bad: list[Rejected] = []
-        given = [] if isinstance(documents, Mapping) else [d for d in documents if d.source_id]
-        for document in given:
-            assert document.source_id is not None
-            pattern = exact_pattern(document.source_id)
-            try:
-                labels = document_labels(document.metadata)
-            except BadLabel as exc:
-                bad.append(Rejected(document.source_id, str(exc)))
-                continue
-            rules.pop(pattern, None)
-            if labels:
-                rules[pattern] = LabelRule(pattern, labels)
-        return [str(rule) for rule in rules.values()], bad
+    def _keep_own_labels(self, params: SourceParams, own: dict[str, tuple[str, ...]]) -> None:
+        """Keep in-memory documents' own labels beside their source (recorded first if it is new: an
+        inline source is never scanned whole, so its earlier documents keep theirs)."""
+        registry = SourceRegistry.of(self.settings)
+        assert params.source_system is not None
+        if not registry.set_document_labels(params.source_system, own):
+            registry.record(params.record(params.build()))
+            registry.set_document_labels(params.source_system, own)
 
 
 def run_result(outcome: Any) -> Any:
@@ -737,10 +757,33 @@ def run_result(outcome: Any) -> Any:
     return outcome
 
 
+def _own_labels(
+    documents: Sequence[Document] | Mapping[str, str],
+) -> tuple[dict[str, tuple[str, ...]], list[Rejected]]:
+    """In-memory documents' own labels (`metadata["labels"]`, none for a mapping's texts) by name, and
+    those whose labels are bad, rejected alone. A document given without labels has none of its own."""
+    own: dict[str, tuple[str, ...]] = {}
+    bad: list[Rejected] = []
+    for document in [] if isinstance(documents, Mapping) else documents:
+        if not document.source_id:
+            continue
+        try:
+            own[document.source_id] = document_labels(document.metadata)
+        except BadLabel as exc:
+            bad.append(Rejected(document.source_id, str(exc)))
+    return own, bad
+
+
 def _first_error(exc: ValidationError) -> str:
     """The first problem pydantic found, as its message says it (a bad label names itself)."""
     error = exc.errors()[0]
     return str(error.get("ctx", {}).get("error") or error["msg"])
+
+
+def _carries_labels(source: object) -> bool:
+    """Whether in-memory documents bring their own access labels (`Document.metadata["labels"]`)."""
+    items = source if _is_documents(source) else ()
+    return any(isinstance(d, Document) and d.metadata.get("labels") for d in items)  # type: ignore[union-attr]
 
 
 def _is_documents(source: object) -> bool:

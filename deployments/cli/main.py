@@ -311,6 +311,22 @@ def ingest(
             "`unichunk serve`); 1: this process does everything.",
         ),
     ] = 1,
+    label: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--label",
+            help="An access label every document of the source carries (repeatable; none: only admin "
+            "tokens read them). Kept for the source; changing them relabels without re-embedding.",
+        ),
+    ] = None,
+    label_rule: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--label-rule",
+            help="PATTERN=LABEL[,LABEL...]: documents whose path in the source matches the glob carry "
+            "those labels too, e.g. 'hr/**=hr' (repeatable).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Ingest PATH into every sink, re-doing only new and changed documents.
@@ -318,9 +334,17 @@ def ingest(
     A document is identified by its source and its path in it: two folders never share document IDs, and
     the same folder keeps them (`--source` names the source, to keep IDs when the folder moves)."""
     _check_source(path, pattern, source)
+    if path is None and (label or label_rule):
+        raise UsageError("--label and --label-rule go with a PATH")
     chosen = _strategy(strategy)
     with (
-        option_errors(sinks="--sink", source_system="--source", patterns="--pattern"),
+        option_errors(
+            sinks="--sink",
+            source_system="--source",
+            patterns="--pattern",
+            labels="--label",
+            label_rules="--label-rule",
+        ),
         _pipeline(strategy=chosen, sinks=sink) as pipeline,
     ):
         summary = pipeline.ingest(
@@ -331,6 +355,8 @@ def ingest(
             dry_run=dry_run,
             batch_size=batch_size,
             shards=shards,
+            labels=label,
+            label_rules=label_rule,
         )
     _print_ingest(summary, as_json=as_json)
     if summary.failed and not summary.dry_run:

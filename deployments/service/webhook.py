@@ -103,6 +103,8 @@ class WebhookPayload(BaseModel):
     source_system: StrictStr | None = None  # the configured source's name when left out
     source_id: StrictStr
     path: StrictStr | None = None
+    # The document's own access labels (docs/access.md, "Labels"); left out: kept as they are.
+    labels: list[StrictStr] | None = None
 
 
 class PrefectEventSink:
@@ -182,6 +184,7 @@ def build_event(
         path = _listed_path(payload, source_id, settings)
     elif payload.path is not None:
         path = str(resolve_source_path(payload.path, settings.source_root))
+    labels = None if payload.labels is None else _labels(payload.labels)
     if payload.event == "deleted" and not known(document_id):
         raise WebhookRejected(422, "unknown_document", f"no document {document_id} in the live index")
     event = Event(
@@ -193,9 +196,18 @@ def build_event(
             "source_system": source_system,
             "source_id": source_id,
             "path": path,
+            "labels": labels,
         },
     )
     return event.model_dump(mode="json")
+
+
+def _labels(labels: list[str]) -> list[str]:
+    """The payload's labels, normalised; a bad one is the request's error (422), naming it."""
+    try:
+        return list(Pipeline.normalise_labels(labels))
+    except ValueError as exc:
+        raise WebhookRejected(422, "bad_label", str(exc)) from exc
 
 
 def _listed_path(payload: WebhookPayload, source_id: str, settings: ServiceSettings) -> str:

@@ -114,6 +114,7 @@ def ingest_document_parameters(settings: ServiceSettings) -> dict[str, Any]:
         "path": "{{ event.payload.path }}",
         "source_system": "{{ event.payload.source_system }}",  # the receiver always fills it in
         "source_id": "{{ event.payload.source_id }}",
+        "labels": "{{ event.payload.labels }}",  # null: the document's own labels stay as they are
     }
     if settings.source_root is not None:
         parameters["root"] = str(settings.source_root.resolve())

@@ -225,8 +225,13 @@ class BM25Sink(Sink):
 
     def relabel(self, document_id: str, labels: Sequence[str]) -> int:
         """Set the document's labels (its own table: no terms, postings or revision change)."""
+        return self.relabel_many({document_id: labels})
+
+    def relabel_many(self, labels: Mapping[str, Sequence[str]]) -> int:
+        """`relabel` for several documents, in one transaction."""
+        wanted = {document_id: normalise_labels(found) for document_id, found in labels.items()}
         try:
-            return self.store.relabel(document_id, normalise_labels(labels))
+            return self.store.relabel(wanted)
         except SQLAlchemyError as exc:
             raise SinkError(self.name, f"relabel failed: {exc}") from exc
 

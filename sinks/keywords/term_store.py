@@ -324,24 +324,35 @@ class TermStore:
         if pairs:
             conn.execute(text("INSERT INTO labels (document_id, label) VALUES (:d, :l)"), pairs)
 
-    def relabel(self, document_id: str, labels: Sequence[str]) -> int:
-        """Set one document's labels; how many of its chunks changed (0: already so, or no chunks)."""
+    def relabel(self, labels: Mapping[str, Sequence[str]]) -> int:
+        """Set documents' labels (document_id -> sorted labels), in one transaction; how many of their
+        chunks changed (a document already so, or without chunks, changes none)."""
+        if not labels:
+            return 0
         with self.db.write() as conn:
             self._lock(conn)  # one writer at a time, as for every write of this store
-            count = int(
+            bind = {"docs": json.dumps(list(labels))}
+            counts = dict(
                 conn.execute(
-                    text("SELECT COUNT(*) FROM chunks WHERE document_id = :d"), {"d": document_id}
-                ).scalar_one()
+                    text(
+                        f"SELECT document_id, COUNT(*) FROM chunks WHERE document_id IN {self._docs} GROUP BY document_id"
+                    ),
+                    bind,
+                ).all()
             )
-            held = sorted(
-                conn.execute(
-                    text("SELECT label FROM labels WHERE document_id = :d"), {"d": document_id}
-                ).scalars()
-            )
-            if not count or held == sorted(labels):
-                return 0
-            self._set_labels(conn, {document_id: labels})
-        return count
+            held: dict[str, list[str]] = {}
+            for document_id, label in conn.execute(
+                text(f"SELECT document_id, label FROM labels WHERE document_id IN {self._docs}"), bind
+            ):
+                held.setdefault(document_id, []).append(label)
+            changed = {
+                document_id: found
+                for document_id, found in labels.items()
+                if counts.get(document_id) and sorted(held.get(document_id, ())) != sorted(found)
+            }
+            if changed:
+                self._set_labels(conn, changed)
+        return sum(int(counts[document_id]) for document_id in changed)
 
     _log_removals = (
         "INSERT INTO removed (chunk_id, rev) SELECT chunk_id, :r FROM chunks WHERE document_id = :d"

@@ -21,7 +21,7 @@ import time
 import uuid
 from abc import abstractmethod
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -308,20 +308,28 @@ class VectorSink(Sink):
 
     def relabel(self, document_id: str, labels: Sequence[str]) -> int:
         """Set the `labels` payload of the document's points whose labels differ (vectors untouched)."""
-        wanted = list(normalise_labels(labels))
+        return self.relabel_many({document_id: labels})
+
+    def relabel_many(self, labels: Mapping[str, Sequence[str]]) -> int:
+        """`relabel` for several documents: one filtered scroll, then one payload update (and flush) per
+        distinct label set, for the points whose labels differ."""
+        wanted = {document_id: normalise_labels(found) for document_id, found in labels.items()}
+        if not wanted:
+            return 0
         with self._operation("relabel"), self._lock:
             if not self._collection_exists():
                 return 0
             self._check_collection(create=True)  # a store written before labels gets their index
-            stale = [
-                pid
-                for pid, payload in self._store_scroll({"document_id": [document_id]}, ["labels"])
-                if _labels_of(payload) != tuple(wanted)
-            ]
+            stale: dict[tuple[str, ...], list[str]] = {}
+            for pid, payload in self._store_scroll({"document_id": list(wanted)}, ["document_id", "labels"]):
+                target = wanted[payload["document_id"]]
+                if _labels_of(payload) != target:
+                    stale.setdefault(target, []).append(pid)
             size = self.settings.upsert_batch_size
-            for start in range(0, len(stale), size):
-                self._store_set_payload(stale[start : start + size], {"labels": wanted})
-            return len(stale)
+            for target, pids in stale.items():
+                for start in range(0, len(pids), size):
+                    self._store_set_payload(pids[start : start + size], {"labels": list(target)})
+            return sum(len(pids) for pids in stale.values())
 
     def chunk_labels(self, document_id: str | None = None) -> dict[str, tuple[str, ...]]:
         """Each stored point's `labels` payload (none for a point written before labels existed)."""
@@ -371,7 +379,7 @@ class VectorSink(Sink):
         """Exact number of stored points (chunks), optionally matching a payload filter."""
         conditions = filter_values(self.name, filter)
         with self._operation("count"), self._lock:
-            if not self._collection_exists():
+            if matches_nothing(conditions) or not self._collection_exists():
                 return 0
             return self._store_count(conditions)
 

@@ -206,3 +206,31 @@ def test_a_filtered_read_never_returns_a_chunk_without_a_listed_label(
         assert len(near) == (2 if document_id in readable else 0)
     for chunk in [*hits, *got.values()]:
         assert set(chunk.extra["labels"]) & set(wanted)
+
+
+def test_a_keyword_store_made_before_labels_opens_and_its_chunks_have_none(tmp_path: Path) -> None:
+    settings = SinkSettings(data_dir=tmp_path / "data")
+    doc, chunks = labelled("d1", ["alpha one"], ["hr"])
+    with BM25Sink(settings) as sink:
+        write(sink, (doc, chunks))
+        with sink.store.db.write() as conn:  # as an earlier version left it: no labels table
+            conn.exec_driver_sql("DROP TABLE labels")
+    with BM25Sink(settings) as sink:
+        assert sink.chunk_labels() == {chunks[0].chunk_id: ()}
+        assert [hit.document_id for hit in sink.search("alpha", 5)] == ["d1"]
+        assert sink.search("alpha", 5, {"labels": ["hr"]}) == []  # no labels: no reader but an admin
+        assert sink.relabel("d1", ["hr"]) == 1
+        assert [hit.document_id for hit in sink.search("alpha", 5, {"labels": ["hr"]})] == ["d1"]
+
+
+def test_relabel_many_sets_each_documents_labels_in_one_pass(store: Sink) -> None:
+    a, a_chunks = labelled("a", ["alpha one", "alpha two"], ["hr"])
+    b, b_chunks = labelled("b", ["alpha three"], ["hr"])
+    write(store, (a, a_chunks), (b, b_chunks))
+    assert store.relabel_many({"a": ["eng"], "b": ["HR"], "absent": ["x"]}) == 2  # b is hr already
+    assert store.chunk_labels() == {
+        a_chunks[0].chunk_id: ("eng",),
+        a_chunks[1].chunk_id: ("eng",),
+        b_chunks[0].chunk_id: ("hr",),
+    }
+    assert store.relabel_many({}) == 0
