@@ -1,28 +1,11 @@
-"""The strict metric: character recall / precision / IoU of a fixed budget of retrieved text.
+"""The strict metric for the benchmarks: recall / precision / IoU of a fixed budget of retrieved text.
 
-Recall@k rewards whoever retrieves more text; what a RAG user pays for is context. So every retriever's
-ranked chunks are poured into a budget of B characters (or B cl100k tokens), in rank order, and scored
-against the exact reference spans (in the spirit of Chroma's chunking evaluation, whose "token-level"
-scores are character ranges too):
-
-- a chunk contributes only characters not already retrieved (overlapping windows are counted, and paid
-  for, once: the context assembler merges them by offsets too);
-- the chunk that would overflow the budget is cut: its new characters are kept in text order until the
-  budget is exactly full, the rest dropped (a generator reads a chunk from its start, so a cut keeps the
-  head); ranking then stops;
-- recall = reference characters retrieved / reference characters; precision = reference characters
-  retrieved / characters retrieved; IoU = reference characters retrieved / |retrieved ∪ reference|.
-
-In tokens, a stretch of text costs the cl100k tokens that start inside it (`TokenMeter`), so a budget of
-B tokens holds what a prompt of B tokens would. The metric itself (interval arithmetic `merge`, `subtract`,
-`overlap`, the budget filler `fill_budget`, the paired comparison) is shipped, in
-`unichunk.retrieval.evaluation`, where `unichunk eval` and the gated rebuild score with it; this module
-re-exports it for the benchmarks and adds what only they need: the budget grid of the plots and the fixed
-BM25.
-
-The same fixed BM25 (`FixedBM25`: bm25s, English stopwords, no stemming) ranks every strategy's chunk spans,
-so its figures differ only by where the boundaries are. Paired comparisons resample questions
-(`paired_bootstrap`) and count wins and losses with an exact two-sided sign test (`sign_test`).
+The metric itself (interval arithmetic `merge`, `subtract`, `overlap`, the budget filler `fill_budget`, the
+token meter, the paired comparison) is shipped in `unichunk.retrieval.evaluation.metric`, whose docstring
+defines it; `unichunk eval` and the gated rebuild score with it. This module re-exports it for the
+benchmarks and adds what only they need: the budget grid of the plots and the fixed BM25
+(`FixedBM25`: bm25s, English stopwords, no stemming), which ranks every strategy's chunk spans so its
+figures differ only by where the boundaries are.
 """
 
 from __future__ import annotations

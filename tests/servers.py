@@ -16,8 +16,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -303,3 +304,27 @@ def environment_with(**changes: str | None) -> dict[str, str]:
         else:
             env[key] = value
     return env
+
+
+@contextlib.contextmanager
+def serving(app: object) -> Iterator[int]:
+    """`app` (an ASGI app, the service's) on a free loopback port, in a thread of this process, with the
+    listener limits `unichunk serve` uses; yields the port, stops it on exit."""
+    import uvicorn
+
+    from unichunk.deployments.service.webhook import SERVER_LIMITS
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **SERVER_LIMITS)  # type: ignore[arg-type]
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        assert thread.is_alive(), "the service did not start"
+        time.sleep(0.05)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(30)

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +20,6 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-import uvicorn
 from access_checks import (
     ACCESS_CORPUS,
     Index,
@@ -38,9 +34,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
+from tests.servers import serving
 from unichunk.access import Principal
 from unichunk.deployments.mcp.server import create_server
-from unichunk.deployments.service.webhook import SERVER_LIMITS, PrefectEventSink, create_app
+from unichunk.deployments.service.webhook import PrefectEventSink, create_app
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.integrations.langchain import UnichunkRetriever as LangChainRetriever
 from unichunk.integrations.llama_index import UnichunkRetriever as LlamaIndexRetriever
@@ -124,23 +121,11 @@ def doors(access_index: Index, prefect_api_url: str) -> Iterator[Doors]:
             PrefectEventSink(prefect_api_url),
             data_dir=owner.data_dir,
         )
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **SERVER_LIMITS)
-        )
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        while not server.started:
-            assert thread.is_alive(), "the service did not start"
-            time.sleep(0.05)
-        url = f"http://127.0.0.1:{port}"
         child_env = {k: v for k, v in os.environ.items() if k not in {"UNICHUNK_API_TOKEN", "UNICHUNK_TOKEN"}}
-        with httpx.Client(base_url=url, timeout=120, trust_env=False) as http:
-            yield Doors(access_index, url, http, tokens, {**child_env, **names})
-        server.should_exit = True
-        thread.join(30)
+        with serving(app) as port:
+            url = f"http://127.0.0.1:{port}"
+            with httpx.Client(base_url=url, timeout=120, trust_env=False) as http:
+                yield Doors(access_index, url, http, tokens, {**child_env, **names})
 
 
 def _hidden_and_readable(index: Index, principal: Principal) -> tuple[list[str], list[str]]:

@@ -7,22 +7,19 @@ an oversize query is a 4xx with its reason, never a reset; any query string is r
 from __future__ import annotations
 
 import http.client
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-import uvicorn
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from tests.servers import serving
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.chunking.models import Document
 from unichunk.chunking.service import ChunkingService
-from unichunk.deployments.service.webhook import SERVER_LIMITS, PrefectEventSink, create_app
+from unichunk.deployments.service.webhook import PrefectEventSink, create_app
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.request_limits import MAX_QUERY_CHARS
 from unichunk.sinks.config import SinkSettings
@@ -31,12 +28,6 @@ from unichunk.sinks.keywords.bm25 import BM25Sink
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 PREFECT = "http://127.0.0.1:9/internal-prefect/api"  # nobody listens: /health is 503, and must not say this
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -53,18 +44,8 @@ def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
         search_sinks=lambda: {"keywords": store},
         data_dir=data,
     )
-    chosen = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=chosen, log_level="warning", **SERVER_LIMITS)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        assert thread.is_alive(), "the service did not start"
-        time.sleep(0.05)
-    yield chosen
-    server.should_exit = True
-    thread.join(30)
+    with serving(app) as chosen:
+        yield chosen
     store.close()
 
 

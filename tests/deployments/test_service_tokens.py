@@ -9,10 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,15 +18,15 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.servers import serving
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.chunking.models import Document
 from unichunk.chunking.service import ChunkingService
-from unichunk.deployments.service.webhook import SERVER_LIMITS, PrefectEventSink, create_app
+from unichunk.deployments.service.webhook import PrefectEventSink, create_app
 from unichunk.deployments.service.webhook_security import sign
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.index.status import StatusStore
@@ -38,12 +36,6 @@ from unichunk.sinks.keywords.bm25 import BM25Sink
 ADMIN = "the-admin-token-of-this-service"
 SECRETS = {"notes": "secret-of-notes", "crm": "secret-of-crm"}
 SHARED = "the-old-shared-secret"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Service:
@@ -112,20 +104,10 @@ def service(tmp_path_factory: pytest.TempPathFactory, prefect_api_url: str) -> I
         search_sinks=lambda: {"keywords": store},
         data_dir=data,
     )
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **SERVER_LIMITS)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        assert thread.is_alive(), "the service did not start"
-        time.sleep(0.05)
-    running = Service(f"http://127.0.0.1:{port}", data, root)
-    yield running
-    running.http.close()
-    server.should_exit = True
-    thread.join(30)
+    with serving(app) as port:
+        running = Service(f"http://127.0.0.1:{port}", data, root)
+        yield running
+        running.http.close()
     store.close()
 
 

@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-import uvicorn
 
+from tests.servers import serving
 from tests.unichunk.test_unichunk_eval_report_html import two_generations
 from unichunk.chunking.config import ChunkStrategy
-from unichunk.deployments.service.webhook import SERVER_LIMITS, PrefectEventSink, create_app
+from unichunk.deployments.service.webhook import PrefectEventSink, create_app
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.pipeline import Pipeline
 
@@ -47,12 +44,6 @@ power points in row R, which Bruno Lindqvist inspects on Fridays.
 BIRDS = "Cranes fly south over the marshes in winter. The birds rest in Hornborga in April.\n" * 3
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[str]:
     if not Path(CHROMIUM).exists():
@@ -64,18 +55,8 @@ def service(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
         PrefectEventSink(request.getfixturevalue("prefect_api_url")),
         data_dir=data_dir,
     )
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **SERVER_LIMITS)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        assert thread.is_alive(), "the service did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(30)
+    with serving(app) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="module")
