@@ -10,6 +10,14 @@ shard is opened by one handle at a time (its WAL is locked), so sinks of one pro
 (`SHARED_HANDLES`) and another process is refused with a clear error. qdrant-edge never optimises on its own
 (new points are searched by brute force, deleted ones keep their space), so `optimize()` builds the HNSW
 graph, merges small segments and vacuums after a run's last write, when this process changed the shard.
+
+A first bulk load does not pay that as one tail (200k points took 41 minutes): the write that brings
+`OPTIMIZE_EVERY` points since the last optimisation indexes them then, one bounded segment at a time
+(`MAX_SEGMENT_KB` keeps merges from rebuilding everything), so the run-end `optimize()` only indexes what the
+last writes added. No extra per-value graphs are built for payload fields (`payload_m=0`: a field such as
+`source_system`, where one value covers every point, doubled the build; filters still use the payload
+indexes). `optimize()` holds the GIL, so it cannot run in a background thread of this process without
+stalling it. benchmarks/first_load_optimize.py measures both ways.
 """
 
 from __future__ import annotations
@@ -27,10 +35,12 @@ from qdrant_edge import (
     CountRequest,
     Distance,
     EdgeConfig,
+    EdgeOptimizersConfig,
     EdgeShard,
     EdgeVectorParams,
     FieldCondition,
     Filter,
+    HnswIndexConfig,
     MatchAny,
     PayloadSchemaType,
     Point,
@@ -41,7 +51,7 @@ from qdrant_edge import (
 )
 
 from unichunk.sinks.base import SinkError
-from unichunk.sinks.disk_space import WRITE_FACTOR, fills_holes_on_read, require_free, sparse_holes
+from unichunk.sinks.disk_space import WRITE_FACTOR, DiskFull, fills_holes_on_read, require_free, sparse_holes
 from unichunk.sinks.vectors.sink import (
     _SCROLL_PAGE,
     SHARED_HANDLES,
@@ -56,12 +66,21 @@ from unichunk.sinks.vectors.sink import (
 _CONFIG_FILE = "edge_config.json"  # written by qdrant-edge into every shard
 _ALIASES_FILE = "aliases.json"
 _DELETE_BYTES = 1024  # disk a deleted point's WAL entry and flags may take, generously
+# Qdrant's HNSW defaults (m=16, ef_construct=100, full_scan_threshold 10,000 KB) without payload-aware links.
+HNSW = HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000, payload_m=0)
+OPTIMIZE_EVERY = 20_000  # points written since the last optimisation that a write indexes before returning
+MAX_SEGMENT_KB = 100_000  # ~65k 384-d vectors: merges stop there, so one step never rebuilds the whole shard
 
 
 class EdgeQdrantSink(VectorSink):
     """`VectorSink` on a qdrant-edge shard under the generation's directory (no server, no collection API)."""
 
     engine = "edge"
+    # What a shard is created or opened with; class attributes so the benchmark can compare the old way.
+    hnsw: HnswIndexConfig | None = HNSW
+    optimize_every: int | None = OPTIMIZE_EVERY
+    max_segment_kb: int | None = MAX_SEGMENT_KB
+    indexing_threshold_kb: int | None = None  # Qdrant's default, 10,000 KB (~6,500 384-d vectors)
 
     def _store_open(self) -> None:
         if self.settings.qdrant_url:
@@ -73,6 +92,7 @@ class EdgeQdrantSink(VectorSink):
         self._handle: dict[str, EdgeShard] = {}
         self._closed = False
         self._changed = False  # points written or deleted since the last optimize()
+        self._unoptimized = 0  # points written since the last optimisation, a step or optimize()
         self._lock = threading.RLock()
         if _is_shard(self.path):
             self._attach()
@@ -88,12 +108,12 @@ class EdgeQdrantSink(VectorSink):
             try:
                 if _is_shard(path):
                     self._require_room(_load_room(path), "opening the vector store")
-                    return EdgeShard.load(str(path))
+                    return EdgeShard.load(str(path))  # keeps the settings it was created with
                 if create_dimension is None:
                     raise SinkError(self.name, f"no shard at {path}")
                 self._require_room(0, "creating the vector store")
-                config = EdgeConfig(vectors=EdgeVectorParams(size=create_dimension, distance=Distance.Cosine))
-                return EdgeShard.create(str(path), config)
+                vectors = EdgeVectorParams(size=create_dimension, distance=Distance.Cosine)
+                return EdgeShard.create(str(path), self._config(vectors))
             except SinkError:
                 raise
             except Exception as exc:
@@ -109,6 +129,13 @@ class EdgeQdrantSink(VectorSink):
         shard, lock, release = SHARED_HANDLES.acquire(str(path.resolve()), opener, _close)
         self._handle["shard"], self._lock, self._release_client = shard, lock, release
         return shard
+
+    def _config(self, vectors: EdgeVectorParams) -> EdgeConfig:
+        """A new shard's settings (qdrant-edge persists them in the shard: a shard made before keeps its own)."""
+        optimizers = EdgeOptimizersConfig(
+            max_segment_size=self.max_segment_kb, indexing_threshold=self.indexing_threshold_kb
+        )
+        return EdgeConfig(vectors=vectors, hnsw_config=self.hnsw, optimizers=optimizers)
 
     @property
     def shard(self) -> EdgeShard:
@@ -165,6 +192,21 @@ class EdgeQdrantSink(VectorSink):
         )
         shard.flush()  # durable when write() returns, like qdrant-client's wait=True
         self._changed = True
+        self._unoptimized += len(points)
+        if self.optimize_every is not None and self._unoptimized >= self.optimize_every:
+            self._optimize_step(shard)
+
+    def _optimize_step(self, shard: EdgeShard) -> None:
+        """Index what the writes since the last step added, inside this write (a first bulk load pays its
+        HNSW build in steps, not in one run-end tail). The points are already durable: a step that cannot
+        run (no room for the rewritten segment) is left to the run-end `optimize()`."""
+        try:
+            self._require_room(_allocated(self.path / "segments"), "optimising the vector store")
+        except DiskFull:
+            return
+        shard.optimize()
+        shard.flush()
+        self._unoptimized = 0
 
     def _store_delete(self, ids: list[str]) -> None:
         self._require_room(len(ids) * _DELETE_BYTES, f"deleting {len(ids)} vectors")  # the WAL records it
@@ -185,6 +227,7 @@ class EdgeQdrantSink(VectorSink):
             optimised = bool(shard.optimize())
             shard.flush()
             self._changed = False
+            self._unoptimized = 0
             return optimised
 
     def _store_scroll(
