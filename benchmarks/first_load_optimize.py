@@ -10,7 +10,7 @@ run-end `sink.optimize()`. Each mode gets a fresh store and the same points, in 
 - `current`: the sink as it was (Qdrant's default HNSW, one optimisation at the end);
 - `payload_m0`: only no payload-aware HNSW links (`payload_m=0`), still one optimisation at the end;
 - `stepped`: the shipped sink: `payload_m=0`, a write indexes every `OPTIMIZE_EVERY` points, segments
-  bounded by `MAX_SEGMENT_KB`.
+  of at most `SEGMENT_POINTS` vectors.
 
 Per mode: seconds of all writes (the steps included) and of the slowest single write, the tail (the
 run-end `optimize()`), query p50 and recall@10 against exact brute force (numpy) after the writes (before
@@ -67,7 +67,7 @@ def _sink_class(mode: str) -> type:
     shipped = qdrant_edge.EdgeQdrantSink
     if mode == "stepped":
         return shipped
-    attributes: dict[str, Any] = {"optimize_every": None, "max_segment_kb": None}
+    attributes: dict[str, Any] = {"optimize_every": None, "segment_points": None}
     if mode == "current":
         attributes["hnsw"] = None
     return type(f"EdgeQdrantSink_{mode}", (shipped,), attributes)

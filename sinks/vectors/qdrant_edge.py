@@ -13,7 +13,7 @@ graph, merges small segments and vacuums after a run's last write, when this pro
 
 A first bulk load does not pay that as one tail (200k points took 41 minutes): the write that brings
 `OPTIMIZE_EVERY` points since the last optimisation indexes them then, one bounded segment at a time
-(`MAX_SEGMENT_KB` keeps merges from rebuilding everything), so the run-end `optimize()` only indexes what the
+(`SEGMENT_POINTS` keeps merges from rebuilding them into bigger ones), so the run-end `optimize()` only indexes what the
 last writes added. No extra per-value graphs are built for payload fields (`payload_m=0`: a field such as
 `source_system`, where one value covers every point, doubled the build; filters still use the payload
 indexes). `optimize()` holds the GIL, so it cannot run in a background thread of this process without
@@ -69,7 +69,9 @@ _DELETE_BYTES = 1024  # disk a deleted point's WAL entry and flags may take, gen
 # Qdrant's HNSW defaults (m=16, ef_construct=100, full_scan_threshold 10,000 KB) without payload-aware links.
 HNSW = HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000, payload_m=0)
 OPTIMIZE_EVERY = 20_000  # points written since the last optimisation that a write indexes before returning
-MAX_SEGMENT_KB = 100_000  # ~65k 384-d vectors: merges stop there, so one step never rebuilds the whole shard
+# A segment holds at most this many vectors: a step's segment is never merged into a bigger one (a merge
+# rebuilds the graph of everything it joins: the 41-minute tail again, in pieces).
+SEGMENT_POINTS = 25_000
 
 
 class EdgeQdrantSink(VectorSink):
@@ -79,7 +81,7 @@ class EdgeQdrantSink(VectorSink):
     # What a shard is created or opened with; class attributes so the benchmark can compare the old way.
     hnsw: HnswIndexConfig | None = HNSW
     optimize_every: int | None = OPTIMIZE_EVERY
-    max_segment_kb: int | None = MAX_SEGMENT_KB
+    segment_points: int | None = SEGMENT_POINTS
     indexing_threshold_kb: int | None = None  # Qdrant's default, 10,000 KB (~6,500 384-d vectors)
 
     def _store_open(self) -> None:
@@ -132,8 +134,9 @@ class EdgeQdrantSink(VectorSink):
 
     def _config(self, vectors: EdgeVectorParams) -> EdgeConfig:
         """A new shard's settings (qdrant-edge persists them in the shard: a shard made before keeps its own)."""
+        max_kb = None if self.segment_points is None else self.segment_points * vectors.size * 4 // 1024
         optimizers = EdgeOptimizersConfig(
-            max_segment_size=self.max_segment_kb, indexing_threshold=self.indexing_threshold_kb
+            max_segment_size=max_kb, indexing_threshold=self.indexing_threshold_kb
         )
         return EdgeConfig(vectors=vectors, hnsw_config=self.hnsw, optimizers=optimizers)
 

@@ -103,7 +103,7 @@ def test_the_shipped_shard_has_no_payload_graphs_and_bounded_segments(tmp_path: 
         sink._store_upsert(batch(clustered(100), 0, 100))
     config = (tmp_path / "qdrant_edge").rglob("edge_config.json")
     text = next(config).read_text()
-    assert '"payload_m":0' in text.replace(" ", "") and '"max_segment_size":100000' in text.replace(" ", "")
+    assert '"payload_m":0' in text.replace(" ", "") and '"max_segment_size":37500' in text.replace(" ", "")
 
 
 _CHILD = """
