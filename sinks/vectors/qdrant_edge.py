@@ -23,6 +23,7 @@ stalling it. benchmarks/first_load_optimize.py measures both ways.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import threading
@@ -51,7 +52,7 @@ from qdrant_edge import (
 )
 
 from unichunk.sinks.base import SinkError
-from unichunk.sinks.disk_space import WRITE_FACTOR, DiskFull, fills_holes_on_read, require_free, sparse_holes
+from unichunk.sinks.disk_space import WRITE_FACTOR, fills_holes_on_read, require_free, sparse_holes
 from unichunk.sinks.vectors.sink import (
     _SCROLL_PAGE,
     SHARED_HANDLES,
@@ -62,6 +63,8 @@ from unichunk.sinks.vectors.sink import (
     engine_dir,
     refuse_other_engine,
 )
+
+logger = logging.getLogger(__name__)
 
 _CONFIG_FILE = "edge_config.json"  # written by qdrant-edge into every shard
 _ALIASES_FILE = "aliases.json"
@@ -201,14 +204,18 @@ class EdgeQdrantSink(VectorSink):
 
     def _optimize_step(self, shard: EdgeShard) -> None:
         """Index what the writes since the last step added, inside this write (a first bulk load pays its
-        HNSW build in steps, not in one run-end tail). The points are already durable: a step that cannot
-        run (no room for the rewritten segment) is left to the run-end `optimize()`."""
+        HNSW build in steps, not in one run-end tail). The points are already durable, so a step that cannot
+        run (no room for the rewritten segment) or fails does not fail the write: the run-end `optimize()`
+        does it, and reports."""
         try:
             self._require_room(_allocated(self.path / "segments"), "optimising the vector store")
-        except DiskFull:
+            shard.optimize()
+            shard.flush()
+        except Exception as exc:
+            logger.warning(
+                "indexing the vector store during the writes failed (left to the run's end): %s", exc
+            )
             return
-        shard.optimize()
-        shard.flush()
         self._unoptimized = 0
 
     def _store_delete(self, ids: list[str]) -> None:
