@@ -53,6 +53,7 @@ from qdrant_edge import (
 
 from unichunk.sinks.base import SinkError
 from unichunk.sinks.disk_space import WRITE_FACTOR, fills_holes_on_read, require_free, sparse_holes
+from unichunk.sinks.stop import STOP
 from unichunk.sinks.vectors.sink import (
     _SCROLL_PAGE,
     SHARED_HANDLES,
@@ -199,7 +200,9 @@ class EdgeQdrantSink(VectorSink):
         shard.flush()  # durable when write() returns, like qdrant-client's wait=True
         self._changed = True
         self._unoptimized += len(points)
-        if self.optimize_every is not None and self._unoptimized >= self.optimize_every:
+        # Not once a stop is asked: a step holds the GIL for seconds, so the run could not leave meanwhile.
+        due = self.optimize_every is not None and self._unoptimized >= self.optimize_every
+        if due and not STOP.requested:
             self._optimize_step(shard)
 
     def _optimize_step(self, shard: EdgeShard) -> None:

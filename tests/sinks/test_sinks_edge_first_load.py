@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.stop import STOP
 from unichunk.sinks.vectors.qdrant_edge import EdgeQdrantSink
 from unichunk.sinks.vectors.sink import point_id
 
@@ -95,6 +96,20 @@ def test_stepped_first_load_answers_exact_top_k_before_during_and_after_indexing
     with SmallSteps(settings(tmp_path)) as sink:  # reopened: the same answers from the files
         assert sink.count() == 3_000
         assert_exact(sink, vectors, queries)
+
+
+def test_no_step_starts_once_a_stop_is_asked(tmp_path: Path) -> None:
+    vectors = clustered(2_400)
+    with SmallSteps(settings(tmp_path)) as sink, sink._lock:
+        sink._check_collection(create=True)
+        STOP.request()
+        try:
+            sink._store_upsert(batch(vectors, 0, 1_200))  # a step is due: the stopping run skips it
+            assert sink.shard.info().indexed_vectors_count == 0 and sink.count() == 1_200
+        finally:
+            STOP.clear()
+        sink._store_upsert(batch(vectors, 1_200, 2_400))  # still due, and no stop now: indexed
+        assert sink.shard.info().indexed_vectors_count > 0
 
 
 def test_the_shipped_shard_has_no_payload_graphs_and_bounded_segments(tmp_path: Path) -> None:
