@@ -13,8 +13,8 @@ graph, merges small segments and vacuums after a run's last write, when this pro
 
 A first bulk load does not pay that as one tail (200k points took 41 minutes): the write that brings
 `OPTIMIZE_EVERY` points since the last optimisation indexes them then, one bounded segment at a time
-(`SEGMENT_POINTS` keeps merges from rebuilding them into bigger ones), so the run-end `optimize()` only indexes what the
-last writes added. No extra per-value graphs are built for payload fields (`payload_m=0`: a field such as
+(`SEGMENT_POINTS` keeps merges from rebuilding them into bigger ones), so the run-end `optimize()` only
+indexes what the last writes added. No extra per-value graphs are built for payload fields (`payload_m=0`: a field such as
 `source_system`, where one value covers every point, doubled the build; filters still use the payload
 indexes). `optimize()` holds the GIL, so it cannot run in a background thread of this process without
 stalling it. benchmarks/first_load_optimize.py measures both ways.
@@ -82,7 +82,7 @@ class EdgeQdrantSink(VectorSink):
     """`VectorSink` on a qdrant-edge shard under the generation's directory (no server, no collection API)."""
 
     engine = "edge"
-    # What a shard is created or opened with; class attributes so the benchmark can compare the old way.
+    # What a new shard is created with, and the stepping; class attributes so the benchmark can compare.
     hnsw: HnswIndexConfig | None = HNSW
     optimize_every: int | None = OPTIMIZE_EVERY
     segment_points: int | None = SEGMENT_POINTS
