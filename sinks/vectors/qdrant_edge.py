@@ -14,10 +14,11 @@ graph, merges small segments and vacuums after a run's last write, when this pro
 A first bulk load does not pay that as one tail (200k points took 41 minutes): the write that brings
 `OPTIMIZE_EVERY` points since the last optimisation indexes them then, one bounded segment at a time
 (`SEGMENT_POINTS` keeps merges from rebuilding them into bigger ones), so the run-end `optimize()` only
-indexes what the last writes added. No extra per-value graphs are built for payload fields (`payload_m=0`: a field such as
-`source_system`, where one value covers every point, doubled the build; filters still use the payload
-indexes). `optimize()` holds the GIL, so it cannot run in a background thread of this process without
-stalling it. benchmarks/first_load_optimize.py measures both ways.
+indexes what the last writes added. No payload-aware graph links are built (`payload_m=0`: `source_system`,
+one value over every point, got a second graph of the whole shard, up to 1.6x the build); in segments this
+size a selective filter is answered exactly from the payload index instead. `optimize()` holds the GIL, so
+it cannot run in a background thread of this process without stalling it.
+`benchmarks/first_load_optimize.py` measures both ways.
 """
 
 from __future__ import annotations
@@ -209,7 +210,8 @@ class EdgeQdrantSink(VectorSink):
         """Index what the writes since the last step added, inside this write (a first bulk load pays its
         HNSW build in steps, not in one run-end tail). The points are already durable, so a step that cannot
         run (no room for the rewritten segment) or fails does not fail the write: the run-end `optimize()`
-        does it, and reports."""
+        does it, and reports; the next step is tried after another `optimize_every` points, not every write."""
+        self._unoptimized = 0
         try:
             self._require_room(_allocated(self.path / "segments"), "optimising the vector store")
             shard.optimize()
@@ -218,8 +220,6 @@ class EdgeQdrantSink(VectorSink):
             logger.warning(
                 "indexing the vector store during the writes failed (left to the run's end): %s", exc
             )
-            return
-        self._unoptimized = 0
 
     def _store_delete(self, ids: list[str]) -> None:
         self._require_room(len(ids) * _DELETE_BYTES, f"deleting {len(ids)} vectors")  # the WAL records it
