@@ -14,12 +14,13 @@ run-end `sink.optimize()`. Each mode gets a fresh store and the same points, in 
 
 Per mode: seconds of all writes (the steps included) and of the slowest single write, the tail (the
 run-end `optimize()`), query p50 and recall@10 against exact brute force (numpy) after the writes (before
-the tail: what queries get before the index is built) and after it, segments and disk. The vectors are
-clustered like embeddings of a corpus (500 topics, a document near its topic, its chunks near the document;
-each query near a stored chunk; 5 % and 30 % of the documents from two more `source_system`s, for filtered
-queries, the case Qdrant's payload-aware links are for): uniform random 384-d vectors have no neighbourhoods, and HNSW recall on
-them says nothing about real text. Options: --points N (default
-50,000), --queries N, --modes current,payload_m0,stepped, --dir DIR (default /dev/shm).
+the tail: what queries get before the index is built) and after it, the same for queries filtered by
+`source_system`, segments and disk. The vectors are clustered like embeddings of a corpus (500 topics, a
+document near its topic, its chunks near the document; each query near a stored chunk): uniform random
+384-d vectors have no neighbourhoods, and HNSW recall on them says nothing about real text. 5 % and 30 % of
+the documents come from two more `source_system`s, and every document of a topic shares one, so a filter
+is correlated with the content (the case Qdrant's payload-aware links are for). Options: --points N
+(default 50,000), --queries N, --modes current,payload_m0,stepped, --dir DIR (default /dev/shm).
 """
 
 from __future__ import annotations
