@@ -70,6 +70,7 @@ logger = logging.getLogger(__name__)
 
 _CONFIG_FILE = "edge_config.json"  # written by qdrant-edge into every shard
 _ALIASES_FILE = "aliases.json"
+_TEMP_SEGMENTS = "temp_segments"  # where qdrant-edge builds a segment while optimising
 _DELETE_BYTES = 1024  # disk a deleted point's WAL entry and flags may take, generously
 # Qdrant's HNSW defaults (m=16, ef_construct=100, full_scan_threshold 10,000 KB) without payload-aware links.
 HNSW = HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000, payload_m=0)
@@ -115,7 +116,9 @@ class EdgeQdrantSink(VectorSink):
             try:
                 if _is_shard(path):
                     self._require_room(_load_room(path), "opening the vector store")
-                    return EdgeShard.load(str(path))  # keeps the settings it was created with
+                    shard = EdgeShard.load(str(path))  # keeps the settings it was created with
+                    _remove_half_built(path)
+                    return shard
                 if create_dimension is None:
                     raise SinkError(self.name, f"no shard at {path}")
                 self._require_room(0, "creating the vector store")
@@ -338,6 +341,21 @@ def _load_room(path: Path) -> int:
 def _allocated(directory: Path) -> int:
     """Bytes the files under `directory` take on disk."""
     return sum(p.stat().st_blocks * 512 for p in directory.rglob("*") if p.is_file())
+
+
+def _remove_half_built(path: Path) -> None:
+    """Delete what a process killed while optimising left under the shard's `temp_segments/` (a segment
+    being built; qdrant-edge neither reads nor removes it, so each kill would keep its disk for good). Only
+    called once the shard is loaded: this process holds its lock, so no optimisation is building there."""
+    temp = path / _TEMP_SEGMENTS
+    if not temp.is_dir():
+        return
+    for entry in temp.iterdir():
+        logger.info("removing %s, left by a process killed while optimising the vector store", entry)
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def _is_shard(path: Path) -> bool:

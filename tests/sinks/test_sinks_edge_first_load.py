@@ -154,7 +154,9 @@ def test_a_process_killed_in_the_middle_of_a_step_leaves_every_point(tmp_path: P
         output = child.stdout.read() if child.stdout else ""
     assert child.returncode == -signal.SIGKILL and "done" not in output, "the step finished before the kill"
     vectors = clustered(points)
+    assert any((tmp_path / "qdrant_edge").glob("*/temp_segments/*"))  # the half-built segment
     with SmallSteps(settings(tmp_path)) as sink:
+        assert not any((tmp_path / "qdrant_edge").glob("*/temp_segments/*"))  # removed on opening
         assert sink.count() == points  # the write was flushed before its step began: nothing lost
         assert sink.chunk_ids() == {chunk_id(k) for k in range(points)}
         queries = vectors[::997] + 0.01
