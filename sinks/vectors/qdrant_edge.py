@@ -10,11 +10,21 @@ shard is opened by one handle at a time (its WAL is locked), so sinks of one pro
 (`SHARED_HANDLES`) and another process is refused with a clear error. qdrant-edge never optimises on its own
 (new points are searched by brute force, deleted ones keep their space), so `optimize()` builds the HNSW
 graph, merges small segments and vacuums after a run's last write, when this process changed the shard.
+
+A first bulk load does not pay that as one tail (200k points took 41 minutes): the write that brings
+`OPTIMIZE_EVERY` points since the last optimisation indexes them then, one bounded segment at a time
+(`SEGMENT_POINTS` keeps merges from rebuilding them into bigger ones), so the run-end `optimize()` only
+indexes what the last writes added. No payload-aware graph links are built (`payload_m=0`: `source_system`,
+one value over every point, got a second graph of the whole shard, up to 1.6x the build); in segments this
+size a selective filter is answered exactly from the payload index instead. `optimize()` holds the GIL, so
+it cannot run in a background thread of this process without stalling it.
+`benchmarks/first_load_optimize.py` measures both ways.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import threading
@@ -27,10 +37,12 @@ from qdrant_edge import (
     CountRequest,
     Distance,
     EdgeConfig,
+    EdgeOptimizersConfig,
     EdgeShard,
     EdgeVectorParams,
     FieldCondition,
     Filter,
+    HnswIndexConfig,
     MatchAny,
     PayloadSchemaType,
     Point,
@@ -42,6 +54,7 @@ from qdrant_edge import (
 
 from unichunk.sinks.base import SinkError
 from unichunk.sinks.disk_space import WRITE_FACTOR, fills_holes_on_read, require_free, sparse_holes
+from unichunk.sinks.stop import STOP
 from unichunk.sinks.vectors.sink import (
     _SCROLL_PAGE,
     SHARED_HANDLES,
@@ -53,15 +66,29 @@ from unichunk.sinks.vectors.sink import (
     refuse_other_engine,
 )
 
+logger = logging.getLogger(__name__)
+
 _CONFIG_FILE = "edge_config.json"  # written by qdrant-edge into every shard
 _ALIASES_FILE = "aliases.json"
+_TEMP_SEGMENTS = "temp_segments"  # where qdrant-edge builds a segment while optimising
 _DELETE_BYTES = 1024  # disk a deleted point's WAL entry and flags may take, generously
+# Qdrant's HNSW defaults (m=16, ef_construct=100, full_scan_threshold 10,000 KB) without payload-aware links.
+HNSW = HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000, payload_m=0)
+OPTIMIZE_EVERY = 20_000  # points written since the last optimisation that a write indexes before returning
+# A segment holds at most this many vectors: a step's segment is never merged into a bigger one (a merge
+# rebuilds the graph of everything it joins: the 41-minute tail again, in pieces).
+SEGMENT_POINTS = 25_000
 
 
 class EdgeQdrantSink(VectorSink):
     """`VectorSink` on a qdrant-edge shard under the generation's directory (no server, no collection API)."""
 
     engine = "edge"
+    # What a new shard is created with, and the stepping; class attributes so the benchmark can compare.
+    hnsw: HnswIndexConfig | None = HNSW
+    optimize_every: int | None = OPTIMIZE_EVERY
+    segment_points: int | None = SEGMENT_POINTS
+    indexing_threshold_kb: int | None = None  # Qdrant's default, 10,000 KB (~6,500 384-d vectors)
 
     def _store_open(self) -> None:
         if self.settings.qdrant_url:
@@ -73,6 +100,7 @@ class EdgeQdrantSink(VectorSink):
         self._handle: dict[str, EdgeShard] = {}
         self._closed = False
         self._changed = False  # points written or deleted since the last optimize()
+        self._unoptimized = 0  # points written since the last optimisation, a step or optimize()
         self._lock = threading.RLock()
         if _is_shard(self.path):
             self._attach()
@@ -88,12 +116,14 @@ class EdgeQdrantSink(VectorSink):
             try:
                 if _is_shard(path):
                     self._require_room(_load_room(path), "opening the vector store")
-                    return EdgeShard.load(str(path))
+                    shard = EdgeShard.load(str(path))  # keeps the settings it was created with
+                    _remove_half_built(path)
+                    return shard
                 if create_dimension is None:
                     raise SinkError(self.name, f"no shard at {path}")
                 self._require_room(0, "creating the vector store")
-                config = EdgeConfig(vectors=EdgeVectorParams(size=create_dimension, distance=Distance.Cosine))
-                return EdgeShard.create(str(path), config)
+                vectors = EdgeVectorParams(size=create_dimension, distance=Distance.Cosine)
+                return EdgeShard.create(str(path), self._config(vectors))
             except SinkError:
                 raise
             except Exception as exc:
@@ -109,6 +139,14 @@ class EdgeQdrantSink(VectorSink):
         shard, lock, release = SHARED_HANDLES.acquire(str(path.resolve()), opener, _close)
         self._handle["shard"], self._lock, self._release_client = shard, lock, release
         return shard
+
+    def _config(self, vectors: EdgeVectorParams) -> EdgeConfig:
+        """A new shard's settings (qdrant-edge persists them in the shard: a shard made before keeps its own)."""
+        max_kb = None if self.segment_points is None else self.segment_points * vectors.size * 4 // 1024
+        optimizers = EdgeOptimizersConfig(
+            max_segment_size=max_kb, indexing_threshold=self.indexing_threshold_kb
+        )
+        return EdgeConfig(vectors=vectors, hnsw_config=self.hnsw, optimizers=optimizers)
 
     @property
     def shard(self) -> EdgeShard:
@@ -165,6 +203,26 @@ class EdgeQdrantSink(VectorSink):
         )
         shard.flush()  # durable when write() returns, like qdrant-client's wait=True
         self._changed = True
+        self._unoptimized += len(points)
+        # Not once a stop is asked: a step holds the GIL for seconds, so the run could not leave meanwhile.
+        due = self.optimize_every is not None and self._unoptimized >= self.optimize_every
+        if due and not STOP.requested:
+            self._optimize_step(shard)
+
+    def _optimize_step(self, shard: EdgeShard) -> None:
+        """Index what the writes since the last step added, inside this write (a first bulk load pays its
+        HNSW build in steps, not in one run-end tail). The points are already durable, so a step that cannot
+        run (no room for the rewritten segment) or fails does not fail the write: the run-end `optimize()`
+        does it, and reports; the next step is tried after another `optimize_every` points, not every write."""
+        self._unoptimized = 0
+        try:
+            self._require_room(_allocated(self.path / "segments"), "optimising the vector store")
+            shard.optimize()
+            shard.flush()
+        except Exception as exc:
+            logger.warning(
+                "indexing the vector store during the writes failed (left to the run's end): %s", exc
+            )
 
     def _store_delete(self, ids: list[str]) -> None:
         self._require_room(len(ids) * _DELETE_BYTES, f"deleting {len(ids)} vectors")  # the WAL records it
@@ -192,6 +250,7 @@ class EdgeQdrantSink(VectorSink):
             optimised = bool(shard.optimize())
             shard.flush()
             self._changed = False
+            self._unoptimized = 0
             return optimised
 
     def _store_scroll(
@@ -289,6 +348,21 @@ def _load_room(path: Path) -> int:
 def _allocated(directory: Path) -> int:
     """Bytes the files under `directory` take on disk."""
     return sum(p.stat().st_blocks * 512 for p in directory.rglob("*") if p.is_file())
+
+
+def _remove_half_built(path: Path) -> None:
+    """Delete what a process killed while optimising left under the shard's `temp_segments/` (a segment
+    being built; qdrant-edge neither reads nor removes it, so each kill would keep its disk for good). Only
+    called once the shard is loaded: this process holds its lock, so no optimisation is building there."""
+    temp = path / _TEMP_SEGMENTS
+    if not temp.is_dir():
+        return
+    for entry in temp.iterdir():
+        logger.info("removing %s, left by a process killed while optimising the vector store", entry)
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def _is_shard(path: Path) -> bool:
