@@ -1,7 +1,8 @@
 """A data dir made before server mode opens unchanged: its SQLite files, created here with the raw DDL and
 rows the earlier code wrote (copied from it, not imported), are read and written by today's stores, and the
-files keep their schemas, so the earlier code could still read them. The one change allowed: the status
-table gains nullable columns without a default (`unichunk.index.status._ADDED_COLUMNS`), last, which the
+files keep their schemas, so the earlier code could still read them. The changes allowed: the status
+and the source registry's tables gain nullable columns without a default (`_ADDED_COLUMNS` of
+`unichunk.index.status` and `unichunk.index.source_registry`), last, which the
 earlier code's statements, naming their columns, never see."""
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from unichunk.chunking.models import Chunk, Document
 from unichunk.index.chunk_cache import ChunkCache, ChunkKey
 from unichunk.index.document_leases import DocumentLeases
 from unichunk.index.registry import GenerationRegistry
+from unichunk.index.source_registry import _ADDED_COLUMNS as SOURCE_COLUMNS
 from unichunk.index.source_registry import SourceRecord, SourceRegistry
-from unichunk.index.status import _ADDED_COLUMNS, StatusStore
+from unichunk.index.status import _ADDED_COLUMNS as STATUS_COLUMNS
+from unichunk.index.status import StatusStore
 from unichunk.replay_cache import ReplayCache
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.database import open_database
@@ -135,7 +138,7 @@ def test_a_data_dir_made_before_server_mode_is_read_and_written_unchanged(tmp_pa
     chunks = chunks_from_spans(document, [Span(0, 10, 1, ())])
     _earlier_data_dir(data_dir, document, TypeAdapter(list[Chunk]).dump_json(chunks))
     before = _schemas(data_dir)
-    status_before = _shape(data_dir / STATUS)
+    grown_before = {name: _shape(data_dir / name) for name in GROWN}
     settings = SinkSettings(data_dir=data_dir)
 
     # Read through today's stores.
@@ -171,10 +174,11 @@ def test_a_data_dir_made_before_server_mode_is_read_and_written_unchanged(tmp_pa
     assert replay.reserve({"sig:new": 10.0}, now=1.0)
 
     # The files keep the schemas they had (the earlier code reads them as before), and hold the writes.
-    assert {n: s for n, s in _schemas(data_dir).items() if n != STATUS} == {
-        n: s for n, s in before.items() if n != STATUS
+    assert {n: s for n, s in _schemas(data_dir).items() if n not in GROWN} == {
+        n: s for n, s in before.items() if n not in GROWN
     }
-    assert _earlier_columns_of(_shape(data_dir / STATUS)) == status_before
+    for name, shape_before in grown_before.items():  # only the added columns, which earlier code never names
+        assert _earlier_columns_of(name, _shape(data_dir / name)) == shape_before, name
     with sqlite3.connect(data_dir / "generations/g1/status.sqlite3") as conn:
         assert conn.execute("SELECT state, error, chunk_ids FROM documents").fetchall() == [
             ("failed", "boom", '["c1"]')
@@ -212,16 +216,24 @@ def _shape(path: Path) -> dict[str, object]:
 STATUS = "generations/g1/status.sqlite3"
 
 
-def _earlier_columns_of(shape: dict[str, object]) -> dict[str, object]:
-    """The status file's shape without the columns added since, after checking those are what the earlier
+SOURCES = "sources.sqlite3"
+# The files whose table gained columns since: file -> (table, the columns added, in order).
+GROWN = {STATUS: ("documents", STATUS_COLUMNS), SOURCES: ("sources", SOURCE_COLUMNS)}
+
+
+def _earlier_columns_of(name: str, shape: dict[str, object]) -> dict[str, object]:
+    """A file's shape without the columns added since (`GROWN`), after checking those are what the earlier
     code cannot trip on: last, nullable, no default, not part of the key."""
-    columns, indexes = shape["documents"]  # type: ignore[misc]
-    earlier = [c for c in columns if c[1] not in _ADDED_COLUMNS]
+    if name not in GROWN:
+        return shape
+    table, added_columns = GROWN[name]
+    columns, indexes = shape[table]  # type: ignore[misc]
+    earlier = [c for c in columns if c[1] not in added_columns]
     added = columns[len(earlier) :]
     assert [(c[1], c[2], c[3], c[4], c[5]) for c in added] == [
-        (name, kind, 0, None, 0) for name, kind in _ADDED_COLUMNS.items()
+        (column, kind, 0, None, 0) for column, kind in added_columns.items()
     ]
-    return {**shape, "documents": (earlier, indexes)}
+    return {**shape, table: (earlier, indexes)}
 
 
 def test_a_new_data_dir_gets_the_files_and_tables_the_earlier_code_made(tmp_path, monkeypatch):
@@ -241,7 +253,4 @@ def test_a_new_data_dir_gets_the_files_and_tables_the_earlier_code_made(tmp_path
     made = sorted(p.relative_to(now).as_posix() for p in now.rglob("*") if p.suffix in (".sqlite3", ".db"))
     assert made == sorted(EARLIER)
     for name in EARLIER:
-        made_shape = _shape(now / name)
-        if name == STATUS:
-            made_shape = _earlier_columns_of(made_shape)
-        assert made_shape == _shape(earlier / name), name
+        assert _earlier_columns_of(name, _shape(now / name)) == _shape(earlier / name), name
