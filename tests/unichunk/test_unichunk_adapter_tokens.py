@@ -29,7 +29,10 @@ def pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pipeli
     settings = SinkSettings(data_dir=tmp_path / "data")
     store = BM25Sink(settings, path=tmp_path / "bm25.sqlite")
     document = Document(
-        text="The harbour crane lifts containers. " * 40, source_system="t", source_id="a.txt"
+        text="The harbour crane lifts containers. " * 40,
+        source_system="t",
+        source_id="a.txt",
+        metadata={"labels": ["eng"]},  # what the `eng` token below may read
     )
     store.upsert(document, ChunkingService().chunk(document, ChunkStrategy(name="sentence", chunk_size=128)))
     readers = Readers.of({"keywords": store})
@@ -61,6 +64,8 @@ def test_both_retrievers_search_as_the_token_or_principal_they_are_given(pipelin
     assert pipeline.principal == OWNER  # the caller's own Pipeline is left as it was
     assert cases["llama-token"].retrieve("crane")  # and the scoped Pipeline searches the same stores
     assert cases["langchain-token"].invoke("crane")
+    assert not cases["llama-principal"].retrieve("crane")  # as an `hr` reader, who may not read it
+    assert not cases["langchain-principal"].invoke("crane")
     assert "token" not in repr(cases["langchain-token"].model_dump())  # the secret is not kept
 
 
