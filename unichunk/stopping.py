@@ -36,7 +36,15 @@ from unichunk.engine.run_records import mark_crashed, orphaned
 from unichunk.engine.stop import RunInterrupted
 from unichunk.sinks.stop import STOP
 
-__all__ = ["RunInterrupted", "exit_status", "leave", "mark_crashed_runs", "stop_on_signals", "stopping_line"]
+__all__ = [
+    "RunInterrupted",
+    "exit_now",
+    "exit_status",
+    "leave",
+    "mark_crashed_runs",
+    "stop_on_signals",
+    "stopping_line",
+]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -89,8 +97,14 @@ def leave(status: int) -> None:
     """End a command whose run was stopped with `status`: at once (`os._exit`) when a model load it left
     behind still runs, after flushing the terminal and Prefect's log and event queues; otherwise return
     (the caller exits as usual)."""
-    if not STOP.abandoned_work():
-        return
+    if STOP.abandoned_work():
+        exit_now(status)
+
+
+def exit_now(status: int) -> None:
+    """Exit with `status` at once (`os._exit`), after flushing the terminal and Prefect's log and event
+    queues: for a command whose work is done while a model load it cannot interrupt still runs in a daemon
+    thread, under which the interpreter's own teardown can hang or abort."""
     # the run loaded Prefect's log and event workers: send what they hold (bounded), importing nothing
     for module, worker in (
         ("prefect.logging.handlers", "APILogWorker"),

@@ -70,7 +70,7 @@ from unichunk.settings import (
     SinkName,
     SinkSettings,
 )
-from unichunk.stopping import stop_on_signals
+from unichunk.stopping import exit_now, stop_on_signals
 
 if TYPE_CHECKING:
     from unichunk.access import Principal
@@ -860,6 +860,13 @@ def serve(
             threading.Thread(target=run_receiver, args=(host, port), name="webhook", daemon=True).start()
             err_console.print(f"webhook receiver on http://{host}:{port}")
         serve_all()
+    if any(thread.name == "warm-stores" and thread.is_alive() for thread in threading.enumerate()):
+        # stopped while the models still load (a daemon thread, not interruptible): exit past it, as a
+        # stopped run does, withdrawing the service file first (its atexit hook will not run)
+        from unichunk.deployments.service.discovery import service_file, withdraw
+
+        withdraw(service_file())
+        exit_now(0)
 
 
 @app.command()
