@@ -87,10 +87,11 @@ def service_pipeline(
     return Pipeline(records, readers=provider)
 
 
-def service_tokens(settings: ServiceSettings) -> Tokens:
-    """Who may call: the data dir's tokens and the configured admin token (`unichunk.tokens`)."""
+def service_tokens(settings: ServiceSettings, records: SinkSettings | None = None) -> Tokens:
+    """Who may call: the tokens of `records`' data dir (default: the configured one) and the configured
+    admin token (`unichunk.tokens`)."""
     admin = settings.api_token.get_secret_value() if settings.api_token else None
-    return Tokens(admin_token=admin)
+    return Tokens(records, admin_token=admin)
 
 
 def create_search_router(
@@ -102,7 +103,7 @@ def create_search_router(
     """The API routes, reading `stores` and `records`' data dir; each runs as the principal its bearer
     token names (`tokens`: default, the data dir's and the configured admin token)."""
     settings = settings or ServiceSettings()
-    tokens = tokens or service_tokens(settings)
+    tokens = tokens or service_tokens(settings, records)
     # HTTPBearer (no auto error: `principal_auth` answers) declares the scheme in the OpenAPI document
     router = APIRouter(dependencies=[Security(BEARER_SCHEME)])
     caller_of = Depends(principal_auth(tokens))  # a default, not an annotation: the routes are local

@@ -42,6 +42,7 @@ from unichunk.deployments.service.api import (
     create_search_router,
     open_stores,
     service_pipeline,
+    service_tokens,
 )
 from unichunk.deployments.service.api_docs import WITHOUT_OPEN_DOCS, add_api_docs
 from unichunk.deployments.service.auth import listen_refusal, refuse_denied_access
@@ -66,7 +67,6 @@ from unichunk.deployments.settings import ServiceSettings
 from unichunk.pipeline import Pipeline
 from unichunk.replay_cache import open_replay_cache
 from unichunk.settings import SinkSettings
-from unichunk.tokens import Tokens
 from unichunk.update_queue import UpdateQueue, open_update_queue
 from unichunk.warm_stores import WarmStores
 
@@ -364,8 +364,7 @@ def create_app(
     # run finds its update applied, or applies it with every other one waiting.
     updates = open_update_queue(records) if settings.webhook_batching else None
     index = Pipeline(records)  # which documents a `deleted` event may name: the live ones
-    admin_token = settings.api_token.get_secret_value() if settings.api_token else None
-    tokens = Tokens(records, admin_token=admin_token)  # who each API request is (`auth`)
+    tokens = service_tokens(settings, records)  # who each API request is (`auth`)
 
     stores = open_stores(search_sinks, settings)
 
