@@ -1,0 +1,146 @@
+"""What an entity's name says about which entity it is: the pure functions both sides of the graph share.
+
+The write side (entity resolution) and the read side (the graph retriever's look-up of the names a query
+mentions) must turn "IBM's", "Dr. Okafor" and "International Business Machines" into keys the same way, so
+these live once, here, and depend on nothing but the name and its type:
+
+- `base_key`: `entity_key` after dropping a possessive ("IBM's") and, for a person, titles, honorifics and
+  suffixes ("Dr.", "Mrs", "Jr."), and writing a dotted acronym without its dots ("U.S.A." -> "usa");
+- `alias_key`: the second key an entity is found by, indexed beside `name`: a person's surname ("margaret
+  okafor" -> "okafor"), or the initials of a name of several words ("international business machines" ->
+  "ibm"). It is a look-up key, not a merge: two Okafors in two documents share it and stay two entities.
+"""
+
+from __future__ import annotations
+
+import re
+
+from unichunk.sinks.graph.extraction import display_name, entity_key
+
+PERSON = "PERSON"
+# Types an acronym can stand for (spaCy's labels; LLM extractors' types are upper-cased before comparing).
+NAMED_GROUPS = frozenset({"ORG", "GPE", "LOC", "NORP", "FAC", "PRODUCT", "EVENT", "WORK_OF_ART", "LAW"})
+# Words before or after a person's name that are not the name (casefolded, without their full stop).
+TITLES = frozenset(
+    [
+        "mr",
+        "mrs",
+        "ms",
+        "miss",
+        "mx",
+        "dr",
+        "prof",
+        "professor",
+        "sir",
+        "dame",
+        "lord",
+        "lady",
+        "rev",
+        "reverend",
+        "fr",
+        "father",
+        "sister",
+        "brother",
+        "president",
+        "vice",
+        "senator",
+        "sen",
+        "rep",
+        "representative",
+        "gov",
+        "governor",
+        "gen",
+        "general",
+        "col",
+        "colonel",
+        "capt",
+        "captain",
+        "lt",
+        "lieutenant",
+        "sgt",
+        "sergeant",
+        "maj",
+        "major",
+        "adm",
+        "admiral",
+        "judge",
+        "justice",
+        "mayor",
+        "minister",
+        "chancellor",
+        "secretary",
+        "chairman",
+        "chairwoman",
+        "chair",
+        "ceo",
+        "king",
+        "queen",
+        "prince",
+        "princess",
+        "pope",
+        "bishop",
+        "rabbi",
+        "imam",
+        "st",
+        "saint",
+    ]
+)
+SUFFIXES = frozenset({"jr", "sr", "ii", "iii", "iv", "phd", "md", "esq", "qc", "kc"})
+# Words an acronym skips ("Bank of England" -> "be", as "BoE" is written).
+LINKING_WORDS = frozenset({"of", "the", "and", "for", "&", "de", "du", "la", "le", "von", "van", "a", "an"})
+_POSSESSIVE = re.compile(r"(?:['’]s|(?<=s)['’])$", re.IGNORECASE)
+_DOTTED_ACRONYM = re.compile(r"^(?:[^\W\d_]\.){2,}[^\W\d_]?\.?$")
+
+
+def strip_possessive(name: str) -> str:
+    """ "IBM's" -> "IBM", "Okafor’s" -> "Okafor", "the Joneses'" -> "the Joneses"."""
+    return _POSSESSIVE.sub("", name.strip())
+
+
+def _is_person(entity_type: str | None) -> bool:
+    return (entity_type or "").upper() == PERSON
+
+
+def person_words(name: str) -> list[str]:
+    """The words of a person's key without titles before it or suffixes after it (never all of them)."""
+    words = entity_key(name).replace(".", " ").replace(",", " ").split()
+    start, end = 0, len(words)
+    while start < end - 1 and words[start] in TITLES:
+        start += 1
+    while end > start + 1 and words[end - 1] in SUFFIXES:
+        end -= 1
+    return words[start:end]
+
+
+def base_key(name: str, entity_type: str | None = None) -> str:
+    """The key an entity is stored under: `entity_key` of the name without a possessive, a dotted acronym
+    without its dots, and for a PERSON without titles and suffixes ("Dr. Margaret Okafor Jr." ->
+    "margaret okafor")."""
+    shown = strip_possessive(display_name(name))
+    if _DOTTED_ACRONYM.match(shown):
+        shown = shown.replace(".", "")
+    if _is_person(entity_type):
+        return " ".join(person_words(shown))
+    return entity_key(shown)
+
+
+def acronym(key: str) -> str | None:
+    """The initials of a key of two or more words, linking words skipped ("bank of england" -> "be");
+    None for a single word."""
+    words = [w for w in key.replace("-", " ").split() if w not in LINKING_WORDS]
+    if len(words) < 2:
+        return None
+    return "".join(w[0] for w in words)
+
+
+def alias_key(key: str, entity_type: str | None = None) -> str | None:
+    """The second key an entity is looked up by: a person's surname (the last word of a name of two or
+    more), the initials of a named group of several words; None when the name has no shorter form."""
+    words = key.split()
+    if len(words) < 2:
+        return None
+    if _is_person(entity_type):
+        return words[-1]
+    if (entity_type or "").upper() in NAMED_GROUPS:
+        return acronym(key)
+    return None
