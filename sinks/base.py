@@ -208,6 +208,16 @@ class GraphReader(Protocol):
         their ends."""
         ...
 
+    def find_entities(
+        self, keys: Iterable[str], filter: SearchFilter | None = None
+    ) -> dict[str, tuple[GraphEntity, ...]]:
+        """The entities each key names, by their key or their alias (surname, acronym); absent keys left out."""
+        ...
+
+    def chunk_count(self) -> int:
+        """How many chunks the graph holds."""
+        ...
+
 
 # --- write side ------------------------------------------------------------------------------------------
 

@@ -27,7 +27,13 @@ from unichunk.sinks.graph.falkordb_server import ensure_server
 log = logging.getLogger(__name__)
 
 # (label, property): looked up by key on every write, so each needs an index; all but document_id are unique.
-INDEXED = (("Chunk", "chunk_id"), ("Chunk", "document_id"), ("Entity", "name"), ("Document", "document_id"))
+INDEXED = (
+    ("Chunk", "chunk_id"),
+    ("Chunk", "document_id"),
+    ("Entity", "name"),
+    ("Entity", "alias"),  # the graph retriever's look-up by surname or acronym
+    ("Document", "document_id"),
+)
 UNIQUE = (("Chunk", "chunk_id"), ("Entity", "name"), ("Document", "document_id"))
 _LABEL = re.compile(r"(?<=:)(Chunk|Entity|Document)\b")
 

@@ -268,6 +268,19 @@ MATCH (e:Entity {{name: name}})
 RETURN {_ENTITY_FIELDS}
 """
 
+# The graph retriever's look-up: the entities each of `$lookup` names, by their key (`name`) or by their
+# indexed second key (`alias`: a person's surname, an acronym; `unichunk.sinks.graph.names`).
+LOOKUP_PROPERTIES = ("name", "alias")
+ENTITIES_BY_KEY = {
+    prop: f"""
+UNWIND $lookup AS key
+MATCH (e:Entity {{{prop}: key}})
+RETURN key, {_ENTITY_FIELDS}
+"""
+    for prop in LOOKUP_PROPERTIES
+}
+COUNT_CHUNKS = "MATCH (c:Chunk) RETURN count(c) AS n"
+
 # Variable-length bounds cannot be parameters, hence one query per allowed depth.
 NEIGHBOURS = {
     hops: f"""
@@ -384,6 +397,19 @@ UNWIND $names AS name
 MATCH (e:Entity {{name: name}})
 WITH DISTINCT e
 {_filtered_entities(keys)}"""
+
+
+@cache
+def filtered_entities_by_key(keys: tuple[str, ...], prop: str) -> str:
+    """`ENTITIES_BY_KEY[prop]` under a filter: each entity a key finds, derived from its passing chunks."""
+    return f"""
+UNWIND $lookup AS key
+MATCH (e:Entity {{{prop}: key}})
+{_kept("e", keys, "key, ")}WITH key, e, [i IN keep | e.source_chunk_ids[i]] AS ids,
+     [i IN keep | coalesce(e.chunk_types[i], '{UNKNOWN_TYPE}')] AS ts, [i IN keep | coalesce(e.chunk_descriptions[i], '')] AS ds
+RETURN key, e.name AS name, e.display_name AS display_name, ts[0] AS type,
+       {_join_first("ds", 3, _NEWLINE)} AS description, ids AS source_chunk_ids
+"""
 
 
 @cache

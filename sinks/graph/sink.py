@@ -444,6 +444,31 @@ class KnowledgeGraphSink(Sink):
         entities = self._entities_by_name(sorted(set(keys) | ends), scope)
         return GraphContext(tuple(sorted(entities, key=lambda e: e.name)), tuple(ordered))
 
+    def find_entities(
+        self, keys: Iterable[str], filter: SearchFilter | None = None
+    ) -> dict[str, tuple[GraphEntity, ...]]:
+        """The entities each key names: those whose key (`name`) it is, then those whose `alias` (a
+        person's surname, an acronym) it is, each once per key; keys that find none are left out. With a
+        `filter`, only entities with a passing source chunk, derived from those chunks alone."""
+        lookup = sorted({k for k in keys if k})
+        if not lookup:
+            return {}
+        scope = self._scope(filter)
+        found: dict[str, dict[str, GraphEntity]] = {}
+        for prop in cypher.LOOKUP_PROPERTIES:
+            query = (
+                cypher.ENTITIES_BY_KEY[prop]
+                if scope is None
+                else cypher.filtered_entities_by_key(scope.keys, prop)
+            )
+            for row in self._read(query, {"lookup": lookup}, scope):
+                found.setdefault(row["key"], {}).setdefault(row["name"], _entity(row))
+        return {key: tuple(entities.values()) for key, entities in sorted(found.items())}
+
+    def chunk_count(self) -> int:
+        """How many chunks the graph holds (what an entity's share of them is measured against)."""
+        return int(self._read(cypher.COUNT_CHUNKS, {})[0]["n"])
+
     def entity(self, name: str, filter: SearchFilter | None = None) -> GraphEntity | None:
         """One entity by any spelling of its name (under a `filter`: as the reader may see it)."""
         found = self._entities_by_name([entity_key(name)], self._scope(filter))

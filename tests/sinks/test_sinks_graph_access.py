@@ -317,3 +317,16 @@ def test_no_graph_read_shows_what_unreadable_chunks_taught(
     direct = views[0]
     assert {e.name for e in direct.entities} == set(taught)
     assert {(r.source, r.target) for r in direct.relations} == set(weights)
+
+
+def test_the_retrievers_look_up_finds_entities_as_the_reader_may_see_them(graph) -> None:  # type: ignore[no-untyped-def]
+    sink, ids = graph
+    found = sink.find_entities(["acme", "payroll", "nobody", ""])
+    assert set(found) == {"acme", "payroll"}
+    (acme,) = found["acme"]
+    assert len(acme.source_chunk_ids) == 3 and HIDDEN in acme.description
+    seen = sink.find_entities(["acme", "payroll", "bob"], filter=ENG)
+    assert set(seen) == {"acme"}  # Payroll and Bob only HR chunks name
+    (acme,) = seen["acme"]
+    assert acme.source_chunk_ids == (ids["eng_doc"][0],) and acme.description == "Acme ships the engine"
+    assert sink.find_entities([]) == {} and sink.chunk_count() == 5
