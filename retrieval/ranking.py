@@ -29,11 +29,17 @@ class RetrievalError(UnichunkError, ValueError):
 
 @dataclass(frozen=True)
 class RetrievalSettings:
-    """How to rank: which retrievers, RRF constants and weights, candidate depth, routing threshold."""
+    """How to rank: which retrievers, RRF constants and weights, candidate depth, routing threshold.
+
+    The fusion constants were chosen by measurement (issue 27, `benchmarks.fusion_tuning`: picked on one
+    half of the evaluation questions, reported on the other; benchmarks/README.md): rrf_k 0 with vectors
+    at 0.75 of keywords' weight is nearly an interleaving of the two lists that lets BM25 lead, where a
+    chunk both retrievers find rises. On the half it was chosen on it beat the textbook RRF 60 with equal
+    weights and min-max or z-score fusion of the raw scores; benchmarks/README.md has the held-out figures."""
 
     mode: Mode = "hybrid"
-    rrf_k: int = 60
-    weights: Mapping[str, float] = field(default_factory=lambda: {"keywords": 1.0, "vectors": 1.0})
+    rrf_k: int = 0
+    weights: Mapping[str, float] = field(default_factory=lambda: {"keywords": 1.0, "vectors": 0.75})
     candidates: int | None = None  # per retriever; default max(4k, 20)
     route_threshold: float | None = None  # BM25 score that answers alone; None = always fuse
 
