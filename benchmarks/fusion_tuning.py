@@ -60,7 +60,6 @@ HITS = 40  # fused hits scored per question: `unichunk eval`'s DEPTH
 DEPTHS = (20, 40, 100)  # candidates per retriever before fusion
 RRF_KS = (0, 1, 2, 5, 10, 20, 40, 60, 100)
 WEIGHTS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0)  # of every retriever after the first, the first's being 1
-SHARES = tuple(round(0.1 * i, 1) for i in range(1, 10))  # the first retriever's share in score fusion
 TIE = 0.0025  # recall: candidates within a quarter of a point of the best count as tied
 TARGETS = {1000: 0.70, 2000: 0.87, 4000: 0.95}  # issue 27: the shipped search on the report half
 LEAD = 0.02  # issue 27: ahead of every baseline at every budget by at least 2 points
@@ -121,11 +120,10 @@ class Candidate:
         return f"{head}; {weights}; {self.depth} candidates"
 
     def changes(self, old: Candidate) -> int:
-        """How many constants differ from `old` (equal weights): the method or its rrf_k, unequal
-        weights, the depth."""
+        """How many of `old`'s constants this changes: the method or its rrf_k, the weights, the depth."""
         return (
             int((self.method, self.rrf_k) != (old.method, old.rrf_k))
-            + int(len({w for _, w in self.weights}) > 1)
+            + int(self.weights != old.weights)
             + int(self.depth != old.depth)
         )
 
@@ -139,29 +137,33 @@ class Candidate:
 
 
 def old_default(retrievers: Sequence[str]) -> Candidate:
-    """What hybrid search did before issue 27: RRF 60, equal weights, `unichunk eval`'s 40 candidates."""
-    return Candidate("rrf", tuple((r, 1.0) for r in retrievers), HITS, 60)
+    """What hybrid search did before issue 27: RRF 60, keywords and vectors weighing 1 (a third list, the
+    graph's, not fused: 0), `unichunk eval`'s 40 candidates."""
+    return Candidate("rrf", tuple((r, 1.0 if i < 2 else 0.0) for i, r in enumerate(retrievers)), HITS, 60)
 
 
 def shipped(retrievers: Sequence[str]) -> Candidate:
     """The fusion `RetrievalSettings` ships now, read from its defaults (the one place they are written)."""
     settings = RetrievalSettings()
-    weights = tuple((r, float(settings.weights.get(r, 1.0))) for r in retrievers)
+    weights = tuple((r, float(settings.weights.get(r, 0.0 if r == "graph" else 1.0))) for r in retrievers)
     method = getattr(settings, "fusion", "rrf")
     return Candidate(method, weights, HITS, settings.rrf_k if method == "rrf" else None)
 
 
 def candidates(retrievers: Sequence[str]) -> list[Candidate]:
-    """The grid: RRF over rrf_k x the other retrievers' weights (the first's fixed at 1) x depth; min-max
-    and z-score fusion over the first retriever's share (the rest split equally) x depth."""
+    """The grid: RRF over rrf_k x the other retrievers' weights (the first's fixed at 1; a third list's
+    may be 0, leaving it out) x depth; min-max and z-score fusion over convex weights in steps of 0.1 (the
+    first two lists above 0) x depth."""
     first, rest = retrievers[0], list(retrievers[1:])
+    choices = [WEIGHTS if i == 0 else (0.0, *WEIGHTS) for i in range(len(rest))]
     out = []
     for depth, rrf_k in product(DEPTHS, RRF_KS):
-        for ws in product(WEIGHTS, repeat=len(rest)):
+        for ws in product(*choices):
             out.append(Candidate("rrf", ((first, 1.0), *zip(rest, ws, strict=True)), depth, rrf_k))
-    for depth, method, share in product(DEPTHS, ("minmax", "zscore"), SHARES):
-        other = round((1 - share) / max(len(rest), 1), 4)
-        out.append(Candidate(method, ((first, share), *((r, other) for r in rest)), depth))
+    tenths = [t for t in product(range(11), repeat=len(retrievers)) if sum(t) == 10 and min(t[:2]) > 0]
+    for depth, method, shares in product(DEPTHS, ("minmax", "zscore"), tenths):
+        weights = tuple((r, round(0.1 * t, 1)) for r, t in zip(retrievers, shares, strict=True))
+        out.append(Candidate(method, weights, depth))
     return out
 
 
@@ -214,29 +216,53 @@ def lists_key(corpora_dir: Path, questions_file: Path, retrievers: Sequence[str]
 def build_lists(
     corpora_dir: Path, questions: list[Question], retrievers: Sequence[str], cache_dir: Path | None
 ) -> Lists:
-    """Every question ranked by each retriever alone over `auto`'s chunks in the real stores."""
+    """Every question ranked by each retriever alone over `auto`'s chunks in the real stores: BM25 and
+    Qdrant always; with `graph` among `retrievers`, the knowledge graph too (spaCy extraction into an
+    embedded FalkorDB under a temporary data dir, stopped after), ranked by the read path's `rankers`."""
+    unknown = set(retrievers) - {"keywords", "vectors", *(("graph",) if hasattr(Readers, "rankers") else ())}
+    if unknown:
+        raise SystemExit(f"this build has no retriever {sorted(unknown)} to rank with")
     corpora = load_corpora(corpora_dir)
     embedder = CachedEmbedder(MiniLMEmbedder(), cache_dir)
     chunker = ours(ChunkStrategy(), embedder.embed)
     ranked: list[dict[str, list[ScoredChunk]]] = []
     with tempfile.TemporaryDirectory(prefix="bench_fusion_") as tmp:
-        settings = SinkSettings(data_dir=Path(tmp), qdrant_collection="fusion")
-        keywords = BM25Sink(settings, path=Path(tmp) / "bm25.sqlite")
-        vectors = QdrantSink(settings, embedder=embedder, client=QdrantClient(":memory:"))
-        for doc in corpora.values():
-            chunks = chunker(doc)
-            keywords.upsert(doc, chunks)
-            vectors.upsert(doc, chunks)
-        sinks = Readers.of({"keywords": keywords, "vectors": vectors}).searchers()
-        for number, q in enumerate(questions):
-            per = {}
-            for name in retrievers:
-                setting = RetrievalSettings(mode=name, candidates=LIST_DEPTH)  # type: ignore[arg-type]
-                per[name] = [h.chunk for h in retrieve(sinks, q.text, LIST_DEPTH, setting).hits]
-            ranked.append(per)
-            if number % 50 == 0:
-                print(f"ranked {number + 1}/{len(questions)} questions", flush=True)
-        keywords.close()
+        settings = SinkSettings(data_dir=Path(tmp), qdrant_collection="fusion", graph_name="fusion")
+        stores = {
+            "keywords": BM25Sink(settings, path=Path(tmp) / "bm25.sqlite"),
+            "vectors": QdrantSink(settings, embedder=embedder, client=QdrantClient(":memory:")),
+        }
+        if "graph" in retrievers:
+            from unichunk.sinks.factory import open_sink
+
+            stores["graph"] = open_sink("graph", settings)
+        try:
+            for doc in corpora.values():
+                chunks = chunker(doc)
+                for store in stores.values():
+                    store.upsert(doc, chunks)
+            readers = Readers.of(stores)
+            sinks = readers.rankers() if hasattr(readers, "rankers") else readers.searchers()
+            missing = set(retrievers) - set(sinks)
+            if missing:
+                raise SystemExit(
+                    f"no retriever {sorted(missing)} in this build: ranking offers {sorted(sinks)}"
+                )
+            for number, q in enumerate(questions):
+                per = {}
+                for name in retrievers:
+                    setting = RetrievalSettings(mode=name, candidates=LIST_DEPTH)  # type: ignore[arg-type]
+                    per[name] = [h.chunk for h in retrieve(sinks, q.text, LIST_DEPTH, setting).hits]
+                ranked.append(per)
+                if number % 50 == 0:
+                    print(f"ranked {number + 1}/{len(questions)} questions", flush=True)
+        finally:
+            for store in stores.values():
+                store.close()
+            if "graph" in stores:
+                from unichunk.sinks.graph.falkordb_server import stop_server
+
+                stop_server(Path(tmp))
     return Lists(questions, {name: d.document_id for name, d in corpora.items()}, ranked)
 
 
@@ -392,10 +418,10 @@ def main(argv: list[str] | None = None) -> None:
             results = retrieval_quality.run(corpora_dir, questions_file, False, cache, "auto", half="report")
         base = dict(baseline_rows(results))
         ours_hybrid = results.strict[(results.configs[0], "hybrid", "chars")][:, IDX, 0].mean(axis=0)
-        offline = ours_rows[f"old default ({old.label()})"][:, IDX].mean(axis=0)
-        if not np.allclose(ours_hybrid, offline):
-            print(f"note: the benchmark's hybrid row ({ours_hybrid}) differs from the offline old default "
-                  f"({offline})")  # fmt: skip
+        offline = recall_grid(lists, report, now, BUDGETS).mean(axis=0)
+        same = "the same as" if np.allclose(ours_hybrid, offline) else "NOT the same as"
+        print(f"\nretrieval_quality's hybrid row for auto (the shipped defaults, ranked by the stores): "
+              f"{' / '.join(map(_pct, ours_hybrid))}, {same} these lists fused offline the same way")  # fmt: skip
     print(f"\n### report half ({len(report)} questions, never used to choose): recall (%) at "
           + " / ".join(f"{b:,}" for b in BUDGETS) + " characters\n")  # fmt: skip
     print("| ranking | " + " | ".join(f"{b:,} chars" for b in BUDGETS) + " | mean |")

@@ -12,6 +12,7 @@ from texts import GARDEN, TOPICS
 from texts import repeated as _text
 
 from benchmarks.fusion_tuning import Candidate, candidates, choose, main, old_default, score_fuse
+from benchmarks.retrieval_quality import load_corpora, load_questions
 from unichunk.retrieval.fusion import rrf_fuse
 from unichunk.retrieval.ranking import RetrievalSettings
 from unichunk.sinks.base import ScoredChunk
@@ -94,3 +95,23 @@ def test_a_whole_run_tunes_on_one_half_and_reports_the_other(tmp_path, capsys, m
     assert again.split("### tune half")[1].split("\n\n")[1] == out.split("### tune half")[1].split("\n\n")[1]
     shipped = RetrievalSettings()
     assert f"RRF k={shipped.rrf_k}" in out.split("RetrievalSettings` ships:")[1]
+
+
+def test_retrieval_quality_reads_either_half_of_the_questions(tmp_path):
+    corpora = tmp_path / "corpora"
+    corpora.mkdir()
+    text = _text(GARDEN, 2)
+    (corpora / "garden.md").write_text(text, encoding="utf-8")
+    questions = tmp_path / "questions.csv"
+    with questions.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["question", "references", "corpus_id"])
+        for sentence in GARDEN:
+            start = text.index(sentence)
+            ref = {"content": sentence, "start_index": start, "end_index": start + len(sentence)}
+            writer.writerow([sentence.lower(), json.dumps([ref]), "garden"])
+    documents = load_corpora(corpora)
+    every = load_questions(questions, documents)
+    tune, report = (load_questions(questions, documents, half) for half in ("tune", "report"))
+    assert (len(tune), len(report)) == (3, 2)
+    assert sorted(tune + report, key=every.index) == every and not set(tune) & set(report)
