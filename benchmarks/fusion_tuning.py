@@ -327,6 +327,7 @@ def write_plot(rows: Mapping[str, np.ndarray], baselines: Mapping[str, np.ndarra
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=100)
+    ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)  # a dozen lines, no colour twice
     for label, arr in rows.items():
         ax.plot(GRID, 100 * arr.mean(axis=0), "-", marker=".", label=label,
                 linewidth=2.4 if label == chosen else 1.2)  # fmt: skip
