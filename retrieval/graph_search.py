@@ -53,6 +53,7 @@ RELATION_LIMIT = 20  # heaviest relations read per found entity
 # Characters that end a word of the query; apostrophes, full stops, hyphens and "&" stay inside names.
 _WORD = re.compile(r"[^\s,;:!?()\[\]{}<>\"“”«»/|]+")
 _EDGE = "'\"‘’`.-*_"
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,9 @@ class GraphSearch:
         self._analyzer = Analyzer()
 
     def query_keys(self, query: str) -> list[QueryKey]:
-        """The keys looked up for `query`: its NER entities first, then its n-grams."""
+        """The keys looked up for `query`: its NER entities first, then its n-grams. A lone surrogate
+        (no stored name holds one, and spaCy cannot encode it) separates words like a space."""
+        query = _LONE_SURROGATE.sub(" ", query)
         named = [QueryKey(k, -1, -1) for k in self.entities.keys(query)]
         return named + ngram_keys(query_words(query), self.entities.stop_words())
 

@@ -8,6 +8,8 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from unichunk.chunking.base import Span, chunks_from_spans
 from unichunk.chunking.models import Chunk, Document
@@ -42,6 +44,7 @@ PUBLIC: Script = {
     "The crew rested before the return trip.": ([ZEPHYR, HARBOUR], []),
     "Timetables changed when winter came.": ([ZEPHYR], []),
 }
+ZEPHYR_CHUNKS = {t for t, (ents, _) in PUBLIC.items() if ZEPHYR in ents}
 READER = {"labels": ["public"]}  # a reader of the public document only
 SECRET: Script = {"Quiet plans were drawn up for a takeover.": ([ZEPHYR], [])}
 
@@ -258,3 +261,32 @@ def test_through_real_spacy_a_named_person_reaches_their_chunk(spacy_index) -> N
     assert [h.content for h in found] == ["Michael Faraday lectured at the Royal Institution every Friday."]
     assert searcher.search("isabel perez", 5)[0].content.endswith("said Isabel Perez.")
     assert searcher.search("What about the weather?", 5) == []
+
+
+_NAMES = st.sampled_from(["Zephyr Line", "zephyr lines", "MARGARET OKAFOR'S", "Harbour Authority", "U.S.A."])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    parts=st.lists(
+        st.one_of(
+            _NAMES,
+            st.text(max_size=12),
+            st.sampled_from(["'", "’s", ".", "the", " ", "\ud800", "\x00", "O\u0301"]),
+        ),
+        max_size=8,
+    ),
+    k=st.integers(1, 12),
+)
+def test_any_query_text_ranks_or_finds_nothing(index: Index, parts: list[str], k: int) -> None:
+    """Whatever the query holds (punctuation, control and combining characters, lone surrogates, names
+    cut anywhere), the graph answers a ranked list of stored chunks, best first, or nothing; and the chunks
+    of a name it knows, standing alone among the words, are found."""
+    query = " ".join(parts)
+    searcher = GraphSearch(index.graph, index.keywords)  # with NER on the query (real spaCy)
+    found = searcher.search(query, k)
+    assert len(found) <= k
+    assert [h.score for h in found] == sorted((h.score for h in found), reverse=True)
+    assert all(h.score > 0 and index.chunks[h.content].chunk_id == h.chunk_id for h in found)
+    if "Zephyr Line" in parts:  # with room for every chunk
+        assert {h.content for h in searcher.search(query, len(index.chunks))} >= ZEPHYR_CHUNKS
