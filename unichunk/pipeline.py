@@ -399,8 +399,10 @@ class Pipeline:
     ) -> SearchResult:
         """The `k` best chunks for `query` (offsets exact into their documents, scores per retriever), the
         context assembled around them within `budget` tokens (neighbours added when `expand`), and what
-        the graph knows of them. `document_ids` and `source` (a source's name) restrict the search to those
-        documents (both: to those of the source among them). Nothing ingested yet: no hits, nothing opened.
+        the graph knows of them. `mode`: hybrid (BM25 and vectors fused, and the graph's list once its
+        weight is above 0), keywords, vectors or graph (the chunks of the entities the query names; the
+        graph store is opened for it). `document_ids` and `source` (a source's name) restrict the search
+        to those documents (both: to those of the source among them). Nothing ingested yet: no hits, nothing opened.
         A blank query, or one over `MAX_QUERY_CHARS`, raises `UsageError` (`unichunk.request_limits`).
         Every store read of the search (hits, neighbours, records, graph context) runs under the
         principal's label filter, so `k` readable hits come back when `k` exist."""
