@@ -10,11 +10,14 @@
 
 Steps: a temporary data dir; `unichunk ingest` of the bundled sample corpus into it, then again (a run
 with nothing to do: it loads no model; target under 5 s); the CLI commands cold (no service); `unichunk serve` on a free loopback port, waited for until its stores are warm; ~50
-`GET /search` over the sample questions (default options: hybrid, context, graph); the same CLI commands
-again, `--repeat` times each (medians); stop the service, `unichunk down`. The data dir's own local Prefect server and FalkorDB are used
+`GET /search` over the sample questions (default options: hybrid, context, graph), each followed by the same
+query with `mode=graph` (the graph retriever alone: NER on the query, entity look-up, chunk records); the same
+CLI commands again, `--repeat` times each (medians); stop the service, `unichunk down`. `--graph-weight W`
+serves hybrid with the graph list fused in at weight W (`unichunk.retrieval.ranking.GRAPH_WEIGHT`, set in
+the serving process), so the default `/search` runs all three retrievers. The data dir's own local Prefect server and FalkorDB are used
 (PREFECT_API_URL and UNICHUNK_FALKORDB_URL are cleared), so nothing outside the temporary dir is touched.
 
-    .venv/bin/python -m benchmarks.service_latency [--queries 50] [--repeat 5] [--quick]
+    .venv/bin/python -m benchmarks.service_latency [--queries 50] [--repeat 5] [--quick] [--graph-weight 1]
 """
 
 from __future__ import annotations
@@ -49,7 +52,14 @@ QUERIES = [
     "BM25 keyword index",
     "knowledge graph extraction",
     "Qdrant local mode lock",
+    "what does FalkorDB store",
+    "Prefect deployments and Qdrant",
 ]
+# `unichunk serve` with hybrid weighing the graph list by argv[1] (the shipped default is a constant).
+SERVE_WITH_GRAPH_WEIGHT = (
+    "import sys; import unichunk.retrieval.ranking as ranking; ranking.GRAPH_WEIGHT = float(sys.argv[1]); "
+    "from unichunk.deployments.cli.main import app; sys.argv = ['unichunk', *sys.argv[2:]]; app()"
+)
 
 
 # What any Python CLI that asks a service over HTTP pays before its own code runs: the CLI's libraries.
@@ -91,6 +101,11 @@ def _wait_warm(url: str, data_dir: Path, service: subprocess.Popen[bytes], timeo
     raise SystemExit("the service did not answer in time")
 
 
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, round(0.95 * len(ordered)) - 1)]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -99,6 +114,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="10 queries, 2 repetitions.")
     parser.add_argument(
         "--repeat", type=int, default=5, help="Timings of each CLI command with the service (median)."
+    )
+    parser.add_argument(
+        "--graph-weight",
+        type=float,
+        default=None,
+        help="Serve hybrid with the graph list at this weight (default: the shipped GRAPH_WEIGHT).",
     )
     args = parser.parse_args(argv)
     count = 10 if args.quick else args.queries
@@ -131,8 +152,15 @@ def main(argv: list[str] | None = None) -> None:
         idle.append(seconds)
     cold = {name: _cli(env, *cmd)[0] for name, cmd in commands.items()}
 
+    serve = ["serve", "--port", str(port)]
+    weighted = args.graph_weight is not None
+    launcher = (
+        ["-c", SERVE_WITH_GRAPH_WEIGHT, str(args.graph_weight)]
+        if weighted
+        else ["-m", "unichunk.deployments.cli.main"]
+    )
     service = subprocess.Popen(
-        [sys.executable, "-m", "unichunk.deployments.cli.main", "serve", "--port", str(port)],
+        [sys.executable, *launcher, *serve],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -142,14 +170,20 @@ def main(argv: list[str] | None = None) -> None:
         _wait_warm(url, data_dir, service)
         embedder = make_embedder(SinkSettings())  # the service's embedder, in this process: the floor
         embedder.embed_query("warm up")
-        latencies, floor = [], []
+        latencies, floor, graph_latencies, graph_found = [], [], [], 0
         with httpx.Client(base_url=url, timeout=60) as client:
+            client.get("/search", params={"q": "warm", "k": 1, "mode": "graph"}).raise_for_status()
             for i in range(count):
                 query = QUERIES[i % len(QUERIES)]
                 start = time.perf_counter()
                 response = client.get("/search", params={"q": query, "k": 5})
                 latencies.append((time.perf_counter() - start) * 1000)
                 response.raise_for_status()
+                start = time.perf_counter()
+                response = client.get("/search", params={"q": query, "k": 5, "mode": "graph"})
+                graph_latencies.append((time.perf_counter() - start) * 1000)
+                response.raise_for_status()
+                graph_found += bool(response.json()["hits"])
                 start = time.perf_counter()
                 embedder.embed_query(query)
                 floor.append((time.perf_counter() - start) * 1000)
@@ -166,12 +200,15 @@ def main(argv: list[str] | None = None) -> None:
         _cli(env, "down")
 
     p50, embed_p50 = statistics.median(latencies), statistics.median(floor)
-    ordered = sorted(latencies)
-    p95 = ordered[max(0, round(0.95 * len(ordered)) - 1)]
+    fused = f"hybrid with the graph at weight {args.graph_weight:g}" if weighted else "hybrid as shipped"
     print(
-        f"\nwarm GET /search over {count} queries: p50 {p50:.0f} ms, p95 {p95:.0f} ms; "
+        f"\nwarm GET /search ({fused}) over {count} queries: p50 {p50:.0f} ms, p95 {_p95(latencies):.0f} ms; "
         f"floor (one query's embedding alone, same run): p50 {embed_p50:.1f} ms; "
         f"p50 / floor {p50 / embed_p50:.1f}x"
+    )
+    print(
+        f"warm GET /search?mode=graph over {count} queries ({graph_found} found a chunk): "
+        f"p50 {statistics.median(graph_latencies):.0f} ms, p95 {_p95(graph_latencies):.0f} ms"
     )
     median = statistics.median
     print(

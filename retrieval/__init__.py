@@ -4,7 +4,8 @@
     result = search(open_readers(), "how are deletions propagated", k=5)
 
 - `search.py`: the one entry point (`search`), used by the CLI, the HTTP API and the benchmark;
-- `ranking.py` (BM25 / vectors / hybrid, routing) over `fusion.py` (reciprocal-rank fusion);
+- `ranking.py` (BM25 / vectors / graph / hybrid, routing) over `fusion.py` (reciprocal-rank fusion), the
+  graph's ranked list in `graph_search.py` (the chunks of the entities a query names);
 - `context.py` (neighbours, merge by offsets, token budget), `graph_context.py` (entities and relations);
 - `results.py`: the typed results; `readers.py`: which stores are read, always of one generation.
 

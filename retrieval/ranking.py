@@ -1,7 +1,10 @@
-"""Ranking: the top chunks for a query from BM25, vectors or both (the first step of `unichunk.retrieval.search`).
+"""Ranking: the top chunks for a query from BM25, vectors, the knowledge graph, or fused (the first step of
+`unichunk.retrieval.search`).
 
-BM25 and vector top-n are fused by reciprocal-rank fusion (`unichunk.retrieval.fusion.rrf_fuse`). Optional FTS-first
-routing: when the best BM25 score clears `route_threshold`, the query is answered by keywords alone and
+The graph's list (`unichunk.retrieval.graph_search.GraphSearch`: the chunks of the entities a query names)
+is a mode of its own, `graph`, and joins hybrid when its weight (`GRAPH_WEIGHT`) is above 0 and a graph
+store is present. The top-n lists are fused by reciprocal-rank fusion (`unichunk.retrieval.fusion.rrf_fuse`).
+Optional FTS-first routing: when the best BM25 score clears `route_threshold`, the query is answered by keywords alone and
 the vector query (an embedding on CPU, the costly half) is skipped; `Retrieval.route` says which route
 answered. BM25 scores are not normalised, so the threshold is corpus-dependent and routing is off by
 default. Context assembly (neighbours, dedup by offsets, token budget, graph context) is in
@@ -18,9 +21,14 @@ from unichunk.chunking.errors import UnichunkError
 from unichunk.retrieval.fusion import Hit, rrf_fuse
 from unichunk.sinks.base import ChunkSearch, ScoredChunk, SearchFilter
 
-Mode = Literal["hybrid", "keywords", "vectors"]
-Route = Literal["hybrid", "keywords", "vectors", "keywords-routed"]
-MODES: tuple[str, ...] = ("hybrid", "keywords", "vectors")
+Mode = Literal["hybrid", "keywords", "vectors", "graph"]
+Route = Literal["hybrid", "keywords", "vectors", "graph", "keywords-routed"]
+MODES: tuple[str, ...] = ("hybrid", "keywords", "vectors", "graph")
+CHUNK_RETRIEVERS = ("keywords", "vectors")  # what hybrid falls back to when a mode's store is absent
+# The graph list's weight in hybrid: 0 leaves it out (no graph read, no NER on the query). The `fusion`
+# measurement (benchmarks/fusion_tuning.py) sets it; untuned, at weight 1 it cost hybrid points on
+# ../shared/eval (the figures are in the graph retriever's commit notes and docs/design.md).
+GRAPH_WEIGHT = 0.0
 
 
 class RetrievalError(UnichunkError, ValueError):
@@ -39,12 +47,18 @@ class RetrievalSettings:
 
     mode: Mode = "hybrid"
     rrf_k: int = 0
-    weights: Mapping[str, float] = field(default_factory=lambda: {"keywords": 1.0, "vectors": 0.75})
+    weights: Mapping[str, float] = field(
+        default_factory=lambda: {"keywords": 1.0, "vectors": 0.75, "graph": GRAPH_WEIGHT}
+    )
     candidates: int | None = None  # per retriever; default max(4k, 20)
     route_threshold: float | None = None  # BM25 score that answers alone; None = always fuse
 
     def depth(self, k: int) -> int:
         return self.candidates or max(4 * k, 20)
+
+    def uses_graph(self) -> bool:
+        """Whether ranking reads the graph: graph mode, or hybrid with a graph weight above 0."""
+        return self.mode == "graph" or (self.mode == "hybrid" and self.weights.get("graph", 0.0) > 0)
 
 
 @dataclass
@@ -73,10 +87,11 @@ def retrieve(
     *,
     filter: SearchFilter | None = None,
 ) -> Retrieval:
-    """Top `k` chunks for `query` from the "keywords" (BM25) and/or "vectors" sinks in `sinks`.
+    """Top `k` chunks for `query` from the "keywords" (BM25), "vectors" and/or "graph" searches in `sinks`.
 
-    A mode whose sink is absent falls back to the one present (hybrid with only BM25 is BM25), so a
-    deployment without a vector store still answers; with neither, RetrievalError.
+    A keywords or vectors mode whose sink is absent falls back to the one present (hybrid with only BM25
+    is BM25), so a deployment without a vector store still answers; with neither, RetrievalError. Graph
+    mode needs the "graph" search (RetrievalError without it); hybrid adds it when present and weighted.
     """
     settings = settings or RetrievalSettings()
     if settings.mode not in MODES:
@@ -84,10 +99,14 @@ def retrieve(
     query = query.strip()
     if k <= 0 or not query:
         return Retrieval(query, [], "hybrid" if settings.mode == "hybrid" else settings.mode)
-    wanted = ("keywords", "vectors") if settings.mode == "hybrid" else (settings.mode,)
-    present = [name for name in wanted if name in sinks] or [n for n in ("keywords", "vectors") if n in sinks]
+    if settings.mode == "graph" and "graph" not in sinks:
+        raise RetrievalError("graph mode needs the knowledge graph store, and this index has none")
+    wanted = CHUNK_RETRIEVERS if settings.mode == "hybrid" else (settings.mode,)
+    present = [name for name in wanted if name in sinks] or [n for n in CHUNK_RETRIEVERS if n in sinks]
     if not present:
         raise RetrievalError(f"retrieval needs a 'keywords' or 'vectors' sink, got {sorted(sinks)}")
+    if settings.mode == "hybrid" and settings.uses_graph() and "graph" in sinks:
+        present.append("graph")
     flt = dict(filter) if filter else None
     depth = settings.depth(k)
     rankings: dict[str, Sequence[ScoredChunk]] = {}
@@ -98,8 +117,11 @@ def retrieve(
         routed = settings.route_threshold is not None and top is not None and top >= settings.route_threshold
         if routed and len(present) > 1:
             return Retrieval(query, _as_hits(rankings["keywords"], "keywords", k), "keywords-routed", top)
-    if "vectors" in present:
-        rankings["vectors"] = sinks["vectors"].search(query, depth if len(present) > 1 else k, flt)
+    for name in ("vectors", "graph"):
+        if name in present:
+            rankings[name] = sinks[name].search(query, depth if len(present) > 1 else k, flt)
+    if settings.mode == "hybrid" and not rankings.get("graph", True):
+        del rankings["graph"]  # a query naming no entity ranks as if the graph were not asked
     if len(rankings) == 1:
         ((name, found),) = rankings.items()
         return Retrieval(query, _as_hits(found, name, k), name, top)  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from unichunk.index.generations import reading_settings
+from unichunk.retrieval.graph_search import GraphSearch
 from unichunk.sinks.base import ChunkSearch, GraphReader, InvalidRequest, SinkName
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.pool import get_sinks
@@ -40,6 +41,15 @@ class Readers:
         return {
             name: s for name, s in (("keywords", self.keywords), ("vectors", self.vectors)) if s is not None
         }
+
+    def rankers(self) -> dict[str, ChunkSearch]:
+        """What ranking may read: `searchers`, and the graph's ranked list (`GraphSearch`, its chunk
+        records from the neighbour store) when the graph store is open. Building it reads nothing."""
+        found = self.searchers()
+        store = self.neighbour_store()
+        if self.graph is not None and store is not None:
+            found["graph"] = GraphSearch(self.graph, store)
+        return found
 
     def neighbour_store(self) -> ChunkSearch | None:
         """Where neighbours are fetched: the keyword store (a local SQLite read) if present."""

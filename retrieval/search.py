@@ -1,6 +1,6 @@
 """`search()`: the one read path. The CLI, the HTTP API and the quality benchmark all call it.
 
-Steps: rank (`unichunk.retrieval.ranking`: BM25, vectors, or both fused), assemble the context (`unichunk.retrieval.context`:
+Steps: rank (`unichunk.retrieval.ranking`: BM25, vectors, the graph's entities, or fused), assemble the context (`unichunk.retrieval.context`:
 neighbours, merge by offsets, token budget), add what the graph learnt from the hits
 (`unichunk.retrieval.graph_context`). `SearchOptions.filter` (a document filter, a reader's labels) goes
 into every store read of every step: ranking, neighbours, records, graph. Nothing here writes to a store.
@@ -48,7 +48,7 @@ def search(readers: Readers, query: str, k: int = 5, options: SearchOptions | No
     """The top `k` chunks for `query`, the context assembled around them and the graph context."""
     options = options or SearchOptions()
     found = retrieve(
-        readers.searchers(),
+        readers.rankers(),
         query,
         k,
         RetrievalSettings(

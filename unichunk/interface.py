@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 class SearchArgs(TypedDict, total=False):
     """A search's options beside the query and `k`, as every implementation takes them."""
 
-    mode: Mode  # hybrid (BM25 and vectors fused), keywords or vectors
+    mode: Mode  # hybrid (BM25 and vectors fused), keywords, vectors or graph (entities the query names)
     document_ids: Sequence[str] | None  # only these documents
     source: str | None  # only this source's documents
     expand: bool  # add each hit's neighbours to the assembled context

@@ -24,6 +24,7 @@ exactly as one that does not exist (`NotFound`); writes need `may_write`, the in
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -84,8 +85,8 @@ from unichunk.results import (
 from unichunk.retrieval.context import DEFAULT_BUDGET, Piece, merge_pieces
 from unichunk.retrieval.evaluation.metric import BUDGETS
 from unichunk.retrieval.evaluation.questions import load_questions
-from unichunk.retrieval.evaluation.run import DEFAULT_K, Target, evaluate, save_report
-from unichunk.retrieval.ranking import Mode
+from unichunk.retrieval.evaluation.run import DEFAULT_K, Target, evaluate, save_report, stores_read
+from unichunk.retrieval.ranking import Mode, RetrievalSettings
 from unichunk.retrieval.readers import RANKING_SINKS, SEARCH_SINKS, Readers, open_readers
 from unichunk.retrieval.results import GraphResult, SearchResult
 from unichunk.retrieval.search import SearchOptions, chunk_graphs, search
@@ -376,7 +377,7 @@ class Pipeline:
             targets.append(Target("candidate", against))
         report = evaluate(
             self.settings, questions, targets, budgets=budgets, k=k, retrievers=retrievers,
-            reading=self._reading_generation,
+            reading=functools.partial(self._reading_generation, names=stores_read(retrievers)),
         )  # fmt: skip
         save_report(report, self.settings.data_dir)
         return report
@@ -398,8 +399,10 @@ class Pipeline:
     ) -> SearchResult:
         """The `k` best chunks for `query` (offsets exact into their documents, scores per retriever), the
         context assembled around them within `budget` tokens (neighbours added when `expand`), and what
-        the graph knows of them. `document_ids` and `source` (a source's name) restrict the search to those
-        documents (both: to those of the source among them). Nothing ingested yet: no hits, nothing opened.
+        the graph knows of them. `mode`: hybrid (BM25 and vectors fused, and the graph's list once its
+        weight is above 0), keywords, vectors or graph (the chunks of the entities the query names; the
+        graph store is opened for it). `document_ids` and `source` (a source's name) restrict the search
+        to those documents (both: to those of the source among them). Nothing ingested yet: no hits, nothing opened.
         A blank query, or one over `MAX_QUERY_CHARS`, raises `UsageError` (`unichunk.request_limits`).
         Every store read of the search (hits, neighbours, records, graph context) runs under the
         principal's label filter, so `k` readable hits come back when `k` exist."""
@@ -417,7 +420,8 @@ class Pipeline:
         options = SearchOptions(
             mode, route_threshold, expand=expand, budget=budget, graph=graph, filter=filter
         )
-        with self._reading(SEARCH_SINKS if graph else RANKING_SINKS) as readers:
+        ranks_by_graph = RetrievalSettings(mode=mode).uses_graph()  # graph mode, or hybrid weighing it
+        with self._reading(SEARCH_SINKS if graph or ranks_by_graph else RANKING_SINKS) as readers:
             found = search(readers, query, k, options)
         return self._with_sources(found)
 
@@ -684,12 +688,14 @@ class Pipeline:
         yield readers
 
     @contextmanager
-    def _reading_generation(self, pinned: SinkSettings) -> Iterator[Readers]:
-        """Open the ranking stores of the generation `pinned` names (live or not: an evaluation reads a
-        candidate without switching), kept open until `close()` like every read's."""
-        readers = open_readers(pinned, RANKING_SINKS)
-        if (pinned, RANKING_SINKS) not in self._opened:
-            self._opened.append((pinned, RANKING_SINKS))
+    def _reading_generation(
+        self, pinned: SinkSettings, names: tuple[SinkName, ...] = RANKING_SINKS
+    ) -> Iterator[Readers]:
+        """Open the stores `names` (the ranking stores) of the generation `pinned` names (live or not: an
+        evaluation reads a candidate without switching), kept open until `close()` like every read's."""
+        readers = open_readers(pinned, names)
+        if (pinned, names) not in self._opened:
+            self._opened.append((pinned, names))
         yield readers
 
     def _with_sources(self, found: SearchResult) -> SearchResult:

@@ -27,6 +27,7 @@ from typing import IO
 from unichunk.engine.store_access import handover_markers, store_lock_path
 from unichunk.errors import StoreBusy
 from unichunk.index.generations import live_generation, reading_settings
+from unichunk.retrieval.graph_search import QUERY_ENTITIES
 from unichunk.retrieval.readers import Readers
 from unichunk.sinks.base import Sink
 from unichunk.sinks.config import SinkSettings
@@ -84,13 +85,16 @@ class WarmStores:
                 self._cond.notify_all()
 
     def warm(self) -> None:
-        """Open the readers and load the embedder now (the service calls it at start, in the background);
-        nothing while nothing is ingested (the first search after the first run loads them)."""
+        """Open the readers and load the embedder, and the spaCy model the graph retriever reads queries
+        with, now (the service calls it at start, in the background); nothing while nothing is ingested
+        (the first search after the first run loads them)."""
         if self._base.generation is None and live_generation(self._base) is None:
             return
         with self.readers() as readers:
             if readers.vectors is not None:
                 readers.vectors.search("warm up", 1)
+            if readers.graph is not None:
+                QUERY_ENTITIES.warm()
 
     def is_open(self) -> bool:
         return self._readers is not None

@@ -58,7 +58,7 @@ from unichunk.deployments.cli.flow_runs import prefect_api
 from unichunk.deployments.cli.service_client import ServiceUnavailable, running_service
 from unichunk.deployments.settings import SAMPLE_CORPUS, ServiceSettings
 from unichunk.errors import UsageError
-from unichunk.interface import IndexService
+from unichunk.interface import IndexService, Mode
 from unichunk.request_limits import check_query
 from unichunk.results import GenerationInfo, Generations
 from unichunk.settings import (
@@ -368,15 +368,23 @@ def ingest(
 def search(
     query: Annotated[list[str], typer.Argument(help="What to look for (quotes optional).")],
     k: Annotated[int, typer.Option("-k", "--top", min=1, max=100, help="How many hits.")] = 5,
+    mode: Annotated[
+        Mode,
+        typer.Option(
+            "--mode",
+            help="hybrid (BM25 and vectors fused), keywords, vectors, or graph (the chunks of the entities "
+            "the query names).",
+        ),
+    ] = "hybrid",
     as_json: JsonOption = False,
 ) -> None:
-    """Hybrid search: BM25 and vector hits fused by reciprocal rank. With --json, the whole result
-    (`unichunk.results.SearchResult`, as `GET /search` serves it)."""
+    """Hybrid search: BM25 and vector hits fused by reciprocal rank (--mode: one retriever alone). With
+    --json, the whole result (`unichunk.results.SearchResult`, as `GET /search` serves it)."""
     text = " ".join(query)
     check_query(text)  # blank or too long: exit 2 before any service or store is asked
 
     def ask(index: IndexService) -> tuple[Any, bool]:
-        found = index.search(text, k, graph=False, expand=False)
+        found = index.search(text, k, mode=mode, graph=False, expand=False)
         return found, not found.hits and _nothing_ingested(index)
 
     result, nothing_ingested = _ask(ask)
@@ -647,7 +655,7 @@ def eval_command(
     ] = "1000,2000,4000",
     k: Annotated[int, typer.Option("-k", min=1, max=100, help="Hits judged for hit@k and MRR.")] = 10,
     retrievers: Annotated[
-        bool, typer.Option("--retrievers", help="Also each retriever alone (keywords, vectors).")
+        bool, typer.Option("--retrievers", help="Also each retriever alone (keywords, vectors, graph).")
     ] = False,
     html: Annotated[
         Path | None, typer.Option("--html", help="Also write the report as an HTML file.")

@@ -4,10 +4,11 @@ them)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, Field
 
+from unichunk.interface import Mode
 from unichunk.request_limits import MAX_QUERY_CHARS
 from unichunk.settings import SOURCE_NAME_PATTERN
 
@@ -48,10 +49,11 @@ Budget = Annotated[
     ),
 ]
 SearchMode = Annotated[
-    Literal["hybrid", "keywords", "vectors"],
+    Mode,
     Field(
         description="hybrid (default): keywords and meaning fused; keywords: exact terms, names, codes; "
-        "vectors: meaning only, for paraphrases."
+        "vectors: meaning only, for paraphrases; graph: the passages the knowledge graph learnt the people, "
+        "organisations and places the query names from."
     ),
 ]
 FailedOnly = Annotated[

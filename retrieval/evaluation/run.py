@@ -13,6 +13,7 @@ candidate minus live). The report is the JSON document of `unichunk eval --json`
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -37,9 +38,10 @@ from unichunk.retrieval.evaluation.metric import (
 from unichunk.retrieval.evaluation.paired import paired_bootstrap
 from unichunk.retrieval.evaluation.questions import QuestionsError, load_questions
 from unichunk.retrieval.evaluation.references import Documents, Located, locate
-from unichunk.retrieval.ranking import Mode
-from unichunk.retrieval.readers import RANKING_SINKS, Readers
+from unichunk.retrieval.ranking import Mode, RetrievalSettings
+from unichunk.retrieval.readers import RANKING_SINKS, SEARCH_SINKS, Readers
 from unichunk.retrieval.search import SearchOptions, search
+from unichunk.sinks.base import SinkName
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.pool import flow_sinks
 
@@ -59,11 +61,18 @@ class Target:
 
 
 @contextmanager
-def pooled_readers(settings: SinkSettings) -> Iterator[Readers]:
-    """The ranking stores of the generation `settings` are pinned to, held for the block as a flow holds
-    them (`flow_sinks`): a store a serving process keeps open for its searches stays open after."""
-    with flow_sinks(RANKING_SINKS, settings) as sinks:
+def pooled_readers(settings: SinkSettings, names: Sequence[SinkName] = RANKING_SINKS) -> Iterator[Readers]:
+    """The stores `names` (by default the ranking stores) of the generation `settings` are pinned to,
+    held for the block as a flow holds them (`flow_sinks`): a store a serving process keeps open for its
+    searches stays open after."""
+    with flow_sinks(names, settings) as sinks:
         yield Readers.of(sinks)
+
+
+def stores_read(retrievers: bool) -> tuple[SinkName, ...]:
+    """The stores an evaluation reads: the ranking stores, and the graph store when a scored list reads
+    it (`retrievers`: the graph alone is one; hybrid, once its graph weight is above 0)."""
+    return SEARCH_SINKS if retrievers or RetrievalSettings().uses_graph() else RANKING_SINKS
 
 
 class TokenStarts(Mapping[str, np.ndarray]):
@@ -98,11 +107,13 @@ def evaluate(
     budgets: Sequence[int] = BUDGETS,
     k: int = DEFAULT_K,
     retrievers: bool = False,
-    reading: Reading = pooled_readers,
+    reading: Reading | None = None,
 ) -> dict[str, Any]:
     """The report of `targets` (one or two; the second is compared with the first) on the questions of
     `questions_file`. References are located in the first target's documents. `retrievers`: each
-    retriever alone too, as labels `<label>:keywords` and `<label>:vectors`."""
+    retriever alone too, as labels `<label>:keywords`, `<label>:vectors` and, with a graph store,
+    `<label>:graph`. `reading` opens a generation's stores (default: `pooled_readers`, the graph
+    store too when a retriever reads it)."""
     if not targets:
         raise QuestionsError("nothing to evaluate: no live generation and none named")
     questions = load_questions(questions_file)
@@ -118,11 +129,15 @@ def evaluate(
     registry = registry_of(settings)
     modes: list[tuple[str, Mode]] = [("", "hybrid")]
     if retrievers:
-        modes += [(":keywords", "keywords"), (":vectors", "vectors")]
+        modes += [(":keywords", "keywords"), (":vectors", "vectors"), (":graph", "graph")]
+    if reading is None:
+        reading = functools.partial(pooled_readers, names=stores_read(retrievers))
     scored: dict[str, list[dict[str, Any]]] = {}
     for target in targets:
         with reading(settings.for_generation(target.generation_id)) as readers:
             for suffix, mode in modes:
+                if mode == "graph" and readers.graph is None:
+                    continue  # a generation without a graph store: no graph row
                 scored[target.label + suffix] = [
                     _score(readers, q, mode, budgets, token_grid, meter, k) for q in located
                 ]

@@ -202,3 +202,20 @@ def check_search(
     for span in (answer.get("context") or {}).get("spans") or []:
         assert span["document_id"] in readable_ids
     return answer
+
+
+def check_graph_search(corpus: Corpus, principal: Principal, search_as: SearchAs, query: str, k: int) -> Any:
+    """Search in graph mode through a door as `principal`: no hidden text anywhere in the answer, at most
+    `k` hits, every one of a readable document. (The graph finds only the chunks of the entities a query
+    names, so fewer than `k` readable chunks may come back.) Returns the answer as JSON-like data."""
+    answer = plain(search_as(principal, query, k))
+    assert answer.get("route") in (None, "graph"), answer.get("route")
+    echoed = {key: value for key, value in answer.items() if key != "query"}
+    assert_no_leak(corpus, principal, echoed, f"graph search {query!r}")
+    readable_ids = {corpus.ids[d.name] for d in corpus.readable(principal)}
+    hits = answer.get("hits") or []
+    assert {h["document_id"] for h in hits} <= readable_ids
+    assert len(hits) <= k
+    for span in (answer.get("context") or {}).get("spans") or []:
+        assert span["document_id"] in readable_ids
+    return answer

@@ -25,6 +25,7 @@ from access_checks import (
     Index,
     answers_as_missing,
     assert_no_leak,
+    check_graph_search,
     check_search,
     plain,
     principals,
@@ -150,6 +151,29 @@ def test_http_search_never_returns_hidden_text(
 
 
 @EXAMPLES
+@given(principal=principals(), query=queries(CORPUS), k=st.integers(1, 8))
+def test_graph_mode_at_the_doors_never_returns_hidden_text(
+    doors: Doors, principal: Principal, query: str, k: int
+) -> None:
+    """`mode=graph` over HTTP and through the MCP `search` tool: the graph's hits, none hidden."""
+
+    def http(who: Principal, q: str, top: int) -> Any:
+        answer = doors.get("/search", who, q=q, k=top, mode="graph")
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    check_graph_search(doors.index.corpus, principal, http, query, k)
+    mcp = check_graph_search(
+        doors.index.corpus,
+        principal,
+        lambda who, q, top: doors.mcp(who, "search", {"query": q, "k": top, "mode": "graph"}),
+        query,
+        k,
+    )
+    assert "error" not in mcp, mcp
+
+
+@EXAMPLES
 @given(principal=principals(), data=st.data())
 def test_http_documents_answer_for_hidden_ones_as_for_missing_ones(
     doors: Doors, principal: Principal, data: st.DataObject
@@ -225,6 +249,13 @@ def test_the_cli_through_the_service_shows_a_reader_only_its_documents(
             8,
             doors.index.readable_chunks(principal),
         )
+    graph_query = "Alice Johnson of Acme Corporation"
+    ran = doors.cli(principal, "search", graph_query, "-k", "8", "--mode", "graph", "--json")
+    assert ran.returncode == 0, ran.stderr
+    found = check_graph_search(
+        doors.index.corpus, principal, lambda *_, printed=ran.stdout: json.loads(printed), graph_query, 8
+    )
+    assert bool(found["hits"]) == bool(doors.index.corpus.readable(principal))  # a readable doc names them
     status = doors.cli(principal, "status", "--json")
     assert status.returncode == 4, (status.returncode, status.stdout, status.stderr)  # admins only: 403
     assert_no_leak(doors.index.corpus, principal, plain(status.stdout + status.stderr), "CLI status")
@@ -235,6 +266,9 @@ def test_a_token_with_no_labels_reads_nothing_at_any_door(doors: Doors) -> None:
     query = " ".join(d.marker for d in CORPUS.documents)
     assert doors.get("/search", nobody, q=query, k=8).json()["hits"] == []
     assert doors.mcp(nobody, "search", {"query": query, "k": 8})["hits"] == []
+    named = "Alice Johnson of Acme Corporation"
+    assert doors.get("/search", nobody, q=named, k=8, mode="graph").json()["hits"] == []
+    assert doors.mcp(nobody, "search", {"query": named, "k": 8, "mode": "graph"})["hits"] == []
     token = doors.token(nobody)
     assert LlamaIndexRetriever(pipeline=doors.index.owner, k=8, token=token).retrieve(query) == []
     assert LangChainRetriever(pipeline=doors.index.owner, k=8, token=token).invoke(query) == []

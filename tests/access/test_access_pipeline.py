@@ -14,6 +14,7 @@ from access_checks import (
     Index,
     answers_as_missing,
     assert_no_leak,
+    check_graph_search,
     check_search,
     ghost_of,
     principals,
@@ -52,6 +53,39 @@ def test_search_never_returns_hidden_text(
         k,
         access_index.readable_chunks(principal),
     )
+
+
+@EXAMPLES
+@given(principal=principals(), query=queries(CORPUS), k=st.integers(1, 8))
+def test_graph_mode_never_returns_hidden_text(
+    access_index: Index, principal: Principal, query: str, k: int
+) -> None:
+    """The graph retriever reads entities, relations and chunks under the reader's filter: no hidden text,
+    and with room for every chunk the graph finds, exactly the admin's graph hits of readable documents
+    (a hidden chunk never takes a readable hit's place, nor is one lost because a hidden chunk named it)."""
+
+    def search(who: Principal, q: str, top: int):  # type: ignore[no-untyped-def]
+        return access_index.as_(who).search(q, k=top, mode="graph")
+
+    check_graph_search(access_index.corpus, principal, search, query, k)
+    everything = 1000
+    mine = {h.chunk_id for h in access_index.as_(principal).search(query, k=everything, mode="graph").hits}
+    admins = access_index.owner.search(query, k=everything, mode="graph").hits
+    readable = {h.chunk_id for h in admins if access_index.readable(principal, h.document_id)}
+    assert mine == readable
+
+
+def test_graph_mode_finds_readable_chunks_and_hides_the_rest(access_index: Index) -> None:
+    """A query naming a person and a company: the eng reader's graph hits are all of eng documents, and
+    the admin's include documents hidden from eng (the check can fail)."""
+    eng = Principal(name="eng", labels=("eng",))
+    query = "Alice Johnson of Acme Corporation"
+    found = access_index.as_(eng).search(query, k=50, mode="graph")
+    assert found.route == "graph" and found.hits
+    assert all(access_index.readable(eng, h.document_id) for h in found.hits)
+    assert_no_leak(access_index.corpus, eng, found, "graph mode")
+    admin_view = access_index.owner.search(query, k=50, mode="graph")
+    assert any(not access_index.readable(eng, h.document_id) for h in admin_view.hits)
 
 
 @EXAMPLES

@@ -111,7 +111,12 @@ def test_eval_reads_every_format_and_reports_what_it_cannot_locate(small_index, 
         encoding="utf-8",
     )  # fmt: skip
     documents = pipeline.eval(relevant, k=1, retrievers=True)
-    assert set(documents["overall"]) == {"live", "live:keywords", "live:vectors"}  # each retriever alone too
+    assert set(documents["overall"]) == {
+        "live",
+        "live:keywords",
+        "live:vectors",
+        "live:graph",
+    }  # each alone too
     assert documents["overall"]["live"]["hit_at_k"] == 1.0 and documents["overall"]["live"]["mrr"] == 1.0
     assert documents["overall"]["live"]["scored"] == 0  # no spans: document-level figures only
     assert [u["reference"] for u in documents["unlocated"]] == ["gone.md[None:None]"]

@@ -113,6 +113,10 @@ def test_search_modes_budget_and_validation(client):
     keywords = test_client.get("/search", params={"q": "customs manifests", "k": 2, "mode": "keywords"})
     assert keywords.status_code == 200 and keywords.json()["route"] == "keywords"
     assert "Customs officers" in keywords.json()["hits"][0]["content"]
+    graph = test_client.get("/search", params={"q": "what did Ada Lovelace write", "k": 3, "mode": "graph"})
+    assert graph.status_code == 200 and graph.json()["route"] == "graph", graph.text
+    assert graph.json()["hits"] and all(h["ranks"] == {"graph": h["rank"]} for h in graph.json()["hits"])
+    assert all("Ada Lovelace" in h["content"] for h in graph.json()["hits"])
     routed = test_client.get("/search", params={"q": "customs manifests", "route_threshold": 0.01})
     assert routed.json()["route"] == "keywords-routed"
     small = test_client.get(

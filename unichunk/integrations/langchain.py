@@ -54,7 +54,9 @@ class UnichunkRetriever(BaseRetriever):
     # Any, not Pipeline: naming the class here would import Prefect with this module (see the docstring)
     pipeline: Any = Field(default_factory=_new_pipeline, exclude=True, description="A unichunk Pipeline.")
     k: int = Field(default=5, ge=1, description="Chunks per query.")
-    mode: Mode = Field(default="hybrid", description="hybrid (BM25 + vectors, fused), keywords or vectors.")
+    mode: Mode = Field(
+        default="hybrid", description="hybrid (BM25 + vectors, fused), keywords, vectors or graph."
+    )
     document_ids: list[str] | None = Field(default=None, description="Search only these documents.")
     principal: Any = Field(
         default=None, exclude=True, description="A `unichunk.access.Principal` to search as (see `token`)."
