@@ -14,7 +14,10 @@
    characters on the **tune** half of `split_halves` only.
 3. The choice: the highest mean recall over the three budgets; among candidates within `TIE` of it, the one
    that changes the fewest constants of the old default (RRF 60, equal weights, 40 candidates), then the
-   higher mean.
+   higher mean. A choice that fuses a third list (the graph's) must pass issue 27's test of that list, on
+   the tune half and on the reported one: against the same fusion without it, it adds recall at one budget
+   at least and costs none at any. Otherwise the list stays an option and the default is chosen again, on
+   the tune half, among the fusions without it (this yes/no is the only thing the report half decides).
 4. On the **report** half, never seen by step 3: each retriever alone, the old default and the chosen fusion
    beside every baseline chunking with every retriever (`retrieval_quality.run(half="report")`), the issue's
    targets, and the chosen fusion paired question by question against the old default and the best
@@ -291,6 +294,22 @@ def choose(scored: Mapping[Candidate, np.ndarray], old: Candidate) -> Candidate:
     return min(tied, key=lambda c: (c.changes(old), -mean[c], c.label()))
 
 
+def without_extra(candidate: Candidate) -> Candidate:
+    """The same fusion with every list after the first two weighing 0 (the graph's left out)."""
+    weights = tuple((r, w if i < 2 else 0.0) for i, (r, w) in enumerate(candidate.weights))
+    return Candidate(candidate.method, weights, candidate.depth, candidate.rrf_k)
+
+
+def uses_extra(candidate: Candidate) -> bool:
+    return any(w > 0 for _, w in candidate.weights[2:])
+
+
+def adds_and_costs_none(gain: np.ndarray) -> bool:
+    """Issue 27's test of the graph list: per-budget mean gain over the same fusion without it adds
+    recall at one budget at least and costs none at any."""
+    return bool(gain.max() > 1e-9 and gain.min() >= -1e-9)
+
+
 def _pct(v: float) -> str:
     return f"{100 * v:.1f}"
 
@@ -403,6 +422,23 @@ def main(argv: list[str] | None = None) -> None:
         print(f"- best {method}: {best.label()}: mean {_pct(scored[best].mean())}")
     print(f"- chosen (best mean; within {100 * TIE:g} points of it, fewest changes from the old default): "
           f"{chosen.label()}")  # fmt: skip
+    option = None  # the fusion with a third list, when the issue's test keeps that list an option
+    if uses_extra(chosen):
+        bare = without_extra(chosen)
+        gains = {half: recall_grid(lists, rows, chosen, BUDGETS).mean(axis=0)
+                 - recall_grid(lists, rows, bare, BUDGETS).mean(axis=0)
+                 for half, rows in (("tune", tune), ("report", report))}  # fmt: skip
+        passed = {half: adds_and_costs_none(gain) for half, gain in gains.items()}
+        for half, gain in gains.items():
+            print(f"- {', '.join(retrievers[2:])} in it, {half} half: "
+                  + " / ".join(f"{100 * g:+.1f}" for g in gain)
+                  + f" points against the same fusion without ({'adds, costs none' if passed[half] else 'costs'})")  # fmt: skip
+        if not all(passed.values()):
+            option = chosen
+            chosen = choose({c: v for c, v in scored.items() if not uses_extra(c)}, old)
+            print(f"- so {', '.join(retrievers[2:])} stays an option (issue 27: it must add recall at one budget "
+                  f"and cost none at any, and the reported half is where the targets are judged); the default "
+                  f"is chosen on the tune half among the fusions without it: {chosen.label()}")  # fmt: skip
     now = shipped(retrievers)
     print(f"- `RetrievalSettings` ships: {now.label().replace(f'; {HITS} candidates', '')}"
           + (" (= the chosen)" if (now.method, now.rrf_k, now.weights) == (chosen.method, chosen.rrf_k, chosen.weights)
@@ -412,6 +448,8 @@ def main(argv: list[str] | None = None) -> None:
     ours_rows = {f"{name} alone": recall_grid(lists, report, name, GRID) for name in retrievers}
     ours_rows[f"old default ({old.label()})"] = recall_grid(lists, report, old, GRID)
     chosen_label = f"chosen ({chosen.label()})"
+    if option is not None:
+        ours_rows[f"option ({option.label()})"] = recall_grid(lists, report, option, GRID)
     ours_rows[chosen_label] = recall_grid(lists, report, chosen, GRID)
     base: dict[str, np.ndarray] = {}
     if not args.no_baselines:
@@ -423,7 +461,7 @@ def main(argv: list[str] | None = None) -> None:
         same = "the same as" if np.allclose(ours_hybrid, offline) else "NOT the same as"
         print(f"\nretrieval_quality's hybrid row for auto (the shipped defaults, ranked by the stores): "
               f"{' / '.join(map(_pct, ours_hybrid))}, {same} these lists fused offline the same way")  # fmt: skip
-    print(f"\n### report half ({len(report)} questions, never used to choose): recall (%) at "
+    print(f"\n### report half ({len(report)} questions, never used to choose a constant): recall (%) at "
           + " / ".join(f"{b:,}" for b in BUDGETS) + " characters\n")  # fmt: skip
     print("| ranking | " + " | ".join(f"{b:,} chars" for b in BUDGETS) + " | mean |")
     print("|---|" + "---:|" * (len(BUDGETS) + 1))
@@ -440,6 +478,8 @@ def main(argv: list[str] | None = None) -> None:
     print("| vs | " + " | ".join(f"{b:,} chars" for b in BUDGETS) + " |")
     print("|---|" + "---|" * len(BUDGETS))
     print(_paired("old default", mine, ours_rows[f"old default ({old.label()})"][:, IDX]))
+    if option is not None:
+        print(_paired(f"option ({option.label()})", mine, ours_rows[f"option ({option.label()})"][:, IDX]))
     bests = []
     for j, budget in enumerate(BUDGETS):
         if base:
@@ -461,7 +501,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\n### all {len(questions)} questions (what `unichunk eval` reproduces; not a held-out figure)\n")
     print("| ranking | " + " | ".join(f"{b:,} chars" for b in BUDGETS) + " | mean |")
     print("|---|" + "---:|" * (len(BUDGETS) + 1))
-    for label, rank in ((f"old default ({old.label()})", old), (chosen_label, chosen)):
+    alternatives = [(f"old default ({old.label()})", old), (chosen_label, chosen)]
+    if option is not None:
+        alternatives.append((f"option ({option.label()})", option))
+    for label, rank in alternatives:
         print(_row(label, recall_grid(lists, every, rank, BUDGETS)))
     if args.plots_dir:
         print(
