@@ -11,7 +11,17 @@ import pytest
 from texts import GARDEN, TOPICS
 from texts import repeated as _text
 
-from benchmarks.fusion_tuning import Candidate, candidates, choose, main, old_default, score_fuse
+from benchmarks.fusion_tuning import (
+    Candidate,
+    adds_and_costs_none,
+    candidates,
+    choose,
+    main,
+    old_default,
+    score_fuse,
+    uses_extra,
+    without_extra,
+)
 from benchmarks.retrieval_quality import load_corpora, load_questions
 from unichunk.retrieval.fusion import rrf_fuse
 from unichunk.retrieval.ranking import RetrievalSettings
@@ -61,6 +71,29 @@ def test_the_choice_is_the_best_mean_and_ties_go_to_the_fewest_changes():
     scored[three] = np.full((4, 3), 0.85)
     assert choose(scored, old) == three  # clearly best: chosen however many constants it changes
     assert one_change.changes(old) == 1 and three.changes(old) == 3 and old.changes(old) == 0
+
+
+def test_a_third_list_is_weighed_from_zero_and_must_add_without_costing():
+    retrievers = ["keywords", "vectors", "graph"]
+    old, grid = old_default(retrievers), candidates(retrievers)
+    assert dict(old.weights)["graph"] == 0.0 and old in grid and not uses_extra(old)
+    assert {dict(c.weights)["graph"] for c in grid if c.method == "rrf"} == {
+        0.0,
+        0.25,
+        0.5,
+        0.75,
+        1.0,
+        1.5,
+        2.0,
+    }
+    assert all(abs(sum(w for _, w in c.weights) - 1.0) < 1e-9 for c in grid if c.method != "rrf")
+    with_graph = Candidate("rrf", (("keywords", 1.0), ("vectors", 1.0), ("graph", 0.25)), 40, 2)
+    assert uses_extra(with_graph) and without_extra(with_graph) == Candidate(
+        "rrf", (("keywords", 1.0), ("vectors", 1.0), ("graph", 0.0)), 40, 2
+    )
+    assert adds_and_costs_none(np.array([0.01, 0.0, 0.0]))
+    assert not adds_and_costs_none(np.array([0.012, -0.004, 0.019]))  # the report half's, in issue 27
+    assert not adds_and_costs_none(np.zeros(3))  # adding nothing is not adding
 
 
 def test_a_whole_run_tunes_on_one_half_and_reports_the_other(tmp_path, capsys, monkeypatch):
