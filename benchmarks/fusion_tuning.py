@@ -338,7 +338,7 @@ def baseline_rows(results: Results) -> Iterator[tuple[str, np.ndarray]]:
 
 def write_plot(rows: Mapping[str, np.ndarray], baselines: Mapping[str, np.ndarray], chosen: str,
                path: Path) -> Path:  # fmt: skip
-    """Recall against budget on the report half: ours solid (the chosen fusion thick), each baseline
+    """Recall against budget on the report half: ours solid (the chosen fusion thick, black), each baseline
     chunking under its best ranker dashed."""
     import matplotlib
 
@@ -349,7 +349,7 @@ def write_plot(rows: Mapping[str, np.ndarray], baselines: Mapping[str, np.ndarra
     ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)  # a dozen lines, no colour twice
     for label, arr in rows.items():
         ax.plot(GRID, 100 * arr.mean(axis=0), "-", marker=".", label=label,
-                linewidth=2.4 if label == chosen else 1.2)  # fmt: skip
+                **({"color": "black", "linewidth": 2.4} if label == chosen else {"linewidth": 1.2}))  # fmt: skip
     best: dict[str, tuple[str, np.ndarray]] = {}
     for label, arr in baselines.items():
         config = label.split(" / ")[0]
