@@ -370,7 +370,114 @@ def write_plot(rows: Mapping[str, np.ndarray], baselines: Mapping[str, np.ndarra
     return path
 
 
-def main(argv: list[str] | None = None) -> None:
+@dataclass(frozen=True)
+class Choice:
+    """What the tune half decided: the old default, the fusion to ship, and the fusion with a third list
+    when the issue's test kept that list an option."""
+
+    old: Candidate
+    chosen: Candidate
+    option: Candidate | None = None
+
+    def labelled(self) -> list[tuple[str, Candidate]]:
+        rows = [(f"old default ({self.old.label()})", self.old)]
+        if self.option is not None:
+            rows.append((f"option ({self.option.label()})", self.option))
+        return [*rows, (f"chosen ({self.chosen.label()})", self.chosen)]
+
+
+def _table_head(first: str, mean: bool = True) -> None:
+    print(f"| {first} | " + " | ".join(f"{b:,} chars" for b in BUDGETS) + (" | mean |" if mean else " |"))
+    print("|---|" + ("---:|" if mean else "---|") * (len(BUDGETS) + mean))
+
+
+def tune_half(
+    lists: Lists, tune: list[int], report: list[int], retrievers: Sequence[str], top: int
+) -> Choice:
+    """Score the grid on the tune half, print the best `top`, choose; a choice fusing a third list is
+    kept only if that list passes the issue's test on both halves (module docstring, step 3)."""
+    old, grid = old_default(retrievers), candidates(retrievers)
+    scored = {c: recall_grid(lists, tune, c, BUDGETS) for c in grid}
+    chosen = choose(scored, old)
+    print(f"\n### tune half ({len(tune)} questions): {len(grid)} candidates, recall (%) at "
+          + " / ".join(f"{b:,}" for b in BUDGETS) + " characters and their mean\n")  # fmt: skip
+    _table_head("fusion")
+    ordered = sorted(scored, key=lambda c: -scored[c].mean())
+    for c in ordered[:top]:
+        print(_row(c.label() + (" **(chosen)**" if c == chosen else ""), scored[c]))
+    for name in retrievers:
+        print(_row(f"{name} alone", recall_grid(lists, tune, name, BUDGETS)))
+    print(_row(f"old default: {old.label()}", scored[old]))
+    if chosen not in ordered[:top]:
+        print(_row(f"{chosen.label()} **(chosen)**", scored[chosen]))
+    for method in ("rrf", "minmax", "zscore"):
+        best = max((c for c in grid if c.method == method), key=lambda c: scored[c].mean())
+        print(f"- best {method}: {best.label()}: mean {_pct(scored[best].mean())}")
+    print(f"- chosen (best mean; within {100 * TIE:g} points of it, fewest changes from the old default): "
+          f"{chosen.label()}")  # fmt: skip
+    if not uses_extra(chosen):
+        return Choice(old, chosen)
+    bare, extra = without_extra(chosen), ", ".join(retrievers[2:])
+    passed = []
+    for half, rows in (("tune", tune), ("report", report)):
+        gain = recall_grid(lists, rows, chosen, BUDGETS).mean(axis=0) - recall_grid(
+            lists, rows, bare, BUDGETS
+        ).mean(axis=0)
+        passed.append(adds_and_costs_none(gain))
+        print(f"- {extra} in it, {half} half: " + " / ".join(f"{100 * g:+.1f}" for g in gain)
+              + f" points against the same fusion without ({'adds, costs none' if passed[-1] else 'costs'})")  # fmt: skip
+    if all(passed):
+        return Choice(old, chosen)
+    default = choose({c: v for c, v in scored.items() if not uses_extra(c)}, old)
+    print(f"- so {extra} stays an option (issue 27: it must add recall at one budget and cost none at any, and "
+          f"the reported half is where the targets are judged); the default is chosen on the tune half among "
+          f"the fusions without it: {default.label()}")  # fmt: skip
+    return Choice(old, default, chosen)
+
+
+def report_half(lists: Lists, report: list[int], choice: Choice, retrievers: Sequence[str],
+                base: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:  # fmt: skip
+    """Print the report half: ours beside every baseline, the paired differences, the verdict against
+    the issue's targets; ours' per-question recall on GRID, by label."""
+    ours = {f"{name} alone": recall_grid(lists, report, name, GRID) for name in retrievers}
+    ours.update({label: recall_grid(lists, report, c, GRID) for label, c in choice.labelled()})
+    print(f"\n### report half ({len(report)} questions, never used to choose a constant): recall (%) at "
+          + " / ".join(f"{b:,}" for b in BUDGETS) + " characters\n")  # fmt: skip
+    _table_head("ranking")
+    for label, arr in ours.items():
+        print(_row(label, arr[:, IDX]))
+    for label, arr in base.items():
+        print(_row(f"**{label}** (baseline)", arr[:, IDX]))
+    print("| issue 27 target | " + " | ".join(_pct(TARGETS[b]) for b in BUDGETS) + " | |")
+    mine = ours[choice.labelled()[-1][0]][:, IDX]
+    print("\n### report half, paired by question: the chosen fusion minus ...")
+    print(
+        "(mean difference in points, [95 % bootstrap CI], wins/losses/ties, sign-test p; * = CI excludes 0)\n"
+    )
+    _table_head("vs", mean=False)
+    for label, _ in choice.labelled()[:-1]:
+        print(_paired(label.split(" (")[0], mine, ours[label][:, IDX]))
+    bests = []
+    for j, budget in enumerate(BUDGETS):
+        if base:
+            label = max(base, key=lambda lb: base[lb][:, IDX[j]].mean())
+            bests.append((label, float(base[label][:, IDX[j]].mean())))
+            print(_paired(f"best baseline at {budget:,}: {label}", mine, base[label][:, IDX]))
+    print("\n### verdict (issue 27 targets, report half)\n")
+    means = mine.mean(axis=0)
+    for j, budget in enumerate(BUDGETS):
+        line = f"- {budget:,} chars: {_pct(means[j])} % (target {_pct(TARGETS[budget])}: " + (
+            "met" if means[j] >= TARGETS[budget] - 1e-9 else "NOT met") + ")"  # fmt: skip
+        if bests:
+            label, value = bests[j]
+            lead = means[j] - value
+            line += (f"; {100 * lead:+.1f} points on the best baseline there ({label}, {_pct(value)}): lead of "
+                     f"{100 * LEAD:g} {'met' if lead >= LEAD - 1e-9 else 'NOT met'}")  # fmt: skip
+        print(line)
+    return ours
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpora", type=Path, help="directory of corpus files (default: the eval data's)")
     parser.add_argument("--questions", type=Path, help="questions CSV (default: the eval data's)")
@@ -384,14 +491,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plots-dir", default=str(Path("benchmarks") / "results"),
                         help="where the report half's plot is written ('' to skip)")  # fmt: skip
     parser.add_argument("--top", type=int, default=15, help="tune-half candidates printed")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
     started = time.perf_counter()
     retrievers = [r.strip() for r in args.retrievers.split(",") if r.strip()]
     corpora_dir = args.corpora or evaldata.corpora_dir("fusion_tuning")
     questions_file = args.questions or evaldata.questions_file("fusion_tuning")
     cache = Path(args.cache_dir) if args.cache_dir else None
-    corpora = load_corpora(corpora_dir)
-    questions = load_questions(questions_file, corpora)  # checked against the text, in file order
+    questions = load_questions(questions_file, load_corpora(corpora_dir))  # checked, in file order
     parsed = read_questions(questions_file)  # the same order; the halves by the shipped split
     position = {q.id: i for i, q in enumerate(parsed)}
     tune, report = ([position[q.id] for q in half] for half in split_halves(parsed))
@@ -401,116 +511,37 @@ def main(argv: list[str] | None = None) -> None:
         lists = build_lists(corpora_dir, questions, retrievers, cache)
         lists.save(args.lists, key)
 
-    old = old_default(retrievers)
-    grid = candidates(retrievers)
-    scored = {c: recall_grid(lists, tune, c, BUDGETS) for c in grid}
-    chosen = choose(scored, old)
-    print(f"\n### tune half ({len(tune)} questions): {len(grid)} candidates, recall (%) at "
-          + " / ".join(f"{b:,}" for b in BUDGETS) + " characters and their mean\n")  # fmt: skip
-    print("| fusion | " + " | ".join(f"{b:,} chars" for b in BUDGETS) + " | mean |")
-    print("|---|" + "---:|" * (len(BUDGETS) + 1))
-    ordered = sorted(scored, key=lambda c: -scored[c].mean())
-    for c in ordered[: args.top]:
-        print(_row(c.label() + (" **(chosen)**" if c == chosen else ""), scored[c]))
-    for name in retrievers:
-        print(_row(f"{name} alone", recall_grid(lists, tune, name, BUDGETS)))
-    print(_row(f"old default: {old.label()}", scored[old]))
-    if chosen not in ordered[: args.top]:
-        print(_row(f"{chosen.label()} **(chosen)**", scored[chosen]))
-    for method in ("rrf", "minmax", "zscore"):
-        best = max((c for c in grid if c.method == method), key=lambda c: scored[c].mean())
-        print(f"- best {method}: {best.label()}: mean {_pct(scored[best].mean())}")
-    print(f"- chosen (best mean; within {100 * TIE:g} points of it, fewest changes from the old default): "
-          f"{chosen.label()}")  # fmt: skip
-    option = None  # the fusion with a third list, when the issue's test keeps that list an option
-    if uses_extra(chosen):
-        bare = without_extra(chosen)
-        gains = {half: recall_grid(lists, rows, chosen, BUDGETS).mean(axis=0)
-                 - recall_grid(lists, rows, bare, BUDGETS).mean(axis=0)
-                 for half, rows in (("tune", tune), ("report", report))}  # fmt: skip
-        passed = {half: adds_and_costs_none(gain) for half, gain in gains.items()}
-        for half, gain in gains.items():
-            print(f"- {', '.join(retrievers[2:])} in it, {half} half: "
-                  + " / ".join(f"{100 * g:+.1f}" for g in gain)
-                  + f" points against the same fusion without ({'adds, costs none' if passed[half] else 'costs'})")  # fmt: skip
-        if not all(passed.values()):
-            option = chosen
-            chosen = choose({c: v for c, v in scored.items() if not uses_extra(c)}, old)
-            print(f"- so {', '.join(retrievers[2:])} stays an option (issue 27: it must add recall at one budget "
-                  f"and cost none at any, and the reported half is where the targets are judged); the default "
-                  f"is chosen on the tune half among the fusions without it: {chosen.label()}")  # fmt: skip
+    choice = tune_half(lists, tune, report, retrievers, args.top)
     now = shipped(retrievers)
+    same = (now.method, now.rrf_k, now.weights) == (
+        choice.chosen.method,
+        choice.chosen.rrf_k,
+        choice.chosen.weights,
+    )
     print(f"- `RetrievalSettings` ships: {now.label().replace(f'; {HITS} candidates', '')}"
-          + (" (= the chosen)" if (now.method, now.rrf_k, now.weights) == (chosen.method, chosen.rrf_k, chosen.weights)
-             else " (NOT the chosen)"))  # fmt: skip
-
-    # -- the report half --------------------------------------------------------------------------------------
-    ours_rows = {f"{name} alone": recall_grid(lists, report, name, GRID) for name in retrievers}
-    ours_rows[f"old default ({old.label()})"] = recall_grid(lists, report, old, GRID)
-    chosen_label = f"chosen ({chosen.label()})"
-    if option is not None:
-        ours_rows[f"option ({option.label()})"] = recall_grid(lists, report, option, GRID)
-    ours_rows[chosen_label] = recall_grid(lists, report, chosen, GRID)
+          + (" (= the chosen)" if same else " (NOT the chosen)"))  # fmt: skip
     base: dict[str, np.ndarray] = {}
     if not args.no_baselines:
         with retrieval_quality._truncation_warnings_off():
             results = retrieval_quality.run(corpora_dir, questions_file, False, cache, "auto", half="report")
         base = dict(baseline_rows(results))
-        ours_hybrid = results.strict[(results.configs[0], "hybrid", "chars")][:, IDX, 0].mean(axis=0)
+        stores = results.strict[(results.configs[0], "hybrid", "chars")][:, IDX, 0].mean(axis=0)
         offline = recall_grid(lists, report, now, BUDGETS).mean(axis=0)
-        same = "the same as" if np.allclose(ours_hybrid, offline) else "NOT the same as"
+        agree = "the same as" if np.allclose(stores, offline) else "NOT the same as"
         print(f"\nretrieval_quality's hybrid row for auto (the shipped defaults, ranked by the stores): "
-              f"{' / '.join(map(_pct, ours_hybrid))}, {same} these lists fused offline the same way")  # fmt: skip
-    print(f"\n### report half ({len(report)} questions, never used to choose a constant): recall (%) at "
-          + " / ".join(f"{b:,}" for b in BUDGETS) + " characters\n")  # fmt: skip
-    print("| ranking | " + " | ".join(f"{b:,} chars" for b in BUDGETS) + " | mean |")
-    print("|---|" + "---:|" * (len(BUDGETS) + 1))
-    for label, arr in ours_rows.items():
-        print(_row(label, arr[:, IDX]))
-    for label, arr in base.items():
-        print(_row(f"**{label}** (baseline)", arr[:, IDX]))
-    print("| issue 27 target | " + " | ".join(_pct(TARGETS[b]) for b in BUDGETS) + " | |")
-    mine = ours_rows[chosen_label][:, IDX]
-    print("\n### report half, paired by question: the chosen fusion minus ...")
-    print(
-        "(mean difference in points, [95 % bootstrap CI], wins/losses/ties, sign-test p; * = CI excludes 0)\n"
-    )
-    print("| vs | " + " | ".join(f"{b:,} chars" for b in BUDGETS) + " |")
-    print("|---|" + "---|" * len(BUDGETS))
-    print(_paired("old default", mine, ours_rows[f"old default ({old.label()})"][:, IDX]))
-    if option is not None:
-        print(_paired(f"option ({option.label()})", mine, ours_rows[f"option ({option.label()})"][:, IDX]))
-    bests = []
-    for j, budget in enumerate(BUDGETS):
-        if base:
-            label = max(base, key=lambda lb: base[lb][:, IDX[j]].mean())
-            bests.append((budget, label, float(base[label][:, IDX[j]].mean())))
-            print(_paired(f"best baseline at {budget:,}: {label}", mine, base[label][:, IDX]))
-    print("\n### verdict (issue 27 targets, report half)\n")
-    means = mine.mean(axis=0)
-    for j, budget in enumerate(BUDGETS):
-        line = f"- {budget:,} chars: {_pct(means[j])} % (target {_pct(TARGETS[budget])}: " + (
-            "met" if means[j] >= TARGETS[budget] - 1e-9 else "NOT met") + ")"  # fmt: skip
-        if bests:
-            _, label, value = bests[j]
-            lead = means[j] - value
-            line += (f"; {100 * lead:+.1f} points on the best baseline there ({label}, {_pct(value)}): lead of "
-                     f"{100 * LEAD:g} {'met' if lead >= LEAD - 1e-9 else 'NOT met'}")  # fmt: skip
-        print(line)
+              f"{' / '.join(map(_pct, stores))}, {agree} these lists fused offline the same way")  # fmt: skip
+    ours = report_half(lists, report, choice, retrievers, base)
     every = list(range(len(questions)))
     print(f"\n### all {len(questions)} questions (what `unichunk eval` reproduces; not a held-out figure)\n")
-    print("| ranking | " + " | ".join(f"{b:,} chars" for b in BUDGETS) + " | mean |")
-    print("|---|" + "---:|" * (len(BUDGETS) + 1))
-    alternatives = [(f"old default ({old.label()})", old), (chosen_label, chosen)]
-    if option is not None:
-        alternatives.append((f"option ({option.label()})", option))
-    for label, rank in alternatives:
+    _table_head("ranking")
+    for label, rank in choice.labelled():
         print(_row(label, recall_grid(lists, every, rank, BUDGETS)))
     if args.plots_dir:
+        chosen_label = choice.labelled()[-1][0]
         print(
-            f"plot: {write_plot(ours_rows, base, chosen_label, Path(args.plots_dir) / 'fusion_report_half.png')}"
+            f"plot: {write_plot(ours, base, chosen_label, Path(args.plots_dir) / 'fusion_report_half.png')}"
         )
-    print(f"\n{len(grid)} candidates, {len(questions)} questions in {time.perf_counter() - started:.0f}s")
+    print(f"\n{len(questions)} questions in {time.perf_counter() - started:.0f}s")
 
 
 if __name__ == "__main__":
