@@ -16,9 +16,10 @@ Proves:
   passes.
 - SIGTERM to a shard run's process (its worker cancelling it or stopping): the run stops between batches and
   ends Cancelled with what it wrote, not Crashed; the parent starts the shard again; nothing is stored twice.
-- Stopping the parent (Ctrl-C on a CLI-style run, and the `on_cancellation` hook a worker runs after
-  cancelling a parent) cancels its shard runs; a run in shards without the deployment fails at once,
-  saying what to start.
+- Stopping the parent (Ctrl-C on `unichunk ingest --shards 3`, whose handler only asks the run to stop;
+  a KeyboardInterrupt in a CLI-style run; the `on_cancellation` hook a worker runs after cancelling a
+  parent) cancels its shard runs; a run in shards without the deployment fails at once, saying what to
+  start.
 """
 
 from __future__ import annotations
@@ -442,6 +443,44 @@ def test_stopping_the_parent_cancels_its_shard_runs(
     cancel_shard_runs(flow=None, flow_run=parent_run, state=None)
     with get_client(sync_client=True) as client:
         assert {client.read_flow_run(c["id"]).state.type.value for c in children} == {"CANCELLED"}
+
+
+def test_ctrl_c_on_a_cli_sharded_run_cancels_its_shards_and_exits_130(
+    shard_pool: str, fault_env: Path, prefect_api_url: str, tmp_path: Path
+) -> None:
+    """The CLI's own Ctrl-C handler only asks the run to stop (`unichunk.stopping`): the parent, waiting
+    for shards no worker takes, sees the stop at its next poll, cancels them and exits 130, Cancelled."""
+    corpus = tmp_path / "corpus"
+    make_corpus(corpus, 20)
+    log = tmp_path / "parent.log"
+    sinks = [option for sink in SINKS for option in ("--sink", sink)]
+    earlier = (_children_of_latest(prefect_api_url, 3) or [{"parent": None}])[0]["parent"]
+
+    def new_children() -> list[dict] | None:  # of this test's parent, not an earlier test's
+        children = _children_of_latest(prefect_api_url, 3)
+        return children if children and children[0]["parent"] != earlier else None
+
+    parent = subprocess.Popen(
+        [str(BIN / "unichunk"), "ingest", str(corpus), "--shards", "3", *sinks],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        children = wait("the parent's three shard runs", new_children, START_TIMEOUT, log)
+        os.killpg(parent.pid, signal.SIGINT)
+        assert parent.wait(timeout=120) == 130, tail(log)
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+    states = {
+        c["id"]: _api(prefect_api_url, "GET", f"/flow_runs/{c['id']}")["state"]["type"] for c in children
+    }
+    assert set(states.values()) == {"CANCELLED"}, states
+    parent_state = _api(prefect_api_url, "GET", f"/flow_runs/{children[0]['parent']}")["state"]["type"]
+    assert parent_state == "CANCELLED"
+    assert "stopped:" in log.read_text()
+    assert not _open_run_keys()
 
 
 # --- helpers --------------------------------------------------------------------------------------------
