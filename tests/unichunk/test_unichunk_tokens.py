@@ -40,7 +40,7 @@ def test_a_token_resolves_to_its_principal_and_only_its_hash_is_stored(records_s
 
     stored = _stored_bytes(records_settings)
     for secret in (token, writer_token, admin_token):
-        assert secret.encode() not in stored and secret.split("_")[2].encode() not in stored
+        assert secret.encode() not in stored and secret.split("_", 2)[2].encode() not in stored
     assert hashlib.sha256(token.encode()).hexdigest().encode() in stored  # the hash, and nothing more
     assert {r.name for r in tokens.list()} == {"alice", "bot", admin.id}
 
