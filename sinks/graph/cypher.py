@@ -66,17 +66,23 @@ def _stored(var: str, lists: tuple[tuple[str, str, str, str], ...], carry: str) 
     )
 
 
-def _kept_entries(var: str, lists: tuple[tuple[str, str, str, str], ...], gone: str, new: str | None) -> str:
-    """WITH: the stored entries whose chunk is not in `gone`, each element coalesced, then (`new`: a row
-    variable) that row's entries appended."""
+def _kept_entries(
+    var: str, lists: tuple[tuple[str, str, str, str], ...], gone: str, new: str | None, where: str = ""
+) -> str:
+    """WITH: the stored entries whose chunk is not in `gone` (rows passing `where`, which sees `keep`), each
+    element coalesced, then (`new`: a row variable) that row's entries appended."""
     names = ", ".join(v for v, _, _, _ in lists)
     parts = [
         f"[i IN keep | coalesce({v}[i], {default})]" + (f" + {new}.{row}" if new else "") + f" AS {v}"
         for v, _, row, default in lists
     ]
     return (
-        f"WITH {var}, {new + ', ' if new else ''}{names}, [i IN range(0, size(ids) - 1) WHERE NOT ids[i] IN {gone}] AS keep\n"
-        f"WITH {var}, " + ", ".join(parts) + "\n"
+        f"WITH {var}, {new + ', ' if new else ''}{names}, "
+        f"[i IN range(0, size(ids) - 1) WHERE NOT ids[i] IN {gone}] AS keep\n"
+        + (f"WHERE {where}\n" if where else "")
+        + f"WITH {var}, "
+        + ", ".join(parts)
+        + "\n"
     )
 
 
@@ -84,12 +90,12 @@ def _canonical(var: str, lists: tuple[tuple[str, str, str, str], ...]) -> str:
     """WITH: the lists reordered by chunk ID, so what is stored is a function of which chunks contributed
     what, never of the order they were written in (ingest, delete, re-ingest gives the same graph). Sorted
     before `collect`, which keeps that order (Neo4j and FalkorDB alike); an empty list stays empty (its
-    one null row collects nothing)."""
-    names = ", ".join(v for v, _, _, _ in lists)
+    one null row collects nothing). Only single elements pass the ORDER BY: FalkorDB copies every list a
+    sorted row carries (a 2,000-chunk entity took a second instead of 10 ms)."""
     return (
         "UNWIND CASE WHEN size(ids) = 0 THEN [null] ELSE range(0, size(ids) - 1) END AS i\n"
-        f"WITH {var}, {names}, i ORDER BY ids[i]\n"
-        f"WITH {var}, " + ", ".join(f"collect({v}[i]) AS {v}" for v, _, _, _ in lists) + "\n"
+        f"WITH {var}, " + ", ".join(f"{v}[i] AS {v}_i" for v, _, _, _ in lists) + " ORDER BY ids_i\n"
+        f"WITH {var}, " + ", ".join(f"collect({v}_i) AS {v}" for v, _, _, _ in lists) + "\n"
     )
 
 
@@ -97,13 +103,14 @@ def _assign(var: str, lists: tuple[tuple[str, str, str, str], ...]) -> str:
     return ", ".join(f"{var}.{prop} = {v}" for v, prop, _, _ in lists)
 
 
-# Shown: the type, alias and name of the first chunk (by ID) that gives one; the alias is
-# `names.alias_key(name, type)`, computed per chunk in Python, so it is never stale after a trim.
+# Shown: the type of the first chunk (by ID), the first name a chunk gives, and the alias of the shown type:
+# `names.alias_key(name, type)` is computed per chunk in Python, so it is never stale after a trim, and taken
+# from any chunk of that type (an entry written before aliases existed has none).
 _ENTITY_SET = (
     "WITH e, ids, ts, ds, ns, als, ms, coalesce(ts[0], e.type) AS t, "
     f"{_join_first('ds', 3, _NEWLINE)} AS d,\n"
     "     coalesce(head([n IN ns WHERE n <> '']), e.display_name, e.name) AS dn,\n"
-    "     CASE WHEN coalesce(als[0], '') = '' THEN null ELSE als[0] END AS a\n"
+    "     head([i IN range(0, size(ids) - 1) WHERE ts[i] = ts[0] AND als[i] <> '' | als[i]]) AS a\n"
     f"SET {_assign('e', _ENTITY_LISTS)}, e.type = t, e.description = d, e.display_name = dn, e.alias = a"
 )
 _RELATION_SET = (
@@ -200,26 +207,34 @@ MERGE (a)-[x:RELATED]->(b)
 # how the next run (after a crash) finds what still needs trimming.
 TRIM_ENTITIES = f"""
 UNWIND $rows AS r
-MATCH (e:Entity)-[:MENTIONED_IN]->(:Chunk {{chunk_id: r.chunk_id}})
-WHERE NOT e.name IN r.names AND (e.source_chunk_ids IS NULL OR r.chunk_id IN e.source_chunk_ids)
+MATCH (c:Chunk {{chunk_id: r.chunk_id}})
+MATCH (e:Entity)-[:MENTIONED_IN]->(c)
+WITH e, r
+WHERE NOT e.name IN r.names
 WITH e, collect(DISTINCT r.chunk_id) AS gone
-{_stored("e", _ENTITY_LISTS, "e, gone")}{_kept_entries("e", _ENTITY_LISTS, "gone", None)}{_canonical("e", _ENTITY_LISTS)}{_ENTITY_SET}
+{_stored("e", _ENTITY_LISTS, "e, gone")}{_kept_entries("e", _ENTITY_LISTS, "gone", None, "e.source_chunk_ids IS NULL OR size(keep) < size(ids)")}{_canonical("e", _ENTITY_LISTS)}{_ENTITY_SET}
 """
+
+# A relation a chunk states joins two entities the chunk mentions, so it is found from the chunk's pairs of
+# entities (a few) rather than from all the relations of each (a hub entity has thousands). The chunk is
+# matched on its own first, and a condition on an entity follows a WITH: FalkorDB plans a pattern that
+# starts at an Entity, or a WHERE on one beside the MATCH, as a scan of every Entity.
+_RELATIONS_OF_CHUNK = """MATCH (c:Chunk {chunk_id: $id})
+MATCH (a:Entity)-[:MENTIONED_IN]->(c)<-[:MENTIONED_IN]-(b:Entity)
+MATCH (a)-[x:RELATED]->(b)"""
 
 TRIM_RELATIONS = f"""
 UNWIND $rows AS r
-MATCH (:Chunk {{chunk_id: r.chunk_id}})<-[:MENTIONED_IN]-(:Entity)-[x:RELATED]-(:Entity)
-WHERE r.chunk_id IN coalesce(x.source_chunk_ids, [])
-  AND NOT (startNode(x).name + '{_NEWLINE}' + endNode(x).name) IN r.pairs
+{_RELATIONS_OF_CHUNK.replace("$id", "r.chunk_id")}
+WITH a, b, x, r
+WHERE NOT (a.name + '{_NEWLINE}' + b.name) IN r.pairs
 WITH x, collect(DISTINCT r.chunk_id) AS gone
-{_stored("x", _RELATION_LISTS, "x, gone")}{_kept_entries("x", _RELATION_LISTS, "gone", None)}{_canonical("x", _RELATION_LISTS)}{_RELATION_SET}
+{_stored("x", _RELATION_LISTS, "x, gone")}{_kept_entries("x", _RELATION_LISTS, "gone", None, "size(keep) < size(ids)")}{_canonical("x", _RELATION_LISTS)}{_RELATION_SET}
 """
 
-DELETE_ORPHAN_RELATIONS = """
+DELETE_ORPHAN_RELATIONS = f"""
 UNWIND $chunk_ids AS id
-MATCH (c:Chunk {chunk_id: id})
-MATCH (e:Entity)-[:MENTIONED_IN]->(c)
-MATCH (e)-[x:RELATED]-(:Entity)
+{_RELATIONS_OF_CHUNK.replace("$id", "id")}
 WITH DISTINCT x
 WHERE size(coalesce(x.source_chunk_ids, [])) = 0
 DELETE x
@@ -235,9 +250,11 @@ DETACH DELETE e
 """
 
 DELETE_STALE_MENTIONS = """
-UNWIND $chunk_ids AS id
-MATCH (e:Entity)-[m:MENTIONED_IN]->(:Chunk {chunk_id: id})
-WHERE NOT id IN coalesce(e.source_chunk_ids, [])
+UNWIND $rows AS r
+MATCH (c:Chunk {chunk_id: r.chunk_id})
+MATCH (e:Entity)-[m:MENTIONED_IN]->(c)
+WITH e, m, r
+WHERE NOT e.name IN r.names
 DELETE m
 """
 

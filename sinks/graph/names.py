@@ -131,14 +131,17 @@ def person_words(name: str) -> list[str]:
 
 def base_key(name: str, entity_type: str | None = None) -> str:
     """The key an entity is stored under: `entity_key` of the name without a possessive, a dotted acronym
-    without its dots, and for a PERSON without titles and suffixes ("Dr. Margaret Okafor Jr." ->
-    "margaret okafor")."""
+    without its dots, for a PERSON without titles and suffixes ("Dr. Margaret Okafor Jr." -> "margaret
+    okafor"), and for anything else without a leading "the" ("the World Health Organization", as NER
+    often spans it, is "world health organization")."""
     shown = strip_possessive(display_name(name))
     if _DOTTED_ACRONYM.match(shown):
         shown = shown.replace(".", "")
     if _is_person(entity_type):
         return " ".join(person_words(shown))
-    return entity_key(shown)
+    key = entity_key(shown)
+    first, _, rest = key.partition(" ")
+    return rest if first == "the" and rest else key
 
 
 def acronym(key: str) -> str | None:

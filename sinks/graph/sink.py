@@ -189,7 +189,6 @@ class KnowledgeGraphSink(Sink):
         rows = [self._chunk_row(c, labels[d]) for d in doc_ids for c in chunks[d]]
         ids = {d: [c.chunk_id for c in chunks[d]] for d in doc_ids}
         graph = _merge_graphs([graphs[d] for d in doc_ids])
-        before = self._stored_chunk_ids_of(doc_ids)
         self._batched(
             cypher.UPSERT_DOCUMENTS,
             [
@@ -197,6 +196,7 @@ class KnowledgeGraphSink(Sink):
                 for d in documents
             ],
         )
+        before = self._stored_chunk_ids_of(doc_ids)  # after a write: FalkorDB refuses reads of no graph
         self._batched(cypher.UPSERT_CHUNKS, rows)
         self._batched(cypher.UPDATE_CHANGED_CHUNKS, rows)
         links = {d: list(pairwise(ids[d])) for d in doc_ids}
@@ -273,7 +273,7 @@ class KnowledgeGraphSink(Sink):
         self._batched(cypher.TRIM_ENTITIES, rows)
         self._batched(cypher.DELETE_ORPHAN_RELATIONS, touched, key="chunk_ids")
         self._batched(cypher.DELETE_ORPHAN_ENTITIES, touched, key="chunk_ids")
-        self._batched(cypher.DELETE_STALE_MENTIONS, sorted(r["chunk_id"] for r in kept), key="chunk_ids")
+        self._batched(cypher.DELETE_STALE_MENTIONS, list(kept))
         self._batched(cypher.DELETE_CHUNKS, chunk_ids, key="chunk_ids")
 
     def _batched(self, query: str, rows: Sequence[Any], key: str = "rows") -> None:

@@ -231,7 +231,7 @@ def test_statements_per_batch_do_not_grow_with_documents(graph_backend: GraphBac
         counts[n] = (fresh, len(counting.calls))
         assert sink.stats()["Chunk"] == 2 * n and sink.stats()["Entity"] == 4
     assert counts[1] == counts[20]
-    # a read of the chunks stored before, documents, chunks, changed chunks, links, unlink, mentions,
+    # documents, a read of the chunks stored before, chunks, changed chunks, links, unlink, mentions,
     # entities, relations, a read of the chunks stored after; then the six statements trimming what the
     # kept chunks no longer contribute and removing the replaced chunks.
     assert counts[20] == (10, 10 + 6)
