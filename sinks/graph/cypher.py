@@ -5,10 +5,19 @@ Schema: (:Document)<-[:FROM_DOCUMENT]-(:Chunk)-[:NEXT_CHUNK]->(:Chunk), (:Entity
 Chunk carries its document's access `labels` (a list, empty for none).
 
 What an entity or relation learnt is kept per source chunk in parallel lists (`source_chunk_ids[i]` goes
-with `chunk_descriptions[i]`, ...), and the shown `type`, `description`, `keywords` and `weight` are
-derived from them in the same statement. That is what lets a deleted or re-chunked document take back
-exactly its own contribution from an entity other documents still mention. Every statement is safe to
-repeat, so a sequence interrupted half-way is repaired by running it again.
+with `chunk_descriptions[i]`, ...), and the shown `type`, `description`, `display_name`, `alias`, `keywords`
+and `weight` are derived from them in the same statement. That is what lets a deleted or re-chunked
+document take back exactly its own contribution from an entity other documents still mention. The lists
+are kept in chunk-ID order (sorted in the statement), so the graph is a function of what is stored, not
+of the order documents were written in. Every statement is safe to repeat, so a sequence interrupted
+half-way is repaired by running it again.
+
+An entity's key (`name`) is `names.base_key` of its name after resolution inside its document
+(`resolution.py`); `chunk_merged_from[i]` lists, newline-separated, the keys chunk i's names had before
+(a surname, an acronym, a title or possessive form), which is why two names are one; `chunk_names[i]` is
+the name as chunk i wrote it ('' where it only wrote a merged form); `chunk_aliases[i]` is
+`names.alias_key(name, chunk_types[i])`, the shown `alias` that of the shown type (an indexed second key:
+a surname or an acronym finds the entity without merging entities of two documents).
 
 The same per-chunk lists make the filtered reads (`filtered`): an entity or relation is shown to a reader only
 if one of its source chunks passes the reader's filter, with its description, keywords, weight and sources

@@ -6,6 +6,10 @@ sequence of statements each safe to repeat: a crash half-way is repaired by writ
 A batch of documents is one sequence: each kind of statement is sent once for all of them (cut at
 `batch_size` rows), its rows aggregated by MERGE key in Python, and no query filters after a write.
 
+Entities are resolved inside each document (`resolution.aggregate`: a surname, an acronym, titles and
+possessives), never across documents. Since resolution reads the whole document, a rewrite trims from the
+chunks it keeps whatever they no longer contribute, as it trims the chunks it removes.
+
 Chunk content is stored exactly: as is, unless it holds a NUL, which FalkorDB cannot hold; then escaped under
 a `content_encoding` marker that `decode_content` undoes (docs/design.md, "Identity and exactness").
 """
