@@ -73,7 +73,7 @@ def aggregate(extractions: Sequence[Extraction]) -> DocumentGraph:
     """Fold one document's per-chunk extractions into one row per entity key and per relation pair, names
     resolved across the document's chunks, lists in chunk order."""
     chunks = [_chunk_mentions(x) for x in extractions]
-    resolve = _Resolver([m for ents, ends in chunks for m in (*ents, *(e for pair in ends for e in pair))])
+    resolve = _Resolver([m for ents, ends in chunks for m in (*ents, *_ends(ends))])
     entities: dict[str, dict[str, Any]] = {}
     relations: dict[tuple[str, str], dict[str, Any]] = {}
     mentions: list[dict[str, str]] = []
@@ -81,7 +81,7 @@ def aggregate(extractions: Sequence[Extraction]) -> DocumentGraph:
     for extraction, (ents, ends) in zip(extractions, chunks, strict=True):
         chunk_id = extraction.chunk_id
         by_node: dict[str, list[_Mention]] = {}
-        for m in (*ents, *(e for pair in ends for e in pair if e is not None)):
+        for m in (*ents, *_ends(ends)):
             by_node.setdefault(resolve(m), []).append(m)
         for node, group in by_node.items():
             mentions.append({"name": node, "chunk_id": chunk_id})
@@ -96,6 +96,10 @@ def aggregate(extractions: Sequence[Extraction]) -> DocumentGraph:
             _add_relation(relations, source, target, chunk_id, rel)
         chunk_rows.append({"chunk_id": chunk_id, "names": sorted(by_node), "pairs": sorted(pairs)})
     return DocumentGraph(mentions, list(entities.values()), list(relations.values()), chunk_rows)
+
+
+def _ends(ends: Sequence[tuple[_Mention | None, _Mention | None]]) -> list[_Mention]:
+    return [m for pair in ends for m in pair if m is not None]
 
 
 def _chunk_mentions(

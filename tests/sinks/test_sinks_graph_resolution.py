@@ -546,3 +546,40 @@ def test_spacy_finds_margaret_okafor_and_later_dr_okafor_as_one_person(
     assert okafor[0].display_name == "Margaret Okafor" and okafor[0].type == "PERSON"
     assert "okafor" not in _names(sink)
     assert _node(sink, "margaret okafor")["chunk_merged_from"] == ["", "okafor"]
+
+
+_ANY_NAME = st.text(st.characters(exclude_categories=["Cs"]), max_size=20)
+_ANY_TYPE = st.sampled_from(["PERSON", "ORG", "GPE", "UNKNOWN", "", "person", "Weird Type"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    chunks=st.lists(
+        st.tuples(
+            st.lists(st.tuples(_ANY_NAME, _ANY_TYPE), max_size=4),
+            st.lists(st.tuples(_ANY_NAME, _ANY_NAME), max_size=3),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_any_names_give_well_formed_rows(chunks) -> None:
+    """Whatever an extractor calls things (any code point, any type): keys a MERGE accepts (non-empty, no
+    space at either end), parallel lists of one length, relations between two different keys."""
+    extractions = [
+        _extraction(f"c{i:03d}", f"chunk {i}", ents, rels) for i, (ents, rels) in enumerate(chunks)
+    ]
+    graph = aggregate(extractions)
+    keys = {row["name"] for row in graph.entities}
+    for key in keys:
+        assert key and key == key.strip() and "\n" not in key
+    for row in graph.entities:
+        lengths = {
+            len(row[f]) for f in ("chunk_ids", "types", "descriptions", "names", "aliases", "merged_from")
+        }
+        assert len(lengths) == 1
+    for row in graph.relations:
+        assert row["source"] < row["target"] and {row["source"], row["target"]} <= keys
+    assert {(m["name"], m["chunk_id"]) for m in graph.mentions} == {
+        (row["name"], c) for row in graph.entities for c in row["chunk_ids"]
+    }
