@@ -52,6 +52,7 @@ from unichunk.sinks.graph.extraction import (
     unpack_extraction,
 )
 from unichunk.sinks.graph.llm_extraction import LLMExtractor
+from unichunk.sinks.graph.names import PERSON, base_key
 from unichunk.sinks.graph.resolution import DocumentGraph, aggregate
 from unichunk.sinks.graph.resolution import clean_text as _clean
 from unichunk.sinks.result_cache import ResultCache
@@ -386,7 +387,7 @@ class KnowledgeGraphSink(Sink):
         entity without one is as absent as an unknown one."""
         if not 1 <= hops <= MAX_HOPS:
             raise ValueError(f"hops must be between 1 and {MAX_HOPS}")
-        key = entity_key(entity_name)
+        key = self._stored_key(entity_name)
         scope = self._scope(filter)
         if scope is None:
             rows = self._read(cypher.NEIGHBOURS[hops], {"name": key})
@@ -473,8 +474,18 @@ class KnowledgeGraphSink(Sink):
 
     def entity(self, name: str, filter: SearchFilter | None = None) -> GraphEntity | None:
         """One entity by any spelling of its name (under a `filter`: as the reader may see it)."""
-        found = self._entities_by_name([entity_key(name)], self._scope(filter))
-        return found[0] if found else None
+        candidates = _spellings(name)
+        found = {e.name: e for e in self._entities_by_name(candidates, self._scope(filter))}
+        return next((found[k] for k in candidates if k in found), None)
+
+    def _stored_key(self, name: str) -> str:
+        """The key a name is stored under: as typed ("IBM"), or as resolution writes it ("IBM's",
+        "Dr. Margaret Okafor"); the first spelling the graph holds, else the plain key."""
+        candidates = _spellings(name)
+        if not candidates:
+            return ""
+        held = {r["name"] for r in self._read(cypher.ENTITIES_BY_NAME, {"names": candidates})}
+        return next((k for k in candidates if k in held), candidates[0])
 
     def stats(self) -> dict[str, int]:
         """Node counts per label and relationship counts per type (for monitoring and tests)."""
@@ -564,6 +575,13 @@ def _content_hash(stored: Any, encoding: Any) -> str:
         return sha256_hex(decode_content(stored, encoding))
     except ValueError:
         return NO_CONTENT_HASH
+
+
+def _spellings(name: str) -> list[str]:
+    """The keys a name a caller typed may be stored under, most literal first: `entity_key`, then the
+    write side's `base_key` (possessive, dotted acronym, a leading "the"), then as a person's name
+    (titles and suffixes dropped)."""
+    return [k for k in dict.fromkeys((entity_key(name), base_key(name), base_key(name, PERSON))) if k]
 
 
 def _entity(row: Mapping[str, Any]) -> GraphEntity:

@@ -583,3 +583,21 @@ def test_any_names_give_well_formed_rows(chunks) -> None:
     assert {(m["name"], m["chunk_id"]) for m in graph.mentions} == {
         (row["name"], c) for row in graph.entities for c in row["chunk_ids"]
     }
+
+
+def test_a_name_is_found_as_typed_or_as_resolution_stored_it(graph_backend: GraphBackend, make_doc) -> None:
+    """`entity` and `neighbourhood` take a name as a person types it: "Dr. Margaret Okafor", "IBM's"."""
+    text = "Margaret Okafor joined IBM."
+    sink = _sink(
+        graph_backend, {text: ([("Margaret Okafor", "PERSON"), ("IBM", "ORG")], [("Margaret Okafor", "IBM")])}
+    )
+    doc, chunks = make_doc("doc_s", [text])
+    sink.write(sink.prepare([(doc, chunks)]))
+    assert sink.entity("Dr. Margaret Okafor").name == "margaret okafor"
+    assert sink.entity("IBM's").name == "ibm"
+    assert sink.entity("ibm").name == "ibm"
+    assert sink.entity("Nobody") is None and sink.entity("") is None
+    near = sink.neighbourhood("Dr. Margaret Okafor")
+    assert near.entities[0].name == "margaret okafor"
+    assert {(r.source, r.target) for r in near.relations} == {("ibm", "margaret okafor")}
+    assert sink.neighbourhood("").entities == ()
