@@ -42,6 +42,7 @@ from unichunk.chunking.errors import UnichunkError
 from unichunk.chunking.sources import SourceItem
 from unichunk.engine import progress
 from unichunk.engine.params import IngestParams, IngestSummary, ShardOutcome, ShardParams
+from unichunk.engine.stop import interrupted, stopping
 from unichunk.index.run import RunConfig
 from unichunk.index.shard_records import ShardRecord, ShardRecords
 from unichunk.index.shards import split
@@ -162,6 +163,8 @@ class _Coordinator:
                     watching[shard] = self._start(shard, 1)
                 while watching:
                     time.sleep(POLL_SECONDS)
+                    if stopping():  # Ctrl-C or SIGTERM (`unichunk.engine.stop`): cancel the shards below
+                        raise interrupted()
                     self._poll(client, watching, outcomes, summary)
             except BaseException:
                 # Interrupted (the parent cancelled or stopped, Ctrl-C, an API failure): its shards must

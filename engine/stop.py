@@ -10,11 +10,14 @@ never shows a stopped run as Running.
 
 Prefect's flow engine puts its own SIGTERM handler in place for the length of a flow run (it raises
 `TerminationSignal` wherever the main thread is, and marks the run Crashed); `signals_stop_runs` puts the
-application's handler back over it for the flow's body, so SIGTERM stops a CLI run as Ctrl-C does.
+application's handler back over it for the flow's body, so SIGTERM stops a CLI run as Ctrl-C does, and
+gives a served run (a worker's subprocess, where no command installed one) a handler of its own that does
+the same: a shard run stopped by its worker ends Cancelled, its leases released, and its parent retries it.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -77,16 +80,30 @@ def cancelled(exc: RunInterrupted) -> State:
     return Cancelled(message=str(exc), data=exc)
 
 
+def _stop_served_run(signum: int, frame: Any) -> None:
+    """SIGTERM in a served run's own process (a worker's or `unichunk serve`'s subprocess for this run, where
+    no command installed a handler): the first asks the run to stop, as a CLI run's does; a second exits at
+    once, as a second Ctrl-C does."""
+    if not STOP.request(signum):
+        os._exit(128 + signum)
+
+
 @contextmanager
 def signals_stop_runs() -> Iterator[None]:
-    """For a flow's body: the application's stop handler (`STOP.handler`, when a CLI command installed
-    one) answers SIGTERM instead of Prefect's crash bridge; restored afterwards."""
-    handler = STOP.handler
-    if handler is None or threading.current_thread() is not threading.main_thread():
+    """For a flow's body: SIGTERM stops the run instead of going to Prefect's crash bridge; restored
+    afterwards. The handler is the application's (`STOP.handler`) when a CLI command installed one; in a
+    served run's process (none installed) it is `_stop_served_run`, and the stop it asked is forgotten at
+    the end (the process may run on). Model loads stay uninterruptible there (`STOP.unless_stopped` needs
+    a command to leave a load behind): the run stops after one."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
+    handler = STOP.handler or _stop_served_run
     previous = signal.signal(signal.SIGTERM, handler)
+    own = STOP.handler is None and previous is not _stop_served_run  # not nested in another guarded run
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if own:
+            STOP.clear()

@@ -30,11 +30,11 @@ def sync_source(flow_name: str, params: IngestParams) -> tuple[IngestSummary, Ru
     with timed_summary(summary, flow_name, flow_metrics()):
         listed = list_sources(params.source, run.settings, record=not params.dry_run)
         summary.listed = sum(len(entry.items) for entry in listed)
-        if params.shards > 1:
-            problems = sync_in_shards(listed, run, summary, params)
-        else:
-            with run_stores(run, params.dry_run) as stores:
-                try:
+        try:
+            if params.shards > 1:  # a stop cancels the shards; what the finished ones wrote is counted
+                problems = sync_in_shards(listed, run, summary, params)
+            else:
+                with run_stores(run, params.dry_run) as stores:
                     sync_listed(
                         listed,
                         run,
@@ -44,8 +44,8 @@ def sync_source(flow_name: str, params: IngestParams) -> tuple[IngestSummary, Ru
                         dry_run=params.dry_run,
                         delete=params.delete_missing,
                     )
-                except RunInterrupted as exc:  # with what this run wrote before it stopped
-                    raise RunInterrupted(exc.signum, summary.processed) from None
+        except RunInterrupted as exc:  # with what this run wrote before it stopped
+            raise RunInterrupted(exc.signum, summary.processed) from None
     return summary, run, problems
 
 

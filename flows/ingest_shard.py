@@ -6,7 +6,9 @@ vectors or chunks of another kind into the index. Then it takes its documents fr
 (`unichunk.index.shard_records`), processes them exactly as a run on its own does (`unichunk.engine.batches.process_items`:
 batches, leases, status), and stores its summary for the parent. Meanwhile a heartbeat thread says it is
 alive, with the documents done so far (the parent's progress). Deleting what vanished from the source is
-the parent's business, done once; a shard deletes nothing.
+the parent's business, done once; a shard deletes nothing. Like the other runs it is `guarded`: the SIGTERM
+its worker sends (the run cancelled, the worker stopping) stops it between batches, Cancelled, with what it
+did not write put back and its leases released, so the attempt its parent starts next finds them free.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from unichunk.engine import progress
 from unichunk.engine.batches import finish, process_items, run_stores, timed_summary
 from unichunk.engine.params import IngestSummary, ShardParams
 from unichunk.engine.run_names import shard_run_name
+from unichunk.engine.stop import RunInterrupted
+from unichunk.flows.run_guard import guarded
 from unichunk.flows.run_settings import flow_metrics, flow_settings
 from unichunk.index.generations import target_for_ingest
 from unichunk.index.run import RunConfig
@@ -85,6 +89,7 @@ def shard_run(params: ShardParams) -> RunConfig:
 
 
 @flow(name="ingest-shard", flow_run_name=shard_run_name)
+@guarded
 def ingest_shard(params: ShardParams) -> IngestSummary | State:
     """Process one shard of a sharded `ingest`/`reindex` run; Failed if any of its documents failed."""
     logger = get_run_logger()
@@ -107,7 +112,12 @@ def ingest_shard(params: ShardParams) -> IngestSummary | State:
         progress.listening(heartbeat.progress),
         run_stores(run, params.dry_run) as stores,
     ):
-        process_items(items, run, summary, stores, batch_size=params.batch_size, dry_run=params.dry_run)
+        try:
+            process_items(items, run, summary, stores, batch_size=params.batch_size, dry_run=params.dry_run)
+        except (
+            RunInterrupted
+        ) as exc:  # stored no summary: the parent starts the shard again (unless it stopped)
+            raise RunInterrupted(exc.signum, summary.processed) from None
     if not records.finish(params.parent, params.shard, params.attempt, summary.model_dump_json()):
         logger.warning("a later attempt of this shard has begun: its summary, not this one's, counts")
     # No artifacts: the parent publishes the run's, with every shard's counts in them.

@@ -35,6 +35,7 @@ from unichunk.engine.params import (
 from unichunk.engine.reports import failed_state, publish_evaluation, publish_rebuild
 from unichunk.engine.run_names import rebuild_run_name
 from unichunk.engine.sources import Listed, list_sources, sync_listed
+from unichunk.engine.stop import RunInterrupted
 from unichunk.flows.run_guard import guarded
 from unichunk.flows.run_settings import flow_metrics, flow_settings, flow_strategy
 from unichunk.index.generations import generation_counts, live_generation, registry_of
@@ -54,14 +55,19 @@ def _sync(
     stores: RunStores,
     flow_name: str,
     batch_size: int,
+    written_before: int = 0,
 ) -> IngestSummary:
     """One incremental pass of the sources into the new generation (deleting what a source dropped);
-    `listed` is what they listed for this pass, empty to list them again."""
+    `listed` is what they listed for this pass, empty to list them again. Stopped when asked, it says how
+    many documents this run wrote, `written_before` (the earlier passes') included, as `ingest` does."""
     summary = IngestSummary(flow=flow_name)
     with timed_summary(summary, flow_name, flow_metrics()):
         listed = listed or list_sources(named, run.settings, record=False)
         summary.listed = sum(len(entry.items) for entry in listed)
-        sync_listed(listed, run, summary, stores, batch_size=batch_size, dry_run=False, delete=True)
+        try:
+            sync_listed(listed, run, summary, stores, batch_size=batch_size, dry_run=False, delete=True)
+        except RunInterrupted as exc:
+            raise RunInterrupted(exc.signum, written_before + summary.processed) from None
     return summary
 
 
@@ -167,7 +173,9 @@ def rebuild(params: RebuildParams) -> RebuildSummary | State:
         stores.open()  # a rebuild always verifies its generation's stores, whatever it had to write
         summary.build = _sync(listed, params.source, run, stores, "rebuild", params.batch_size)
         # What changed in the sources while the build ran (webhooks updated only the live generation).
-        summary.catch_up = _sync([], params.source, run, stores, "rebuild-catch-up", params.batch_size)
+        summary.catch_up = _sync(
+            [], params.source, run, stores, "rebuild-catch-up", params.batch_size, summary.build.processed
+        )
         report = verify_alignment_task(run)
         if not report.ok:  # as reindex does: re-write what a store lost, then look again
             summary.repaired = asdict(repair_alignment(run, report))

@@ -44,10 +44,16 @@ CREATE TABLE IF NOT EXISTS tokens (
     may_write INTEGER NOT NULL DEFAULT 0,
     admin INTEGER NOT NULL DEFAULT 0,
     created_at TEXT NOT NULL,
-    revoked_at TEXT
+    revoked_at TEXT,
+    created_seq BIGINT
 )"""
 ]
 _COLUMNS = "id, name, hash, labels, may_write, admin, created_at, revoked_at"
+# Creation order, exactly: the store's own counter, taken under a lock in the insert's transaction (the
+# timestamps have whole seconds and each writer's clock). Nullable: rows of a table made before it have none,
+# and were all created before any row that has one (the column is added before the first new insert).
+_SEQUENCE = {"created_seq": "BIGINT"}
+_OLDEST_FIRST = "ORDER BY CASE WHEN created_seq IS NULL THEN 0 ELSE 1 END, created_seq, created_at, id"
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,7 @@ class TokenStore:
     def _writer(self) -> Database:
         writer = open_database(self.settings, self._path)
         writer.ensure(_SCHEMA)
+        writer.add_missing_columns("tokens", _SEQUENCE)  # a table an earlier version made
         return writer
 
     def create(
@@ -110,11 +117,12 @@ class TokenStore:
             datetime.now(UTC).isoformat(timespec="seconds"),
         )
         try:
-            with self._writer().write() as conn:
+            with self._writer().write(lock="tokens.created_seq") as conn:
                 conn.execute(
                     text(
-                        f"INSERT INTO tokens ({_COLUMNS}) VALUES "
-                        "(:id, :name, :hash, :labels, :may_write, :admin, :created_at, NULL)"
+                        f"INSERT INTO tokens ({_COLUMNS}, created_seq) VALUES "
+                        "(:id, :name, :hash, :labels, :may_write, :admin, :created_at, NULL, "
+                        "(SELECT COALESCE(MAX(created_seq), 0) + 1 FROM tokens))"
                     ),
                     {
                         "id": record.id,
@@ -133,8 +141,12 @@ class TokenStore:
         return token, record
 
     def all(self) -> list[TokenRecord]:
-        """Every token, revoked ones too, oldest first."""
-        return [_record(row) for row in self._rows(f"SELECT {_COLUMNS} FROM tokens ORDER BY created_at, id")]
+        """Every token, revoked ones too, in the order they were created (a table no writer has upgraded
+        yet is read as it is: by creation second, then id)."""
+        order = (
+            _OLDEST_FIRST if "created_seq" in self._reader.columns("tokens") else "ORDER BY created_at, id"
+        )
+        return [_record(row) for row in self._rows(f"SELECT {_COLUMNS} FROM tokens {order}")]
 
     def revoke(self, id_or_name: str) -> TokenRecord:
         """Revoke the token with this id or name (again: a no-op); `TokenError` when there is none."""

@@ -312,7 +312,7 @@ def serving(app: object) -> Iterator[int]:
     listener limits `unichunk serve` uses; yields the port, stops it on exit."""
     import uvicorn
 
-    from unichunk.deployments.service.webhook import SERVER_LIMITS
+    from unichunk.deployments.service.listener import SERVER_LIMITS
 
     port = free_port()
     server = uvicorn.Server(

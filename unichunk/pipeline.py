@@ -27,11 +27,12 @@ import copy
 import functools
 import importlib
 import os
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -84,7 +85,7 @@ from unichunk.results import (
 )
 from unichunk.retrieval.context import DEFAULT_BUDGET, Piece, merge_pieces
 from unichunk.retrieval.evaluation.metric import BUDGETS
-from unichunk.retrieval.evaluation.questions import load_questions
+from unichunk.retrieval.evaluation.questions import QuestionsError, load_questions
 from unichunk.retrieval.evaluation.run import DEFAULT_K, Target, evaluate, save_report, stores_read
 from unichunk.retrieval.ranking import Mode, RetrievalSettings
 from unichunk.retrieval.readers import RANKING_SINKS, SEARCH_SINKS, Readers, open_readers
@@ -95,9 +96,22 @@ from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.pool import release_sinks
 from unichunk.stopping import mark_crashed_runs
 
-__all__ = ["DEFAULT_BUDGET", "Pipeline", "Readers", "ReadersProvider", "run_result", "source_params"]
+__all__ = [
+    "BUDGETS",
+    "DEFAULT_BUDGET",
+    "DEFAULT_K",
+    "Pipeline",
+    "QuestionsFormat",
+    "Readers",
+    "ReadersProvider",
+    "run_result",
+    "source_params",
+]
 
 PathLike = str | Path
+QuestionsFormat = Literal[
+    "csv", "jsonl"
+]  # the two questions formats (docs/evaluation.md), as `eval_text` takes them
 ReadersProvider = Callable[[], AbstractContextManager[Readers]]
 # The flows a Pipeline runs, by their Prefect names: `module:function`, imported when first run (`_run`).
 FLOWS = {
@@ -360,6 +374,43 @@ class Pipeline:
         report (the JSON of `unichunk eval --json`), also saved as `<data_dir>/evaluations/latest.json`
         and a stamped copy. References that cannot be located are in `report["unlocated"]`. For admins:
         the references quote any document, and the scores are of the whole index."""
+        return self._eval(Path(questions), None, generation, against, budgets, k, retrievers)
+
+    def eval_text(
+        self,
+        questions: str,
+        questions_format: QuestionsFormat,
+        *,
+        generation: str | None = None,
+        against: str | None = None,
+        budgets: Sequence[int] = BUDGETS,
+        k: int = DEFAULT_K,
+        retrievers: bool = False,
+    ) -> dict[str, Any]:
+        """`eval` of questions given as text (`questions_format`: "csv" or "jsonl"), for a door that is
+        sent them (the HTTP API) rather than a path it would have to open on the caller's word. The text
+        goes through a private temporary file, removed after; the report names it `(sent as csv)`."""
+        self.require_admin("eval")
+        with tempfile.TemporaryDirectory(prefix="unichunk-eval-") as folder:
+            path = Path(folder) / f"questions.{questions_format}"
+            path.write_bytes(questions.encode("utf-8", "surrogatepass"))  # exact: no newline translation
+            try:
+                return self._eval(
+                    path, f"(sent as {questions_format})", generation, against, budgets, k, retrievers
+                )
+            except QuestionsError as exc:  # its line and reason, not the private file's name
+                raise UsageError(str(exc).replace(str(path), "the questions sent")) from None
+
+    def _eval(
+        self,
+        questions: Path,
+        shown_as: str | None,
+        generation: str | None,
+        against: str | None,
+        budgets: Sequence[int],
+        k: int,
+        retrievers: bool,
+    ) -> dict[str, Any]:
         self.require_admin("eval")
         if not budgets or any(b <= 0 for b in budgets) or k <= 0:
             raise UsageError("budgets and k must be positive")
@@ -379,6 +430,8 @@ class Pipeline:
             self.settings, questions, targets, budgets=budgets, k=k, retrievers=retrievers,
             reading=functools.partial(self._reading_generation, names=stores_read(retrievers)),
         )  # fmt: skip
+        if shown_as is not None:
+            report["questions_file"] = shown_as
         save_report(report, self.settings.data_dir)
         return report
 

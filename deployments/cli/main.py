@@ -930,6 +930,8 @@ def mcp(
     `ingest` reads only inside UNICHUNK_MCP_ROOTS (else UNICHUNK_SOURCE_ROOT). The tools run as `--token`'s
     principal (UNICHUNK_TOKEN), or over HTTP as each request's bearer token's. stdout carries the protocol
     alone; everything else goes to stderr (see docs/operations.md, "MCP server for agents")."""
+    if http:
+        _refuse_open_listener(host)
     _startup_checks()
     with prefect_api(route_logs=False):  # the ingest tool runs the ingest flow in this process
         from unichunk.deployments.mcp.server import run_server

@@ -55,6 +55,7 @@ from unichunk.deployments.mcp.schema import (
     SourceName,
     TopK,
 )
+from unichunk.deployments.service.listener import MAX_MCP_BODY_BYTES, listener
 from unichunk.deployments.service.webhook_security import (
     WebhookRejected,
     check_document_id,
@@ -211,11 +212,18 @@ def run_server(
     server = create_server(pipeline, token=token, http=http)
     try:
         if http:
-            server.run("streamable-http", host=host, port=port)
+            listener(http_app(server, host), host, port, log_level=server.settings.log_level.lower()).run()
         else:
             server.run("stdio")
     finally:
         pipeline.close()
+
+
+def http_app(server: MCPServer, host: str) -> Any:
+    """`server`'s streamable HTTP app (at /mcp) for a listener on `host`: bodies over `MAX_MCP_BODY_BYTES`
+    answered 413 before they are read; the SDK's DNS-rebinding check on loopback. Served by
+    `unichunk.deployments.service.listener` (the service's head limit and open-listener refusal)."""
+    return server.streamable_http_app(host=host, max_request_body_size=MAX_MCP_BODY_BYTES)
 
 
 # --- who calls ------------------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Each route parses its query, asks a `unichunk.Pipeline` whose readers are the service's warm stores
 (`unichunk.warm_stores.WarmStores`) or a provider's (tests), and serves the typed result as JSON; the
-routes are listed in docs/operations.md ("The service"). `DELETE /documents/{id}` is the one piece of
+routes are listed in docs/operations.md ("The service"); `POST /eval` (admins) takes the questions in its
+body, not a path, so the service opens no file a caller names. `DELETE /documents/{id}` is the one piece of
 Prefect orchestration done here: it starts the `delete-document` deployment's run, because the served
 runner, not this process, must write (under the store lock). Retrieval blocks, so the endpoints are sync
 functions FastAPI runs in its thread pool. Every route resolves the bearer token to the caller's
@@ -18,17 +19,27 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Annotated, Any, Protocol
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Response, Security
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, Security
 from fastapi.security import HTTPBearer
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
+from starlette.concurrency import run_in_threadpool
 
 from unichunk.access import Principal
 from unichunk.deployments.service.auth import principal_auth
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.errors import DiskFull, NotFound, SinkError, StoreBusy, UsageError
 from unichunk.interface import Mode
-from unichunk.pipeline import DEFAULT_BUDGET, Pipeline, Readers, ReadersProvider, run_result
+from unichunk.pipeline import (
+    BUDGETS,
+    DEFAULT_BUDGET,
+    DEFAULT_K,
+    Pipeline,
+    QuestionsFormat,
+    Readers,
+    ReadersProvider,
+    run_result,
+)
 from unichunk.request_limits import MAX_QUERY_CHARS
 from unichunk.results import DocumentChunks, IndexStatus, SearchResult
 from unichunk.settings import SinkSettings
@@ -40,6 +51,20 @@ DELETE_DEPLOYMENT = "delete-document/delete-document"
 # The API's scheme as the OpenAPI document declares it (Swagger UI's "Authorize" sends it)
 BEARER_SCHEME = HTTPBearer(auto_error=False, description="UNICHUNK_API_TOKEN, when the service has one.")
 SERVED_BY = "x-unichunk-served-by"  # response header naming the answering service (the CLI checks it)
+# `POST /eval`: the questions come in the body, by type (docs/evaluation.md has both formats)
+QUESTIONS_TYPES: dict[str, QuestionsFormat] = {
+    "text/csv": "csv",
+    "application/jsonl": "jsonl",
+    "application/x-ndjson": "jsonl",
+}
+MAX_EVAL_BODY_BYTES = 8 * 1024 * 1024  # thousands of questions with their quoted references
+EVAL_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "The questions: CSV (question, references, corpus_id) or JSON lines (docs/evaluation.md).",
+        "content": {kind: {"schema": {"type": "string"}} for kind in QUESTIONS_TYPES},
+    }
+}
 
 
 class ReaderSource(Protocol):
@@ -183,7 +208,71 @@ def create_search_router(
     def status_endpoint(failed: bool = False, caller: Principal = caller_of) -> IndexStatus:
         return pipeline.scoped(caller).status(failed_only=failed)
 
+    @router.post("/eval", openapi_extra=EVAL_BODY)
+    async def eval_endpoint(
+        request: Request,
+        generation: Annotated[
+            str | None, Query(min_length=1, description="The generation to evaluate (default: the live one).")
+        ] = None,
+        against: Annotated[
+            str | None, Query(min_length=1, description="A second generation, compared question by question.")
+        ] = None,
+        budgets: Annotated[
+            list[int] | None, Query(description="Character budgets (repeatable; default 1000, 2000, 4000).")
+        ] = None,
+        k: Annotated[int, Query(ge=1, le=100, description="Hits judged for hit@k and MRR.")] = DEFAULT_K,
+        retrievers: Annotated[bool, Query(description="Also each retriever alone.")] = False,
+        caller: Principal = caller_of,
+    ) -> dict[str, Any]:
+        """Score the search on the questions in the body, as `unichunk eval --json` does (admin tokens only:
+        the references quote any document). The body is the questions themselves, CSV (`text/csv`) or
+        JSON lines (`application/jsonl`), never a path: the service opens no file on a caller's word. The
+        report is also saved as `<data dir>/evaluations/latest.json`."""
+        scoped = pipeline.scoped(caller)
+        scoped.require_admin("eval")  # before reading a body up to 8 MiB
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        questions_format = QUESTIONS_TYPES.get(kind)
+        if questions_format is None:
+            raise HTTPException(
+                415, f"send the questions as one of {', '.join(QUESTIONS_TYPES)}, not {kind!r}"
+            )
+        try:
+            questions = (await _read_limited(request, MAX_EVAL_BODY_BYTES)).decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise HTTPException(422, f"the questions are not UTF-8: {exc}") from exc
+
+        def run() -> dict[str, Any]:
+            return scoped.eval_text(
+                questions,
+                questions_format,
+                generation=generation,
+                against=against,
+                budgets=budgets or BUDGETS,
+                k=k,
+                retrievers=retrievers,
+            )
+
+        try:
+            return await run_in_threadpool(run)  # retrieval blocks: off the event loop
+        except NotFound as exc:
+            raise HTTPException(404, str(exc)) from exc
+        except UsageError as exc:
+            raise HTTPException(422, str(exc)) from exc
+
     return router
+
+
+async def _read_limited(request: Request, limit: int) -> bytes:
+    """The request's body, or 413 as soon as it passes `limit` bytes (declared or sent)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise HTTPException(413, f"body over {limit} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise HTTPException(413, f"body over {limit} bytes")
+    return bytes(body)
 
 
 def _prefect_api() -> AbstractContextManager[object]:

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prefect.events import Event
@@ -45,9 +44,10 @@ from unichunk.deployments.service.api import (
     service_tokens,
 )
 from unichunk.deployments.service.api_docs import WITHOUT_OPEN_DOCS, add_api_docs
-from unichunk.deployments.service.auth import listen_refusal, refuse_denied_access
+from unichunk.deployments.service.auth import refuse_denied_access
 from unichunk.deployments.service.discovery import announce, withdraw
 from unichunk.deployments.service.http_metrics import HttpMetrics
+from unichunk.deployments.service.listener import listener
 from unichunk.deployments.service.prefect_outage import prefect_reachability
 from unichunk.deployments.service.ui import create_ui_router
 from unichunk.deployments.service.ui_auth import token_check
@@ -83,14 +83,6 @@ WEBHOOKS_REJECTED = Counter(
 )
 
 logger = logging.getLogger(__name__)
-
-# What uvicorn reads of a request before the app sees it. h11's default, 16 KiB for the request line and
-# headers, answers a longer `/search?q=...` with 400 and closes with the rest unread, which the client
-# sees as a connection reset, no status; at 16 MiB even a 1 MB query of 4-byte characters, percent-encoded,
-# reaches the app, which answers 422 with the reason (`unichunk.request_limits`). Bodies are read by the
-# routes themselves, within their own limits (`webhook_max_body`: 413).
-MAX_REQUEST_HEAD_BYTES = 16 * 1024 * 1024
-SERVER_LIMITS: dict[str, Any] = {"http": "h11", "h11_max_incomplete_event_size": MAX_REQUEST_HEAD_BYTES}
 
 
 class WebhookPayload(BaseModel):
@@ -480,13 +472,11 @@ def _warm(stores: WarmStores) -> None:
 
 def run_receiver(host: str = "127.0.0.1", port: int = 8787) -> None:
     """Serve the service with uvicorn (blocking) and announce it in the data dir (`service_file`) for the
-    CLI. Bind 0.0.0.0 only behind TLS termination, and only with UNICHUNK_API_TOKEN (`listen_refusal`)."""
-    refusal = listen_refusal(host)
-    if refusal:
-        raise SystemExit(refusal)
-    app = create_app()
+    CLI. Bind 0.0.0.0 only behind TLS termination, and only with UNICHUNK_API_TOKEN (`service.listener`:
+    that rule and the request limits, shared with the MCP server over HTTP)."""
+    server = listener(create_app(), host, port)  # refuses an open listener without a token (`listener`)
     path = announce(host, port)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="info", access_log=True, **SERVER_LIMITS)
+        server.run()
     finally:
         withdraw(path)

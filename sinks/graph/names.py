@@ -8,7 +8,9 @@ these live once, here, and depend on nothing but the name and its type:
   suffixes ("Dr.", "Mrs", "Jr."), and writing a dotted acronym without its dots ("U.S.A." -> "usa");
 - `alias_key`: the second key an entity is found by, indexed beside `name`: a person's surname ("margaret
   okafor" -> "okafor"), or the initials of a name of several words ("international business machines" ->
-  "ibm"). It is a look-up key, not a merge: two Okafors in two documents share it and stay two entities.
+  "ibm"). It is a look-up key, not a merge: two Okafors in two documents share it and stay two entities;
+- `type_class`, `looks_like_acronym`: what entity resolution (`unichunk.sinks.graph.resolution`) asks
+  before it merges a short name into a long one of the same document.
 """
 
 from __future__ import annotations
@@ -18,8 +20,23 @@ import re
 from unichunk.sinks.graph.extraction import display_name, entity_key
 
 PERSON = "PERSON"
-# Types an acronym can stand for (spaCy's labels; LLM extractors' types are upper-cased before comparing).
-NAMED_GROUPS = frozenset({"ORG", "GPE", "LOC", "NORP", "FAC", "PRODUCT", "EVENT", "WORK_OF_ART", "LAW"})
+# Types an acronym can stand for (spaCy's labels, and the LLM extractor's default types upper-cased).
+NAMED_GROUPS = frozenset(
+    {"ORG", "GPE", "LOC", "NORP", "FAC", "PRODUCT", "EVENT", "WORK_OF_ART", "LAW"}
+    | {"ORGANIZATION", "ORGANISATION", "LOCATION"}
+)
+# Types that name the same kind of thing to resolution: NER tags an acronym and its long form
+# inconsistently within these ("the EU" ORG, "the European Union" ORG or GPE), never across them.
+TYPE_CLASSES = {
+    "ORG": "ORG",
+    "ORGANIZATION": "ORG",
+    "ORGANISATION": "ORG",
+    "NORP": "ORG",
+    "GPE": "PLACE",
+    "LOC": "PLACE",
+    "LOCATION": "PLACE",
+    "FAC": "PLACE",
+}
 # Words before or after a person's name that are not the name (casefolded, without their full stop).
 TITLES = frozenset(
     [
@@ -114,14 +131,17 @@ def person_words(name: str) -> list[str]:
 
 def base_key(name: str, entity_type: str | None = None) -> str:
     """The key an entity is stored under: `entity_key` of the name without a possessive, a dotted acronym
-    without its dots, and for a PERSON without titles and suffixes ("Dr. Margaret Okafor Jr." ->
-    "margaret okafor")."""
+    without its dots, for a PERSON without titles and suffixes ("Dr. Margaret Okafor Jr." -> "margaret
+    okafor"), and for anything else without a leading "the" ("the World Health Organization", as NER
+    often spans it, is "world health organization")."""
     shown = strip_possessive(display_name(name))
     if _DOTTED_ACRONYM.match(shown):
         shown = shown.replace(".", "")
     if _is_person(entity_type):
         return " ".join(person_words(shown))
-    return entity_key(shown)
+    key = entity_key(shown)
+    first, _, rest = key.partition(" ")
+    return rest if first == "the" and rest else key
 
 
 def acronym(key: str) -> str | None:
@@ -144,3 +164,19 @@ def alias_key(key: str, entity_type: str | None = None) -> str | None:
     if (entity_type or "").upper() in NAMED_GROUPS:
         return acronym(key)
     return None
+
+
+def type_class(entity_type: str | None) -> str:
+    """The kind of thing a type names, for deciding whether two names may be one entity: ORG-like and
+    place-like types each form one class, every other type (PERSON included) is a class of its own."""
+    upper = (entity_type or "").upper()
+    return TYPE_CLASSES.get(upper, upper)
+
+
+def looks_like_acronym(name: str) -> bool:
+    """Whether a single-word name is written as an acronym: dotted ("I.B.M.") or with two capitals or
+    more ("IBM", "BoE"); "Ibm" or "apple" are ordinary words, never resolved to a longer name."""
+    shown = strip_possessive(display_name(name))
+    if not shown or " " in shown:
+        return False
+    return bool(_DOTTED_ACRONYM.match(shown)) or sum(ch.isupper() for ch in shown) >= 2

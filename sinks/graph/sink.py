@@ -6,16 +6,19 @@ sequence of statements each safe to repeat: a crash half-way is repaired by writ
 A batch of documents is one sequence: each kind of statement is sent once for all of them (cut at
 `batch_size` rows), its rows aggregated by MERGE key in Python, and no query filters after a write.
 
+Entities are resolved inside each document (`resolution.aggregate`: a surname, an acronym, titles and
+possessives), never across documents. Since resolution reads the whole document, a rewrite trims from the
+chunks it keeps whatever they no longer contribute, as it trims the chunks it removes.
+
 Chunk content is stored exactly: as is, unless it holds a NUL, which FalkorDB cannot hold; then escaped under
 a `content_encoding` marker that `decode_content` undoes (docs/design.md, "Identity and exactness").
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
@@ -44,12 +47,14 @@ from unichunk.sinks.graph.extraction import (
     EntityExtractor,
     Extraction,
     SpacyExtractor,
-    display_name,
     entity_key,
     pack_extraction,
     unpack_extraction,
 )
 from unichunk.sinks.graph.llm_extraction import LLMExtractor
+from unichunk.sinks.graph.names import PERSON, base_key
+from unichunk.sinks.graph.resolution import DocumentGraph, aggregate
+from unichunk.sinks.graph.resolution import clean_text as _clean
 from unichunk.sinks.result_cache import ResultCache
 
 ESCAPED = "backslash"  # `content_encoding` of content stored escaped (see the module docstring)
@@ -63,16 +68,6 @@ class _Scope:
 
     keys: tuple[str, ...]
     params: dict[str, list[str]]
-
-
-@dataclass
-class _DocumentGraph:
-    """One document's (or, merged, one batch's) extraction, one row per MERGE key (FalkorDB must not see a
-    key twice in one statement)."""
-
-    mentions: list[dict[str, str]] = field(default_factory=list)
-    entities: list[dict[str, Any]] = field(default_factory=list)
-    relations: list[dict[str, Any]] = field(default_factory=list)
 
 
 class KnowledgeGraphSink(Sink):
@@ -126,7 +121,7 @@ class KnowledgeGraphSink(Sink):
         extractions, extracted = self._extract(everything)
         by_chunk = dict(zip((c.chunk_id for c in everything), extractions, strict=True))
         payload = {
-            doc_id: _aggregate([by_chunk[c.chunk_id] for c in doc_chunks])
+            doc_id: aggregate([by_chunk[c.chunk_id] for c in doc_chunks])
             for doc_id, doc_chunks in chunks.items()
         }
         stats = {
@@ -186,9 +181,13 @@ class KnowledgeGraphSink(Sink):
         self,
         documents: Sequence[Document],
         chunks: Mapping[str, Sequence[Chunk]],
-        graphs: Mapping[str, _DocumentGraph],
+        graphs: Mapping[str, DocumentGraph],
     ) -> None:
-        """The steps of one document's write, each run for all documents at once and in the same order."""
+        """The steps of one document's write, each run for all documents at once and in the same order.
+
+        A rewritten document's kept chunks (same ID, so same text) may contribute differently now, since
+        resolution reads the whole document: what they no longer contribute is trimmed with the removed
+        chunks' contributions, after everything new is written."""
         doc_ids = [d.document_id for d in documents]
         labels = {d.document_id: list(document_labels(d.metadata)) for d in documents}
         # validated before anything is sent
@@ -202,6 +201,7 @@ class KnowledgeGraphSink(Sink):
                 for d in documents
             ],
         )
+        before = self._stored_chunk_ids_of(doc_ids)  # after a write: FalkorDB refuses reads of no graph
         self._batched(cypher.UPSERT_CHUNKS, rows)
         self._batched(cypher.UPDATE_CHANGED_CHUNKS, rows)
         links = {d: list(pairwise(ids[d])) for d in doc_ids}
@@ -224,7 +224,9 @@ class KnowledgeGraphSink(Sink):
             where = first if len(lost) == 1 else f"{len(lost)} documents (first {first})"
             count = sum(len(m) for m in lost.values())
             raise SinkError(self.name, f"{count} chunk(s) of {where} not stored: {missing[:3]}")
-        self._remove_chunks(sorted(c for d in doc_ids for c in stored[d] - set(ids[d])))
+        existed = {c for d in doc_ids for c in before[d]}
+        kept = [row for row in graph.chunks if row["chunk_id"] in existed]
+        self._remove_chunks(sorted(c for d in doc_ids for c in stored[d] - set(ids[d])), kept)
 
     def delete(self, document_id: str) -> int:
         try:
@@ -265,18 +267,19 @@ class KnowledgeGraphSink(Sink):
             raise SinkError(self.name, f"reading chunk labels failed on {self.backend.name}: {exc}") from exc
         return {r["chunk_id"]: tuple(r["labels"] or ()) for r in rows if r["chunk_id"] is not None}
 
-    def _remove_chunks(self, chunk_ids: list[str]) -> None:
-        if not chunk_ids:
+    def _remove_chunks(self, chunk_ids: list[str], kept: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Remove `chunk_ids` with everything only they taught the graph, and trim from the `kept` chunks
+        (rows of `DocumentGraph.chunks`) whatever they no longer contribute (`cypher.TRIM_ENTITIES`)."""
+        if not chunk_ids and not kept:
             return
-        for query in (
-            cypher.TRIM_ENTITIES,
-            cypher.TRIM_RELATIONS,
-            cypher.DELETE_ORPHAN_RELATIONS,
-            cypher.DELETE_ORPHAN_ENTITIES,
-            cypher.DELETE_CHUNKS,
-        ):
-            for start in range(0, len(chunk_ids), self.batch_size):
-                self.backend.run(query, {"chunk_ids": chunk_ids[start : start + self.batch_size]})
+        rows = [*kept, *({"chunk_id": c, "names": [], "pairs": []} for c in chunk_ids)]
+        touched = sorted(r["chunk_id"] for r in rows)
+        self._batched(cypher.TRIM_RELATIONS, rows)
+        self._batched(cypher.TRIM_ENTITIES, rows)
+        self._batched(cypher.DELETE_ORPHAN_RELATIONS, touched, key="chunk_ids")
+        self._batched(cypher.DELETE_ORPHAN_ENTITIES, touched, key="chunk_ids")
+        self._batched(cypher.DELETE_STALE_MENTIONS, list(kept))
+        self._batched(cypher.DELETE_CHUNKS, chunk_ids, key="chunk_ids")
 
     def _batched(self, query: str, rows: Sequence[Any], key: str = "rows") -> None:
         for start in range(0, len(rows), self.batch_size):
@@ -384,7 +387,7 @@ class KnowledgeGraphSink(Sink):
         entity without one is as absent as an unknown one."""
         if not 1 <= hops <= MAX_HOPS:
             raise ValueError(f"hops must be between 1 and {MAX_HOPS}")
-        key = entity_key(entity_name)
+        key = self._stored_key(entity_name)
         scope = self._scope(filter)
         if scope is None:
             rows = self._read(cypher.NEIGHBOURS[hops], {"name": key})
@@ -471,8 +474,18 @@ class KnowledgeGraphSink(Sink):
 
     def entity(self, name: str, filter: SearchFilter | None = None) -> GraphEntity | None:
         """One entity by any spelling of its name (under a `filter`: as the reader may see it)."""
-        found = self._entities_by_name([entity_key(name)], self._scope(filter))
-        return found[0] if found else None
+        candidates = _spellings(name)
+        found = {e.name: e for e in self._entities_by_name(candidates, self._scope(filter))}
+        return next((found[k] for k in candidates if k in found), None)
+
+    def _stored_key(self, name: str) -> str:
+        """The key a name is stored under: as typed ("IBM"), or as resolution writes it ("IBM's",
+        "Dr. Margaret Okafor"); the first spelling the graph holds, else the plain key."""
+        candidates = _spellings(name)
+        if not candidates:
+            return ""
+        held = {r["name"] for r in self._read(cypher.ENTITIES_BY_NAME, {"names": candidates})}
+        return next((k for k in candidates if k in held), candidates[0])
 
     def stats(self) -> dict[str, int]:
         """Node counts per label and relationship counts per type (for monitoring and tests)."""
@@ -493,69 +506,16 @@ class KnowledgeGraphSink(Sink):
         self.backend.clear()
 
 
-def _aggregate(extractions: Sequence[Extraction]) -> _DocumentGraph:
-    """Fold per-chunk extractions into one row per entity key and per relation pair, lists in chunk order."""
-    entities: dict[str, dict[str, Any]] = {}
-    relations: dict[tuple[str, str], dict[str, Any]] = {}
-    mentions: dict[tuple[str, str], dict[str, str]] = {}
-
-    def add_entity(name: str, entity_type: str, description: str, chunk_id: str) -> str | None:
-        shown = display_name(name)
-        key = entity_key(shown)
-        if not key:
-            return None
-        row = entities.setdefault(
-            key, {"name": key, "display_name": shown, "chunk_ids": [], "types": [], "descriptions": []}
-        )
-        if (key, chunk_id) not in mentions:
-            mentions[(key, chunk_id)] = {"name": key, "chunk_id": chunk_id}
-            row["chunk_ids"].append(chunk_id)
-            row["types"].append(_clean(entity_type) or UNKNOWN_TYPE)
-            row["descriptions"].append(_unseen(_clean(description), row["descriptions"]))
-        return key
-
-    for extraction in extractions:
-        chunk_id = extraction.chunk_id
-        for ent in extraction.entities:
-            add_entity(ent.name, ent.type, ent.description, chunk_id)
-        for rel in extraction.relations:
-            a = add_entity(rel.source, UNKNOWN_TYPE, "", chunk_id)
-            b = add_entity(rel.target, UNKNOWN_TYPE, "", chunk_id)
-            if a is None or b is None or a == b:
-                continue
-            source, target = sorted((a, b))
-            weight = rel.weight if math.isfinite(rel.weight) and rel.weight > 0 else 1.0
-            row = relations.setdefault(
-                (source, target),
-                {
-                    "source": source,
-                    "target": target,
-                    "chunk_ids": [],
-                    "weights": [],
-                    "keywords": [],
-                    "descriptions": [],
-                },
-            )
-            if row["chunk_ids"] and row["chunk_ids"][-1] == chunk_id:
-                row["weights"][-1] += float(weight)
-                continue
-            row["chunk_ids"].append(chunk_id)
-            row["weights"].append(float(weight))
-            row["keywords"].append(_unseen(_clean(rel.keywords), row["keywords"]))
-            row["descriptions"].append(_unseen(_clean(rel.description), row["descriptions"]))
-    return _DocumentGraph(list(mentions.values()), list(entities.values()), list(relations.values()))
-
-
 _LISTS = {
-    "entities": ("chunk_ids", "types", "descriptions"),
+    "entities": ("chunk_ids", "types", "descriptions", "names", "aliases", "merged_from"),
     "relations": ("chunk_ids", "weights", "keywords", "descriptions"),
 }
 
 
-def _merge_graphs(graphs: Sequence[_DocumentGraph]) -> _DocumentGraph:
+def _merge_graphs(graphs: Sequence[DocumentGraph]) -> DocumentGraph:
     """One row per MERGE key for the whole batch: an entity or relation several documents mention gets
-    their parallel lists concatenated in batch order, which is what writing them one by one would store
-    (chunk IDs are scoped to a document, so no chunk repeats). The documents' rows are not modified."""
+    their parallel lists concatenated (the statements store them in chunk-ID order, whatever the order
+    here; chunk IDs are scoped to a document, so no chunk repeats). The documents' rows are not modified."""
     mentions = {(m["name"], m["chunk_id"]): m for g in graphs for m in g.mentions}
     merged: dict[str, dict[Any, dict[str, Any]]] = {"entities": {}, "relations": {}}
     for g in graphs:
@@ -568,8 +528,11 @@ def _merge_graphs(graphs: Sequence[_DocumentGraph]) -> _DocumentGraph:
                 else:
                     for f in _LISTS[kind]:
                         into[f].extend(row[f])
-    return _DocumentGraph(
-        list(mentions.values()), list(merged["entities"].values()), list(merged["relations"].values())
+    return DocumentGraph(
+        list(mentions.values()),
+        list(merged["entities"].values()),
+        list(merged["relations"].values()),
+        [c for g in graphs for c in g.chunks],
     )
 
 
@@ -578,11 +541,6 @@ def _last_occurrences(documents: Sequence[Document]) -> list[Document]:
     contribution to the end of every list, and FalkorDB must not see its MERGE key twice."""
     last = {d.document_id: i for i, d in enumerate(documents)}
     return [d for i, d in enumerate(documents) if last[d.document_id] == i]
-
-
-def _unseen(text: str | None, earlier: list[str]) -> str:
-    """Blank a value the same document already gave (kept as "" so the lists stay parallel)."""
-    return "" if not text or text in earlier else text
 
 
 def encode_content(text: str) -> tuple[str, str | None]:
@@ -619,17 +577,11 @@ def _content_hash(stored: Any, encoding: Any) -> str:
         return NO_CONTENT_HASH
 
 
-def _clean(text: str | None) -> str | None:
-    """Strip what neither store accepts in a string: NUL characters and lone surrogates. Only for extracted
-    text (names, descriptions, titles); chunk content is stored exactly (`encode_content`)."""
-    if text is None:
-        return None
-    text = text.replace("\x00", "")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", "replace").decode("utf-8")
-    return text
+def _spellings(name: str) -> list[str]:
+    """The keys a name a caller typed may be stored under, most literal first: `entity_key`, then the
+    write side's `base_key` (possessive, dotted acronym, a leading "the"), then as a person's name
+    (titles and suffixes dropped)."""
+    return [k for k in dict.fromkeys((entity_key(name), base_key(name), base_key(name, PERSON))) if k]
 
 
 def _entity(row: Mapping[str, Any]) -> GraphEntity:

@@ -14,15 +14,19 @@ Proves:
   the parent sees the shard's process gone, marks that run Crashed, starts the shard again alone, another
   worker finishes it; nothing is stored twice; the reindex's alignment check, run once after the shards,
   passes.
-- Stopping the parent (Ctrl-C on a CLI-style run, and the `on_cancellation` hook a worker runs after
-  cancelling a parent) cancels its shard runs; a run in shards without the deployment fails at once,
-  saying what to start.
+- SIGTERM to a shard run's process (its worker cancelling it or stopping): the run stops between batches and
+  ends Cancelled with what it wrote, not Crashed; the parent starts the shard again; nothing is stored twice.
+- Stopping the parent (Ctrl-C on `unichunk ingest --shards 3`, whose handler only asks the run to stop;
+  a KeyboardInterrupt in a CLI-style run; the `on_cancellation` hook a worker runs after cancelling a
+  parent) cancels its shard runs; a run in shards without the deployment fails at once, saying what to
+  start.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -326,6 +330,69 @@ def test_a_worker_killed_mid_shard_the_parent_retries_the_shard_elsewhere(
     assert held(SINKS) == dict.fromkeys(SINKS, expected) and duplicates(SINKS) == {}
 
 
+def test_a_shard_run_sent_sigterm_stops_cancelled_and_its_parent_retries_it(
+    workers: list[Worker], fault_env: Path, prefect_api_url: str, tmp_path: Path
+) -> None:
+    """SIGTERM to a shard run's own process (what its worker sends when the run is cancelled or the worker
+    stops) while it has documents left: the run stops between batches, ends Cancelled saying what it wrote
+    (not Crashed, as Prefect's own handler would leave it), its worker lives on, its leases are released,
+    and the parent starts the shard again; every document ends stored once."""
+    corpus = tmp_path / "corpus"
+    make_corpus(corpus, DOCS)
+    parts = split(_listing(corpus), 2)
+    status = live_status(SinkSettings(data_dir=fault_env))
+    stopped: list[tuple[int, int]] = []
+
+    def stop_a_shard_mid_way() -> None:
+        records = ShardRecords.of(SinkSettings())
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not stopped:
+            for key in _open_run_keys():
+                for shard, record in records.records(key).items():
+                    if record.process is None:
+                        continue
+                    ids = [item.document_id for item in parts[shard]]
+                    done = sum(1 for row in status.get_many(ids).values() if row.state == "processed")
+                    if 4 <= done < len(ids) // 2:
+                        os.kill(record.process.pid, signal.SIGTERM)
+                        stopped.append((shard, record.process.pid))
+                        return
+            time.sleep(0.1)
+
+    stopper = threading.Thread(target=stop_a_shard_mid_way, daemon=True)
+    stopper.start()
+    # a reindex, as above: the next test reads the latest `ingest` parent's shard runs
+    summary = reindex(IngestParams(source=_source(corpus), sinks=SINKS, shards=2, batch_size=4))
+    stopper.join(timeout=5)
+
+    assert stopped, "no shard was caught mid-way (it finished before the signal was sent)"
+    shard, _ = stopped[0]
+    assert isinstance(summary, IngestSummary), summary
+    assert summary.failed == [] and [s.attempts for s in summary.shards] == [
+        2 if n == shard else 1 for n in range(2)
+    ]
+    runs = _shard_runs(prefect_api_url)
+    assert not [r for r in runs if r["state"]["type"] == "CRASHED"], runs
+    first = [r for r in runs if r["name"] == f"ingest-shard · {shard + 1}/2"]
+    assert [r["state"]["type"] for r in first] == ["CANCELLED"], first
+    said = re.fullmatch(
+        r"stopped by SIGTERM: (\d+) document\(s\) written by this run; the documents not written are done "
+        r"by the next run",
+        first[0]["state"]["message"],
+    )
+    assert said, first[0]["state"]["message"]
+    # What the stopped attempt wrote stays written: its retry finds exactly those unchanged, and does the rest.
+    assert int(said[1]) == summary.skipped >= 4 and summary.processed + summary.skipped == DOCS
+    assert all(w.process.poll() is None for w in workers)  # the signal stopped the run, not its worker
+
+    rows = live_status(SinkSettings(data_dir=fault_env)).rows()
+    assert len(rows) == DOCS and {row.state for row in rows} == {"processed"}
+    assert summary.alignment is not None and summary.alignment["ok"], summary.alignment
+    expected = live_status(SinkSettings(data_dir=fault_env)).expected_chunk_ids()
+    assert held(SINKS) == dict.fromkeys(SINKS, expected) and duplicates(SINKS) == {}
+    assert not list((fault_env / "runs").glob("*.json"))  # each run's process record went with it
+
+
 def test_stopping_the_parent_cancels_its_shard_runs(
     shard_pool: str, fault_env: Path, prefect_api_url: str, tmp_path: Path
 ) -> None:
@@ -376,6 +443,44 @@ def test_stopping_the_parent_cancels_its_shard_runs(
     cancel_shard_runs(flow=None, flow_run=parent_run, state=None)
     with get_client(sync_client=True) as client:
         assert {client.read_flow_run(c["id"]).state.type.value for c in children} == {"CANCELLED"}
+
+
+def test_ctrl_c_on_a_cli_sharded_run_cancels_its_shards_and_exits_130(
+    shard_pool: str, fault_env: Path, prefect_api_url: str, tmp_path: Path
+) -> None:
+    """The CLI's own Ctrl-C handler only asks the run to stop (`unichunk.stopping`): the parent, waiting
+    for shards no worker takes, sees the stop at its next poll, cancels them and exits 130, Cancelled."""
+    corpus = tmp_path / "corpus"
+    make_corpus(corpus, 20)
+    log = tmp_path / "parent.log"
+    sinks = [option for sink in SINKS for option in ("--sink", sink)]
+    earlier = (_children_of_latest(prefect_api_url, 3) or [{"parent": None}])[0]["parent"]
+
+    def new_children() -> list[dict] | None:  # of this test's parent, not an earlier test's
+        children = _children_of_latest(prefect_api_url, 3)
+        return children if children and children[0]["parent"] != earlier else None
+
+    parent = subprocess.Popen(
+        [str(BIN / "unichunk"), "ingest", str(corpus), "--shards", "3", *sinks],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        children = wait("the parent's three shard runs", new_children, START_TIMEOUT, log)
+        os.killpg(parent.pid, signal.SIGINT)
+        assert parent.wait(timeout=120) == 130, tail(log)
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+    states = {
+        c["id"]: _api(prefect_api_url, "GET", f"/flow_runs/{c['id']}")["state"]["type"] for c in children
+    }
+    assert set(states.values()) == {"CANCELLED"}, states
+    parent_state = _api(prefect_api_url, "GET", f"/flow_runs/{children[0]['parent']}")["state"]["type"]
+    assert parent_state == "CANCELLED"
+    assert "stopped:" in log.read_text()
+    assert not _open_run_keys()
 
 
 # --- helpers --------------------------------------------------------------------------------------------

@@ -21,10 +21,13 @@ import httpx
 import pytest
 from fault_checks import assert_converged
 
+from unichunk.chunking.config import ChunkStrategy
 from unichunk.engine.params import IngestParams, SourceParams
 from unichunk.flows.ingest import ingest
 from unichunk.index.generations import live_status
+from unichunk.index.run import RunConfig
 from unichunk.index.status import StatusStore
+from unichunk.sinks.base import SINK_NAMES
 from unichunk.sinks.config import SinkSettings
 
 DOCS = 24
@@ -160,3 +163,50 @@ def test_a_run_killed_outright_is_marked_crashed_by_the_next_status(fault_env, t
     assert run["state_type"] == "CRASHED", run["state"]
     assert f"pid {proc.pid}" in run["state"]["message"]
     _next_run_converges(corpus, fault_env)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_a_stopped_rebuild_says_how_many_documents_it_wrote(fault_env, tmp_path):
+    """`unichunk rebuild` stopped by SIGTERM once it has written a batch of the new generation and embeds the
+    next: exit 143, Cancelled, and its `stopped:` line counts the documents the new generation holds."""
+    corpus = _corpus(tmp_path / "corpus")
+    strategy = ChunkStrategy(name="sentence", chunk_size=128, chunk_overlap=0)
+    building = StatusStore.of(
+        SinkSettings(
+            data_dir=fault_env, generation=RunConfig(strategy, SinkSettings(), SINK_NAMES).generation_id
+        ),
+        readonly=True,
+    )
+    log = tmp_path / "rebuild.log"
+    options = (
+        "--batch-size",
+        str(BATCH),
+        "--strategy",
+        "sentence",
+        "--chunk-size",
+        "128",
+        "--chunk-overlap",
+        "0",
+    )
+    proc = subprocess.Popen(
+        [UNICHUNK, "rebuild", str(corpus), *options],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 600
+    while True:  # a batch written and the next one chunked, not written (its embedding runs)
+        counts = building.counts()
+        if counts.get("processed") and counts.get("processing"):
+            break
+        assert proc.poll() is None, f"the run ended early ({proc.returncode}): {log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, "the rebuild never got to its second batch"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert _exit(proc, log) == 143, log.read_text()[-3000:]
+
+    written = building.counts().get("processed", 0)
+    assert 0 < written < DOCS and not building.counts().get("processing")
+    assert f"stopped: {written} document(s) written by this run;" in log.read_text(), log.read_text()[-3000:]
+    assert _flow_run(corpus)["state_type"] == "CANCELLED"

@@ -166,3 +166,58 @@ def test_the_gate_refuses_a_worse_chunking_and_lets_a_not_worse_one_go_live(
     assert switched.gate is not None and switched.gate["passed"] and switched.evaluation
     assert pipeline.generations().live == switched.generation != live
     pipeline.close()
+
+
+def test_post_eval_scores_the_questions_sent_for_an_admin_and_refuses_a_reader(
+    small_index, tmp_path: Path
+) -> None:
+    """`POST /eval` on a real listener: an admin token's CSV body gets the report `Pipeline.eval` makes of
+    the same questions from a file; a reader's token is refused (403) and nothing is saved; a body of
+    another type is a 415; the route is in the OpenAPI document with its two body types."""
+    import httpx
+    from servers import serving
+
+    from unichunk.deployments.service.webhook import PrefectEventSink, create_app
+    from unichunk.deployments.settings import ServiceSettings
+    from unichunk.tokens import Tokens
+
+    pipeline, _corpus, spans, text = small_index
+    questions = _questions_csv(tmp_path / "questions.csv", spans, text)
+    expected = pipeline.eval(questions, budgets=[1000, 2000])
+    pipeline.close()
+    reader, _ = Tokens(pipeline.settings).create(["eng"], name="reader")
+    admin = "admin-token-for-eval"
+    app = create_app(
+        ServiceSettings(webhook_secret="w", api_token=admin),
+        PrefectEventSink("http://127.0.0.1:9/api", timeout=2),
+        search_sinks=dict,
+        data_dir=pipeline.settings.data_dir,
+    )
+    body = questions.read_bytes()
+    with serving(app) as port:
+        url = f"http://127.0.0.1:{port}"
+
+        def post(token: str, content_type: str = "text/csv") -> httpx.Response:
+            return httpx.post(
+                f"{url}/eval?budgets=1000&budgets=2000",
+                content=body,
+                headers={"Authorization": f"Bearer {token}", "Content-Type": content_type},
+                timeout=600,
+            )
+
+        before = pipeline_env_files(pipeline)
+        refused = post(reader)
+        assert refused.status_code == 403 and "for admins only" in refused.text, refused.text
+        assert pipeline_env_files(pipeline) == before  # nothing evaluated, nothing saved
+        assert post(admin, "application/json").status_code == 415
+
+        answered = post(admin)
+        assert answered.status_code == 200, answered.text
+        report = answered.json()
+        assert report["questions_file"] == "(sent as csv)"
+        assert report["overall"] == expected["overall"] and report["questions"] == expected["questions"]
+        assert json.loads(pipeline_env_files(pipeline)["latest.json"]) == report
+
+        schema = httpx.get(f"{url}/openapi.json", headers={"Authorization": f"Bearer {admin}"}).json()
+        content = schema["paths"]["/eval"]["post"]["requestBody"]["content"]
+        assert {"text/csv", "application/jsonl"} <= set(content)

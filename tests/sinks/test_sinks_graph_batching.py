@@ -231,9 +231,10 @@ def test_statements_per_batch_do_not_grow_with_documents(graph_backend: GraphBac
         counts[n] = (fresh, len(counting.calls))
         assert sink.stats()["Chunk"] == 2 * n and sink.stats()["Entity"] == 4
     assert counts[1] == counts[20]
-    # documents, chunks, changed chunks, links, unlink, mentions, entities, relations, one read; then the
-    # five statements removing the replaced chunks.
-    assert counts[20] == (9, 9 + 5)
+    # documents, a read of the chunks stored before, chunks, changed chunks, links, unlink, mentions,
+    # entities, relations, a read of the chunks stored after; then the six statements trimming what the
+    # kept chunks no longer contribute and removing the replaced chunks.
+    assert counts[20] == (10, 10 + 6)
 
 
 def test_statements_are_cut_at_batch_size_and_never_repeat_a_merge_key(

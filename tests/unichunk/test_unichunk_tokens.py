@@ -40,7 +40,7 @@ def test_a_token_resolves_to_its_principal_and_only_its_hash_is_stored(records_s
 
     stored = _stored_bytes(records_settings)
     for secret in (token, writer_token, admin_token):
-        assert secret.encode() not in stored and secret.split("_")[2].encode() not in stored
+        assert secret.encode() not in stored and secret.split("_", 2)[2].encode() not in stored
     assert hashlib.sha256(token.encode()).hexdigest().encode() in stored  # the hash, and nothing more
     assert {r.name for r in tokens.list()} == {"alice", "bot", admin.id}
 
@@ -105,3 +105,45 @@ def _one_token(tokens: Tokens):  # type: ignore[no-untyped-def]
     if key not in _MADE:
         _MADE[key] = tokens.create(["eng"])
     return _MADE[key]
+
+
+def test_tokens_list_in_the_order_they_were_created_even_within_one_second(records_settings):
+    """Created back to back (the same second, mostly): listed in creation order, not by their random IDs."""
+    tokens = Tokens(records_settings)
+    made = [tokens.create(name=f"t{n:02d}")[1].name for n in range(12)]
+    assert [record.name for record in tokens.list()] == made
+    tokens.revoke("t03")  # a revocation does not move it
+    assert [record.name for record in tokens.list()] == made
+
+
+# The token table as an earlier version made it: no creation counter.
+_OLD_TABLE = """
+CREATE TABLE IF NOT EXISTS tokens (
+    id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, hash TEXT NOT NULL, labels TEXT NOT NULL DEFAULT '[]',
+    may_write INTEGER NOT NULL DEFAULT 0, admin INTEGER NOT NULL DEFAULT 0, created_at TEXT NOT NULL,
+    revoked_at TEXT
+)"""
+
+
+def test_an_earlier_versions_token_table_stays_readable_and_new_tokens_list_after_its_own(records_settings):
+    from sqlalchemy import text
+
+    from unichunk.sinks.database import open_database
+
+    store = Tokens(records_settings).store
+    old = open_database(records_settings, store._path)
+    old.ensure([_OLD_TABLE])
+    with old.write() as conn:
+        for token_id, name in (("ffffffffffffffff", "first"), ("0000000000000000", "second")):
+            conn.execute(
+                text(
+                    "INSERT INTO tokens (id, name, hash, created_at) "
+                    "VALUES (:id, :name, 'x', '2026-01-01T00:00:00+00:00')"
+                ),
+                {"id": token_id, "name": name},
+            )
+    tokens = Tokens(records_settings)
+    assert [r.name for r in tokens.list()] == ["second", "first"]  # read as it is (same second: by ID)
+    made = [tokens.create(name=f"new{n}")[1].name for n in range(6)]
+    assert [r.name for r in tokens.list()] == ["second", "first", *made]
+    assert "created_seq" in old.columns("tokens")
