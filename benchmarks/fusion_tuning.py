@@ -23,8 +23,9 @@
    targets, and the chosen fusion paired question by question against the old default and the best
    baseline at each budget (bootstrap CI, sign test). A plot of recall against budget is written.
 
-`--retrievers` names the ranked lists fused; a retriever `retrieve` knows by that mode name (`graph`, once
-the graph retriever exists, and a graph store is given) is one more list, with its own weight in the grid.
+`--retrievers` names the ranked lists fused, by `retrieve`'s mode names: `keywords,vectors` by default,
+`keywords,vectors,graph` adds the knowledge graph's list (spaCy extraction into an embedded FalkorDB,
+a few minutes more), with its own weight, 0 included, in the grid.
 """
 
 from __future__ import annotations
@@ -222,7 +223,7 @@ def build_lists(
     """Every question ranked by each retriever alone over `auto`'s chunks in the real stores: BM25 and
     Qdrant always; with `graph` among `retrievers`, the knowledge graph too (spaCy extraction into an
     embedded FalkorDB under a temporary data dir, stopped after), ranked by the read path's `rankers`."""
-    unknown = set(retrievers) - {"keywords", "vectors", *(("graph",) if hasattr(Readers, "rankers") else ())}
+    unknown = set(retrievers) - {"keywords", "vectors", "graph"}
     if unknown:
         raise SystemExit(f"this build has no retriever {sorted(unknown)} to rank with")
     corpora = load_corpora(corpora_dir)
@@ -244,8 +245,7 @@ def build_lists(
                 chunks = chunker(doc)
                 for store in stores.values():
                     store.upsert(doc, chunks)
-            readers = Readers.of(stores)
-            sinks = readers.rankers() if hasattr(readers, "rankers") else readers.searchers()
+            sinks = Readers.of(stores).rankers()
             missing = set(retrievers) - set(sinks)
             if missing:
                 raise SystemExit(

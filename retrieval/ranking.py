@@ -26,9 +26,9 @@ Route = Literal["hybrid", "keywords", "vectors", "graph", "keywords-routed"]
 MODES: tuple[str, ...] = ("hybrid", "keywords", "vectors", "graph")
 CHUNK_RETRIEVERS = ("keywords", "vectors")  # what hybrid falls back to when a mode's store is absent
 # The graph list's weight in hybrid: 0 leaves it out (no graph read, no NER on the query). Measured for
-# issue 27 (benchmarks/fusion_tuning.py, benchmarks/README.md): at its best weight (0.25) it added recall on
-# the tune half of ../shared/eval but cost 0.4 points at 2,000 characters on the held-out half, so it stays
-# an option (docs/design.md).
+# issue 27 (benchmarks/fusion_tuning.py, benchmarks/README.md): at its best weight (0.25) it cost recall at
+# one budget on each half of ../shared/eval (0.6 points at 4,000 characters on the tune half, 0.4 at 2,000
+# on the held-out one) against the same fusion without it, so it stays an option (docs/design.md).
 GRAPH_WEIGHT = 0.0
 
 
