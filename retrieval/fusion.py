@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 
 from unichunk.sinks.base import ScoredChunk
 
+# The RRF constant search uses, chosen by measurement (issue 27, benchmarks/README.md): 0 ranks by 1/rank,
+# so the lists' top places decide, where the classic 60 flattens them.
+RRF_K = 0
+
 
 @dataclass
 class Hit:
@@ -57,7 +61,7 @@ def rrf_fuse(
     rankings: Mapping[str, Sequence[ScoredChunk]],
     k: int = 10,
     weights: Mapping[str, float] | None = None,
-    rrf_k: int = 60,
+    rrf_k: int = RRF_K,
 ) -> list[Hit]:
     """Fuse ranked lists (best first) into the top `k` hits; ties break by best single rank, then ID."""
     hits: dict[str, Hit] = {}

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from unichunk.chunking.errors import UnichunkError
-from unichunk.retrieval.fusion import Hit, rrf_fuse
+from unichunk.retrieval.fusion import RRF_K, Hit, rrf_fuse
 from unichunk.sinks.base import ChunkSearch, ScoredChunk, SearchFilter
 
 Mode = Literal["hybrid", "keywords", "vectors", "graph"]
@@ -47,7 +47,7 @@ class RetrievalSettings:
     weights and min-max or z-score fusion of the raw scores; benchmarks/README.md has the held-out figures."""
 
     mode: Mode = "hybrid"
-    rrf_k: int = 0
+    rrf_k: int = RRF_K
     weights: Mapping[str, float] = field(
         default_factory=lambda: {"keywords": 1.0, "vectors": 0.75, "graph": GRAPH_WEIGHT}
     )

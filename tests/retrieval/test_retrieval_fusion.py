@@ -54,9 +54,10 @@ def test_the_shipped_fusion_lets_keywords_lead_and_agreement_rise():
 
 
 def test_rrf_rewards_agreement_over_a_single_top_rank():
-    # x is first in one list only; y is second in both: 2/62 > 1/61.
+    # With the textbook rrf_k 60, x is first in one list only; y is second in both: 2/62 > 1/61.
     fused = rrf_fuse(
-        {"keywords": [_Found("x", 9), _Found("y", 8)], "vectors": [_Found("z", 9), _Found("y", 8)]}
+        {"keywords": [_Found("x", 9), _Found("y", 8)], "vectors": [_Found("z", 9), _Found("y", 8)]},
+        rrf_k=60,
     )
     assert [h.chunk_id for h in fused][:1] == ["y"]
 
