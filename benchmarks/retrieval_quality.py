@@ -1,6 +1,6 @@
 """Retrieval quality of our chunking strategies against named baselines, in one run: the strict metric.
 
-    python -m benchmarks.retrieval_quality [--corpora DIR] [--questions FILE] [--quick]
+    python -m benchmarks.retrieval_quality [--corpora DIR] [--questions FILE] [--quick] [--half all|tune|report]
         [--configs default,sweep,auto,semantic,sentence:390/58,...] [--plots-dir DIR] [--json FILE]
 
 Each corpus is ingested as one document through the real sinks (BM25Sink on a temp file, QdrantSink on an
@@ -67,7 +67,7 @@ from unichunk.chunking.packing import token_starts
 from unichunk.chunking.service import ChunkingService
 from unichunk.retrieval import Readers
 from unichunk.retrieval.context import assemble_context
-from unichunk.retrieval.evaluation.questions import QuestionsError
+from unichunk.retrieval.evaluation.questions import QuestionsError, split_halves
 from unichunk.retrieval.evaluation.questions import load_questions as read_questions
 from unichunk.retrieval.fusion import Hit
 from unichunk.retrieval.ranking import RetrievalSettings, retrieve
@@ -92,6 +92,7 @@ SIZES = (128, 160, 200, 256, 320, 400, 512)
 OVERLAPS = (0.0, 0.15, 0.5, 0.75)
 CANDIDATES = 40  # per retriever before fusion, so the top-k of every k is a prefix of the top-DEPTH
 DEPTH = 40  # hits kept per question: more than the largest budget holds, even of small chunks
+HALVES = ("tune", "report")  # `--half`: split_halves' order
 
 
 class CachedEmbedder(Embedder):
@@ -165,14 +166,18 @@ def load_corpora(directory: Path) -> dict[str, Document]:
     return docs
 
 
-def load_questions(path: Path, corpora: dict[str, Document]) -> list[Question]:
+def load_questions(path: Path, corpora: dict[str, Document], half: str = "all") -> list[Question]:
     """Questions whose references are checked against the corpus text (a mismatch is a data error); the
-    CSV is read by the shipped evaluation's parser (`unichunk.retrieval.evaluation.questions`)."""
+    CSV is read by the shipped evaluation's parser (`unichunk.retrieval.evaluation.questions`). `half`:
+    all of them, or the `tune` or `report` half of `split_halves` (issue 27: settings are chosen on the
+    tune half, figures reported on the other)."""
     out = []
     try:
         parsed = read_questions(path)
     except QuestionsError as exc:
         raise SystemExit(str(exc)) from exc
+    if half != "all":
+        parsed = split_halves(parsed)[HALVES.index(half)]
     for question in parsed:
         refs = []
         corpus = question.references[0].document if question.references else ""
@@ -384,11 +389,12 @@ def run(
     headline_only: bool = False,
     embedder: Embedder | None = None,
     with_baselines: bool = True,
+    half: str = "all",
 ) -> Results:
     """Every configuration scored; `embedder` (default: MiniLM as configured by default) embeds chunks
-    and questions."""
+    and questions; `half`: all questions, or the `tune` or `report` half."""
     corpora = load_corpora(corpora_dir)
-    questions = load_questions(questions_file, corpora)
+    questions = load_questions(questions_file, corpora, half)
     if quick:
         questions = questions[::6]
     starts = {d.document_id: token_starts(d.text) for d in corpora.values()}
@@ -504,6 +510,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--json", type=Path, default=None, help="also write every mean figure to this JSON file"
     )
+    parser.add_argument("--half", choices=("all", *HALVES), default="all",
+                        help="all questions, or one half of the deterministic split (split_halves): fusion "
+                        "is tuned on `tune`, figures reported on `report`")  # fmt: skip
     args = parser.parse_args(argv)
     if args.configs:
         parse_configs(args.configs, lambda texts: [], args.quick)  # fail on a typo before loading anything
@@ -512,7 +521,7 @@ def main(argv: list[str] | None = None) -> None:
     corpora = args.corpora or evaldata.corpora_dir("retrieval_quality")
     questions = args.questions or evaldata.questions_file("retrieval_quality")
     with _truncation_warnings_off():
-        results = run(corpora, questions, args.quick, cache, args.configs, args.headline_only)
+        results = run(corpora, questions, args.quick, cache, args.configs, args.headline_only, half=args.half)
     if args.json:
         args.json.write_text(json.dumps(strict_report.as_json(results), indent=1))
     if not args.strict_only and results.rows:
@@ -524,7 +533,7 @@ def main(argv: list[str] | None = None) -> None:
     if LOST[0]:
         print(f"note: {LOST[0]} SentenceSplitter chunks could not be located in the text and were dropped")
     print(
-        f"\n{len(results.configs)} configurations, {len(results.corpus)} questions in {time.perf_counter() - started:.0f}s"
+        f"\n{len(results.configs)} configurations, {len(results.corpus)} questions ({args.half}) in {time.perf_counter() - started:.0f}s"
     )
 
 

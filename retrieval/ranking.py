@@ -25,9 +25,10 @@ Mode = Literal["hybrid", "keywords", "vectors", "graph"]
 Route = Literal["hybrid", "keywords", "vectors", "graph", "keywords-routed"]
 MODES: tuple[str, ...] = ("hybrid", "keywords", "vectors", "graph")
 CHUNK_RETRIEVERS = ("keywords", "vectors")  # what hybrid falls back to when a mode's store is absent
-# The graph list's weight in hybrid: 0 leaves it out (no graph read, no NER on the query). The `fusion`
-# measurement (benchmarks/fusion_tuning.py) sets it; untuned, at weight 1 it cost hybrid points on
-# ../shared/eval (the figures are in the graph retriever's commit notes and docs/design.md).
+# The graph list's weight in hybrid: 0 leaves it out (no graph read, no NER on the query). Measured for
+# issue 27 (benchmarks/fusion_tuning.py, benchmarks/README.md): at its best weight (0.25) it added recall on
+# the tune half of ../shared/eval but cost 0.4 points at 2,000 characters on the held-out half, so it stays
+# an option (docs/design.md).
 GRAPH_WEIGHT = 0.0
 
 
@@ -37,12 +38,18 @@ class RetrievalError(UnichunkError, ValueError):
 
 @dataclass(frozen=True)
 class RetrievalSettings:
-    """How to rank: which retrievers, RRF constants and weights, candidate depth, routing threshold."""
+    """How to rank: which retrievers, RRF constants and weights, candidate depth, routing threshold.
+
+    The fusion constants were chosen by measurement (issue 27, `benchmarks.fusion_tuning`: picked on one
+    half of the evaluation questions, reported on the other; benchmarks/README.md): rrf_k 0 with vectors
+    at 0.75 of keywords' weight is nearly an interleaving of the two lists that lets BM25 lead, where a
+    chunk both retrievers find rises. On the half it was chosen on it beat the textbook RRF 60 with equal
+    weights and min-max or z-score fusion of the raw scores; benchmarks/README.md has the held-out figures."""
 
     mode: Mode = "hybrid"
-    rrf_k: int = 60
+    rrf_k: int = 0
     weights: Mapping[str, float] = field(
-        default_factory=lambda: {"keywords": 1.0, "vectors": 1.0, "graph": GRAPH_WEIGHT}
+        default_factory=lambda: {"keywords": 1.0, "vectors": 0.75, "graph": GRAPH_WEIGHT}
     )
     candidates: int | None = None  # per retriever; default max(4k, 20)
     route_threshold: float | None = None  # BM25 score that answers alone; None = always fuse

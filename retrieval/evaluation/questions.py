@@ -14,8 +14,10 @@ parsed here, located in the documents by `unichunk.retrieval.evaluation.referenc
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +70,29 @@ def load_questions(path: str | Path) -> list[Question]:
     if not questions:
         raise QuestionsError(f"{file} holds no questions")
     return questions
+
+
+def split_halves(questions: Sequence[Question]) -> tuple[list[Question], list[Question]]:
+    """(tune, report): a deterministic half split, stratified by document, so a setting can be chosen on
+    one half and reported on the other without the report half ever steering the choice.
+
+    Within each document (a question's first reference, else its first relevant document), questions are
+    ordered by sha256 of their text (then by ID) and dealt alternately, tune first: the split depends on
+    neither the file's order nor anything random, each document's questions are halved (an odd one out
+    goes to tune), and the halves keep the input's order."""
+    groups: dict[str, list[int]] = {}
+    for index, question in enumerate(questions):
+        named = question.references or question.relevant
+        groups.setdefault(named[0].document if named else "", []).append(index)
+    report: set[int] = set()
+    for indexes in groups.values():
+        ordered = sorted(
+            indexes,
+            key=lambda i: (hashlib.sha256(questions[i].text.encode("utf-8")).hexdigest(), questions[i].id),
+        )
+        report.update(ordered[1::2])
+    tune = [q for i, q in enumerate(questions) if i not in report]
+    return tune, [q for i, q in enumerate(questions) if i in report]
 
 
 def _csv(text: str, file: Path) -> list[Question]:

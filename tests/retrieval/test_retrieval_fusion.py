@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from unichunk.retrieval.fusion import rrf_fuse
-from unichunk.retrieval.ranking import retrieve
+from unichunk.retrieval.ranking import RetrievalSettings, retrieve
 from unichunk.sinks.base import ScoredChunk
 
 
@@ -29,13 +29,28 @@ def test_rrf_fusion_order_on_a_hand_made_case():
     # keywords: a b c   vectors: c d a  -> rrf_k=60:
     # a: 1/61 + 1/63 = .032266   c: 1/63 + 1/61 (same as a)   b: 1/62   d: 1/62
     # a and c tie on score; a's best single rank is 1 as is c's, so the chunk ID decides: a first.
+    textbook = RetrievalSettings(rrf_k=60, weights={"keywords": 1.0, "vectors": 1.0})
     hits = retrieve(
-        {"keywords": _Ranked(["a", "b", "c"]), "vectors": _Ranked(["c", "d", "a"])}, "q", k=4
+        {"keywords": _Ranked(["a", "b", "c"]), "vectors": _Ranked(["c", "d", "a"])},
+        "q",
+        k=4,
+        settings=textbook,
     ).hits
     assert [h.chunk_id for h in hits] == ["a", "c", "b", "d"]
     assert hits[0].ranks == {"keywords": 1, "vectors": 3} and hits[2].ranks == {"keywords": 2}
     assert hits[0].score == pytest.approx(1 / 61 + 1 / 63)
     assert hits[2].score == pytest.approx(1 / 62)
+
+
+def test_the_shipped_fusion_lets_keywords_lead_and_agreement_rise():
+    # The measured defaults (issue 27: rrf_k 0, vectors at 0.75): each list's first two before their
+    # thirds, keywords' before vectors' at equal rank; a chunk both rank second (y: 1/2 + 0.75/2) passes
+    # vectors' first (0.75) but not keywords' (1).
+    hits = retrieve(
+        {"keywords": _Ranked(["k1", "y", "k3"]), "vectors": _Ranked(["v1", "y", "v3"])}, "q", k=5
+    ).hits
+    assert [h.chunk_id for h in hits] == ["k1", "y", "v1", "k3", "v3"]
+    assert hits[1].score == pytest.approx(1 / 2 + 0.75 / 2)
 
 
 def test_rrf_rewards_agreement_over_a_single_top_rank():

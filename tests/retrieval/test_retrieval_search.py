@@ -73,11 +73,16 @@ def test_hybrid_order_is_rrf_of_both_rankings(stores):
     assert found.route == "hybrid" and len(found.hits) == 5
     bm25 = sinks["keywords"].search(query, 20)
     dense = sinks["vectors"].search(query, 20)
-    expected = rrf_fuse({"keywords": bm25, "vectors": dense}, k=5, rrf_k=60)
+    shipped = RetrievalSettings()  # the measured defaults (issue 27): rrf_k and weights
+    expected = rrf_fuse(
+        {"keywords": bm25, "vectors": dense}, k=5, weights=shipped.weights, rrf_k=shipped.rrf_k
+    )
     assert [h.chunk_id for h in found.hits] == [h.chunk_id for h in expected]
-    # Scores are exactly sum(1 / (60 + rank)) over the retrievers that found the chunk, best first.
+    # Scores are exactly sum(weight / (rrf_k + rank)) over the retrievers that found the chunk, best first.
     for hit in found.hits:
-        assert hit.score == pytest.approx(sum(1 / (60 + r) for r in hit.ranks.values()))
+        assert hit.score == pytest.approx(
+            sum(shipped.weights[name] / (shipped.rrf_k + r) for name, r in hit.ranks.items())
+        )
     assert [h.score for h in found.hits] == sorted((h.score for h in found.hits), reverse=True)
     assert "Customs officers" in found.hits[0].content
 
