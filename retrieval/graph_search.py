@@ -296,12 +296,14 @@ class GraphSearch:
         if k <= 0 or not query.strip():
             return []
         scores = self.scores(query, filter)
+        if not scores:
+            return []
         if not self.scoring.tie_by_terms:
             ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
             return self._records(ranked, k, filter)
         # every chunk scoring at least the k-th score is read, so ties at the cut are broken by text too
         ordered = sorted(scores.values(), reverse=True)
-        cut = ordered[min(k, len(ordered)) - 1] if ordered else 0.0
+        cut = ordered[min(k, len(ordered)) - 1]
         tied = [(c, s) for c, s in scores.items() if s >= cut]
         terms = set(self._analyzer(query))
         found = self._records(tied, len(tied), filter)

@@ -324,6 +324,10 @@ def test_a_chunk_matching_only_a_common_entity_is_not_listed(index: Index) -> No
     # the chunks naming both keep Harbour's weight; those naming Harbour alone are gone
     assert ranked == [BOTH_RELATED, BOTH, ZEPHYR_ONLY]
     assert index.ranked("Zephyr Line and the Harbour Authority", 20, READER)[3:]  # listed when shipped as is
+    # a query naming only the common entity lists nothing, whatever the tie rule
+    for ties in (False, True):
+        rules = GraphScoring(solo_share=0.6, common_floor=0, tie_by_terms=ties)
+        assert _scored(index, rules).search("the Harbour Authority", 5) == []
 
 
 @pytest.mark.parametrize(
