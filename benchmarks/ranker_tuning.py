@@ -62,7 +62,7 @@ SHIPPED_BM25 = (1.5, 0.75)
 KEYWORD_VARIANTS = [(k1, b) for k1 in (0.9, 1.2, 1.5, 2.0) for b in (0.4, 0.6, 0.75, 0.9)]
 FLOOR = 2  # `GraphScoring.common_floor` in the variants: the graph of ../shared/eval holds only 500 chunks
 GRAPH_VARIANTS: dict[str, GraphScoring] = {
-    "as shipped": GraphScoring(),
+    "ties by chunk ID (before)": GraphScoring(tie_by_terms=False),
     "ties by terms": GraphScoring(tie_by_terms=True),
     **{
         f"ties by terms, common > {c:g}, solo > {s:g}": GraphScoring(
