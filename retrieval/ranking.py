@@ -28,7 +28,9 @@ CHUNK_RETRIEVERS = ("keywords", "vectors")  # what hybrid falls back to when a m
 # The graph list's weight in hybrid: 0 leaves it out (no graph read, no NER on the query). Measured for
 # issue 27 (benchmarks/fusion_tuning.py, benchmarks/README.md): at its best weight (0.25) it added recall on
 # the tune half of ../shared/eval but cost 0.4 points at 2,000 characters on the held-out half, so it stays
-# an option (docs/design.md).
+# an option (docs/design.md). Measured again with the graph's tie rule and BM25 k1 1.2
+# (benchmarks/ranker_tuning.py): the tune half's best fusion with the graph cost 0.6 points at 2,000
+# characters on the held-out half, so it stays 0.
 GRAPH_WEIGHT = 0.0
 
 
