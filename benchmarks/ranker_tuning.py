@@ -58,7 +58,7 @@ from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.keywords.bm25 import BM25Sink
 from unichunk.sinks.vectors.minilm import MiniLMEmbedder
 
-SHIPPED_BM25 = (1.5, 0.75)
+SHIPPED_BM25 = (1.5, 0.75)  # k1, b before this measurement: among tied pairs, the one nearest them wins
 KEYWORD_VARIANTS = [(k1, b) for k1 in (0.9, 1.2, 1.5, 2.0) for b in (0.4, 0.6, 0.75, 0.9)]
 FLOOR = 2  # `GraphScoring.common_floor` in the variants: the graph of ../shared/eval holds only 500 chunks
 GRAPH_VARIANTS: dict[str, GraphScoring] = {
