@@ -36,7 +36,7 @@ import json
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from itertools import product
 from pathlib import Path
 
@@ -52,10 +52,11 @@ from unichunk.retrieval import Readers
 from unichunk.retrieval.evaluation.questions import load_questions as read_questions
 from unichunk.retrieval.evaluation.questions import split_halves
 from unichunk.retrieval.fusion import Hit, rrf_fuse
+from unichunk.retrieval.graph_search import GRAPH_SCORING
 from unichunk.retrieval.ranking import RetrievalSettings, retrieve
 from unichunk.sinks.base import ScoredChunk
 from unichunk.sinks.config import SinkSettings
-from unichunk.sinks.keywords.bm25 import BM25Sink
+from unichunk.sinks.keywords.bm25 import K1, B, BM25Sink
 from unichunk.sinks.vectors.minilm import MiniLMEmbedder
 from unichunk.sinks.vectors.qdrant import QdrantSink
 
@@ -207,12 +208,14 @@ class Lists:
 
 
 def lists_key(corpora_dir: Path, questions_file: Path, retrievers: Sequence[str]) -> str:
-    """What the cached lists depend on: the data, the retrievers, the depth and the chunking as shipped."""
+    """What the cached lists depend on: the data, the retrievers, the depth, the chunking and the rankers'
+    constants as shipped."""
     digest = hashlib.sha256()
     for path in [*sorted(p for p in corpora_dir.iterdir() if p.is_file()), questions_file]:
         digest.update(path.name.encode() + path.read_bytes())
+    rankers = [K1, B, asdict(GRAPH_SCORING)]  # BM25's constants and the graph list's rules, as shipped
     digest.update(
-        json.dumps([list(retrievers), LIST_DEPTH, ChunkStrategy().effective()], default=str).encode()
+        json.dumps([list(retrievers), LIST_DEPTH, ChunkStrategy().effective(), rankers], default=str).encode()
     )
     return digest.hexdigest()
 

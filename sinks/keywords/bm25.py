@@ -7,7 +7,7 @@ and a segment of its postings, never a re-tokenised or rescored corpus. The *rev
 counter, nothing to do with index generations. Embedded, the index is also saved beside the SQLite file
 (`saved_index.py`); in server mode nothing is kept on disk (docs/design.md, "The keyword index").
 
-Scoring is Okapi BM25 (k1=1.5, b=0.75) with bm25s' "lucene" IDF by default: it is always positive, whereas
+Scoring is Okapi BM25 (k1=`K1`, b=`B`) with bm25s' "lucene" IDF by default: it is always positive, whereas
 rank_bm25's Robertson IDF reaches zero for a term in half the chunks or more, so in a small store the most
 relevant chunks would score nothing. `method` selects "robertson" or "atire"; rankings stay within the parity
 bound against rank_bm25 (`tests/sinks/test_sinks_bm25.py`).
@@ -57,6 +57,11 @@ STORE = "keywords"  # the store's PostgreSQL schema is `unichunk_keywords[__<gen
 # chunk's text. Part of the stored terms' signature, so a store indexed from content alone is re-analysed
 # once on open.
 INDEXED_TEXT = "headings+content"
+# Okapi BM25's term-frequency saturation and length normalisation. k1 1.2 (was 1.5) was chosen for issue 27
+# on the tune half of ../shared/eval with the fusion tuned again for each value (`benchmarks.ranker_tuning`,
+# benchmarks/README.md); b kept. Scored at query time, so a change needs no re-index.
+K1 = 1.2
+B = 0.75
 # A refresh that loaded at least this share of the index's rows (or was a full load) saves it again.
 RESAVE_FRACTION = 0.1
 
@@ -95,8 +100,8 @@ class BM25Sink(Sink):
         *,
         path: Path | str | None = None,
         analyzer: Analyzer | None = None,
-        k1: float = 1.5,
-        b: float = 0.75,
+        k1: float = K1,
+        b: float = B,
         method: str = "lucene",
     ) -> None:
         if settings is None and path is None:

@@ -490,7 +490,7 @@ def test_query_time_scores_equal_stock_bm25s(tmp_path: Path, method: str) -> Non
     sink = BM25Sink(path=tmp_path / "bm25.sqlite", method=method)
     sink.write(sink.prepare(batch))
     chunks = [c for _, cs in batch for c in cs]
-    stock = bm25s.BM25(method=method)
+    stock = bm25s.BM25(method=method, k1=sink.k1, b=sink.b)  # the sink's defaults, not bm25s'
     stock.index([sink.analyzer(c.content) for c in chunks], show_progress=False)
     snap = sink._current()
     assert snap is not None and snap.chunk_ids == [c.chunk_id for c in chunks]
@@ -540,7 +540,7 @@ def test_top10_overlaps_rank_bm25_on_eval_corpora(sink: BM25Sink) -> None:
     chunks = [c for _, cs in batch for c in cs]
     assert 300 <= len(chunks) <= 600
     sink.write(sink.prepare(batch))
-    reference = BM25Okapi([sink.analyzer(c.content) for c in chunks])
+    reference = BM25Okapi([sink.analyzer(c.content) for c in chunks], k1=sink.k1, b=sink.b)
 
     rng = random.Random(11)
     queries = [
