@@ -868,13 +868,14 @@ def serve(
             threading.Thread(target=run_receiver, args=(host, port), name="webhook", daemon=True).start()
             err_console.print(f"webhook receiver on http://{host}:{port}")
         serve_all()
-    if any(thread.name == "warm-stores" and thread.is_alive() for thread in threading.enumerate()):
-        # stopped while the models still load (a daemon thread, not interruptible): exit past it, as a
-        # stopped run does, withdrawing the service file first (its atexit hook will not run)
-        from unichunk.deployments.service.discovery import service_file, withdraw
+    # Stopped (the only way serve_all returns). Daemon threads may still be inside native code (a model
+    # load, a C++ import of the deployments' flows): the interpreter's teardown under them hung one CI run
+    # and aborted another ("FATAL: exception not rethrown", exit -6), so exit past it, as a stopped run
+    # does, withdrawing the service file first (its atexit hook will not run).
+    from unichunk.deployments.service.discovery import service_file, withdraw
 
-        withdraw(service_file())
-        exit_now(0)
+    withdraw(service_file())
+    exit_now(0)
 
 
 @app.command()
