@@ -223,6 +223,7 @@ class Served:
 
     def __init__(self, tmp_path: Path, api: str) -> None:
         self.api, self.port, self.log = api, servers.free_port(), tmp_path / "serve.log"
+        self.starts = 0
         self.env = _env(
             PREFECT_API_URL=api,
             UNICHUNK_METRICS_PORT="0",
@@ -234,7 +235,10 @@ class Served:
 
     def start(self) -> str:
         """Start and wait until its deployments are registered and its receiver answers; the `ingest`
-        deployment's id."""
+        deployment's id. Each start logs to a file of its own: the line that says it is serving must be
+        this start's, not an earlier one's (which let a signal land while it still registered)."""
+        self.starts += 1
+        self.log = self.cwd / f"serve-{self.starts}.log"
         self.process = serve_process(
             [UNICHUNK, "serve", "--port", str(self.port)], self.env, self.log, self.cwd
         )
