@@ -37,10 +37,11 @@ from unichunk.sinks.graph.extraction import (
     load_spacy,
 )
 from unichunk.sinks.graph.names import base_key, strip_possessive
-from unichunk.sinks.keywords.analyzer import ENGLISH_STOPWORDS, Analyzer
 
 if TYPE_CHECKING:
     from spacy.language import Language
+
+    from unichunk.sinks.keywords.analyzer import Analyzer
 
 logger = logging.getLogger(__name__)
 
@@ -118,9 +119,18 @@ def _singular(key: str) -> str | None:
     return f"{head} {single}" if head else single
 
 
-def ngram_keys(words: Sequence[str], stop: frozenset[str] = ENGLISH_STOPWORDS) -> list[QueryKey]:
+def _english_stopwords() -> frozenset[str]:
+    """BM25's stop words, imported on first use: the analyzer imports bm25s, which a process that reads
+    no store (an ingest with nothing to do imports this module through the readers) must not load."""
+    from unichunk.sinks.keywords.analyzer import ENGLISH_STOPWORDS
+
+    return ENGLISH_STOPWORDS
+
+
+def ngram_keys(words: Sequence[str], stop: frozenset[str] | None = None) -> list[QueryKey]:
     """Every n-gram of `words` up to `MAX_NGRAM` words that is not `stop` words alone, as keys
     (`base_key`, as written and singular)."""
+    stop = _english_stopwords() if stop is None else stop
     keys: list[QueryKey] = []
     plain = [strip_possessive(w).casefold() for w in words]
     for start in range(len(words)):
@@ -172,8 +182,8 @@ class QueryEntities:
         if self._stop is None:
             nlp = self._nlp()
             if nlp is None:
-                return ENGLISH_STOPWORDS
-            self._stop = ENGLISH_STOPWORDS | frozenset(nlp.Defaults.stop_words)
+                return _english_stopwords()
+            self._stop = _english_stopwords() | frozenset(nlp.Defaults.stop_words)
         return self._stop
 
     def warm(self) -> None:
@@ -201,7 +211,15 @@ class GraphSearch:
         self.chunks = chunks
         self.entities = entities if entities is not None else QUERY_ENTITIES
         self.scoring = scoring if scoring is not None else GRAPH_SCORING
-        self._analyzer = Analyzer()
+        self._stems: Analyzer | None = None
+
+    def _analyzer(self) -> Analyzer:
+        """BM25's analyzer (stems), made on first use (see `_english_stopwords`)."""
+        if self._stems is None:
+            from unichunk.sinks.keywords.analyzer import Analyzer
+
+            self._stems = Analyzer()
+        return self._stems
 
     def query_keys(self, query: str) -> list[QueryKey]:
         """The keys looked up for `query`: its NER entities first, then its n-grams. A lone surrogate
@@ -275,14 +293,14 @@ class GraphSearch:
         to the chunks stating them: `RELATION_FACTOR` x the found ends' mean weight x w/(1+w) (relation
         weight w), times the keywords' share of query stems when only one end was found."""
         context = self.graph.strongest_relations(sorted(weights), limit=RELATION_LIMIT, filter=filter)
-        terms = set(self._analyzer(query))
+        terms = set(self._analyzer()(query))
         for relation in context.relations:
             ends = [weights[e] for e in (relation.source, relation.target) if e in weights]
             if not ends:
                 continue
             share = 1.0
             if len(ends) == 1:
-                stems = set(self._analyzer(relation.keywords))
+                stems = set(self._analyzer()(relation.keywords))
                 share = len(stems & terms) / len(stems) if stems else 0.0
                 if not share:
                     continue
@@ -310,9 +328,9 @@ class GraphSearch:
         cut = ordered[min(k, len(ordered)) - 1]
         tied = sorted(((c, s) for c, s in scores.items() if s >= cut), key=lambda i: (-i[1], i[0]))
         tied = tied[: max(TIE_READ, k)]
-        terms = set(self._analyzer(query))
+        terms = set(self._analyzer()(query))
         found = self._records(tied, len(tied), filter)
-        held = {h.chunk_id: len(terms & set(self._analyzer(h.content))) for h in found}
+        held = {h.chunk_id: len(terms & set(self._analyzer()(h.content))) for h in found}
         found.sort(key=lambda h: (-h.score, -held[h.chunk_id], h.document_id, h.chunk_index))
         return found[:k]
 
