@@ -41,7 +41,15 @@ def serve_process(cmd: list[str], env: dict[str, str], log: Path, cwd: Path) -> 
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its flow-run subprocesses share the group, so one killpg stops all
+        # As started from a terminal: SIGINT at its default even when the test runner inherited it ignored
+        # (a background job of a non-interactive shell, as a CI script may start it), since serve keeps an
+        # ignored SIGINT ignored, as a run started by a parent that ignores it should.
+        preexec_fn=_sigint_default,
     )
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def stop_process(process: subprocess.Popen) -> None:
