@@ -324,16 +324,8 @@ class StopBeforeServing(BaseException):
     KeyboardInterrupt is, so no `except Exception` on the way (a client's retry loop) swallows it."""
 
 
-# Stop signals received while registering, kept beside the exception: a library's catch-all on the way
-# (seen once in CI: a SIGINT during registration and serve went on serving) may swallow the exception,
-# never the record.
-_STOPS_BEFORE_SERVING: list[str] = []
-
-
 def _stop_before_serving(signum: int, _frame: Any) -> None:
-    name = signal.Signals(signum).name
-    _STOPS_BEFORE_SERVING.append(name)
-    raise StopBeforeServing(name)
+    raise StopBeforeServing(signal.Signals(signum).name)
 
 
 def _stop_signals() -> list[signal.Signals]:
@@ -358,7 +350,6 @@ def serve_all(
     for name, level in RUN_LOG_LEVELS.items():  # before any run process starts: they inherit it
         os.environ.setdefault(name, level)
     watch_prefect_api(get_current_settings().api.url, _say)  # an outage: two lines, not tracebacks
-    _STOPS_BEFORE_SERVING.clear()
     previous = {signum: signal.signal(signum, _stop_before_serving) for signum in _stop_signals()}
     try:
         deployments = build_deployments(settings, names)
@@ -368,8 +359,6 @@ def serve_all(
         runner = ServeRunner(limit=settings.serve_run_limit, pause_on_shutdown=True)
         for deployment in deployments:
             runner.add_deployment(deployment)
-        if _STOPS_BEFORE_SERVING:  # asked to stop while registering, its exception swallowed on the way
-            raise StopBeforeServing(_STOPS_BEFORE_SERVING[0])
         _say(
             f"serving {len(deployments)} deployment(s): {', '.join(d.name for d in deployments)} "
             "(SIGTERM or Ctrl-C stops)"
