@@ -157,6 +157,7 @@ LAZY_IMPORTERS = {
     "unichunk",
     "unichunk.deployments.cli.main",
     "unichunk.local_stack",
+    "unichunk.retrieval.graph_search",
 }
 
 
