@@ -18,26 +18,18 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import evaldata
 from benchmarks.budget_metric import BUDGETS
 from benchmarks.fusion_tuning import Lists, lists_key, recall_grid
-from benchmarks.ranker_tuning import _hits, _rows, best, combine, fmt, grid, kw_name
-from benchmarks.retrieval_quality import CachedEmbedder, load_corpora, load_questions, ours
+from benchmarks.ranker_tuning import _hits, _rows, best, combine, eval_halves, fmt, grid, kw_name
+from benchmarks.retrieval_quality import CachedEmbedder, ours
 from unichunk.chunking.config import ChunkStrategy
-from unichunk.retrieval.evaluation.questions import load_questions as read_questions
-from unichunk.retrieval.evaluation.questions import split_halves
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.keywords.bm25 import BM25Sink
 from unichunk.sinks.vectors.minilm import MiniLMEmbedder
 
 
 def main() -> None:
-    cd, qf = evaldata.corpora_dir("ranker_prf"), evaldata.questions_file("ranker_prf")
-    corpora = load_corpora(cd)
-    qs = load_questions(qf, corpora)
-    parsed = read_questions(qf)
-    pos = {q.id: i for i, q in enumerate(parsed)}
-    tune, report = ([pos[q.id] for q in half] for half in split_halves(parsed))
+    cd, qf, corpora, qs, tune, report = eval_halves("ranker_prf")
     base = Lists.load(
         Path(".unichunk/fusion_lists.json"), lists_key(cd, qf, ["keywords", "vectors", "graph"]), qs
     )

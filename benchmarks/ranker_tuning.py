@@ -179,6 +179,18 @@ def fmt(v: np.ndarray) -> str:
     return " | ".join(_pct(x) for x in v) + f" | {_pct(v.mean())}"
 
 
+def eval_halves(what: str) -> tuple[Path, Path, dict, list, list[int], list[int]]:
+    """The eval data the ranker scripts read (`what` names the script in a not-found message): corpora
+    dir, questions file, corpora, questions, and the positions of the tune and report halves."""
+    corpora_dir, questions_file = evaldata.corpora_dir(what), evaldata.questions_file(what)
+    corpora = load_corpora(corpora_dir)
+    questions = load_questions(questions_file, corpora)
+    parsed = read_questions(questions_file)
+    position = {q.id: i for i, q in enumerate(parsed)}
+    tune, report = ([position[q.id] for q in half] for half in split_halves(parsed))
+    return corpora_dir, questions_file, corpora, questions, tune, report
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lists", type=Path, default=Path(".unichunk") / "fusion_lists.json")
@@ -187,12 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache-dir", default=str(Path(".unichunk") / "bench_embeddings"))
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    corpora_dir, questions_file = evaldata.corpora_dir("ranker"), evaldata.questions_file("ranker")
-    corpora = load_corpora(corpora_dir)
-    questions = load_questions(questions_file, corpora)
-    parsed = read_questions(questions_file)
-    position = {q.id: i for i, q in enumerate(parsed)}
-    tune, report = ([position[q.id] for q in half] for half in split_halves(parsed))
+    corpora_dir, questions_file, _corpora, questions, tune, report = eval_halves("ranker")
     key = lists_key(corpora_dir, questions_file, ["keywords", "vectors", "graph"])
     base = Lists.load(args.lists, key, questions)
     if base is None:
