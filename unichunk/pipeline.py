@@ -103,6 +103,7 @@ __all__ = [
     "BUDGETS",
     "DEFAULT_BUDGET",
     "DEFAULT_K",
+    "MAX_HOPS",
     "Pipeline",
     "QuestionsFormat",
     "Readers",

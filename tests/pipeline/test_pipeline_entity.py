@@ -14,8 +14,10 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
+from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +25,8 @@ from tests.documents import make_document
 from unichunk import Pipeline
 from unichunk.access import Principal
 from unichunk.chunking.models import Chunk
+from unichunk.deployments.service.webhook import PrefectEventSink, create_app
+from unichunk.deployments.settings import ServiceSettings
 from unichunk.errors import NotFound, UsageError
 from unichunk.retrieval.entity_view import explore_entity
 from unichunk.retrieval.readers import Readers
@@ -221,3 +225,48 @@ def test_any_text_as_a_name_is_found_not_found_or_a_usage_error(pipeline: Pipeli
         assert str(exc)
         return
     assert found.entity is not None or found.candidates
+
+
+# --- the doors -------------------------------------------------------------------------------------------
+
+TOKEN = "entity-test-token"
+
+
+@pytest.fixture
+def client(graph: KnowledgeGraphSink, tmp_path: Path) -> Iterator[TestClient]:
+    app = create_app(
+        ServiceSettings(webhook_secret="w", api_token=TOKEN),
+        PrefectEventSink("http://127.0.0.1:9/api", timeout=2),
+        search_sinks=lambda: {"graph": graph},
+        data_dir=tmp_path / "data",
+    )
+    with TestClient(app, headers={"Authorization": f"Bearer {TOKEN}"}) as test_client:
+        yield test_client
+
+
+def test_http_serves_an_entity_and_a_404_for_an_unknown_one(client: TestClient) -> None:
+    found = client.get("/entities/IBM", params={"hops": 2})
+    assert found.status_code == 200, found.text
+    body = found.json()
+    assert body["entity"]["key"] == "ibm"
+    assert [a["key"] for a in body["also_known_as"]] == ["international business machines"]
+    missing = client.get("/entities/Nobody%20Here")
+    assert missing.status_code == 404 and "no such entity" in missing.json()["detail"]
+    assert client.get("/entities/%20%20").status_code == 422
+    assert client.get("/entities/IBM", params={"hops": 9}).status_code == 422
+    assert client.get("/entities/IBM", headers={"Authorization": "Bearer wrong"}).status_code == 401
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(name=st.one_of(st.text(min_size=1), st.just("x" * 10_000), st.just("IBM\x00\ud800/..%")))
+def test_http_answers_any_name_with_a_200_404_or_422(client: TestClient, name: str) -> None:
+    # a lone surrogate goes out as the bytes Python would write for it, which are no UTF-8
+    answer = client.get(f"/entities/{quote(name, safe='', errors='surrogatepass')}")
+    assert answer.status_code in (200, 404, 422), (answer.status_code, answer.text[:300])
+    if answer.status_code != 200:
+        assert answer.json()["detail"]
