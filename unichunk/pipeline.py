@@ -495,9 +495,8 @@ class Pipeline:
             raise UsageError(f"hops must be between 1 and {MAX_HOPS}, not {hops}")
         if limit < 1:
             raise UsageError(f"limit must be at least 1, not {limit}")
-        missing = NotFound(
-            f"no such entity: {name!r} (`unichunk search --mode graph` finds those named in a query)"
-        )
+        shown = name if len(name) <= 200 else name[:200] + "..."
+        missing = NotFound(f"no such entity in the knowledge graph: {shown!r}")
         reading = self.principal.read_filter()
         if (self._provided is None and not self.indexed()) or (
             reading is not None and not reading[LABELS_FILTER]

@@ -288,6 +288,18 @@ def test_the_cli_through_the_service_shows_a_reader_only_its_documents(
         doors.index.corpus, principal, lambda *_, printed=ran.stdout: json.loads(printed), graph_query, 8
     )
     assert bool(found["hits"]) == bool(doors.index.corpus.readable(principal))  # a readable doc names them
+    admin = doors.index.owner.entity("Alice Johnson")
+    shown = doors.cli(principal, "entity", "Alice", "Johnson", "--json")  # exit 1 (a 404) when hidden
+    check_entity(
+        doors.index.corpus,
+        principal,
+        lambda *_: json.loads(shown.stdout) if shown.returncode == 0 else None,
+        admin,
+        "Alice Johnson",
+    )
+    assert shown.returncode in (0, 1), shown.stderr
+    if shown.returncode == 1:
+        assert "no such entity" in shown.stderr
     status = doors.cli(principal, "status", "--json")
     assert status.returncode == 4, (status.returncode, status.stdout, status.stderr)  # admins only: 403
     assert_no_leak(doors.index.corpus, principal, plain(status.stdout + status.stderr), "CLI status")

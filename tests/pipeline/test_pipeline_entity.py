@@ -16,15 +16,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
+import anyio
 import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mcp import Client
 
 from tests.documents import make_document
 from unichunk import Pipeline
 from unichunk.access import Principal
 from unichunk.chunking.models import Chunk
+from unichunk.deployments.mcp.server import create_server
 from unichunk.deployments.service.webhook import PrefectEventSink, create_app
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.errors import NotFound, UsageError
@@ -270,3 +273,44 @@ def test_http_answers_any_name_with_a_200_404_or_422(client: TestClient, name: s
     assert answer.status_code in (200, 404, 422), (answer.status_code, answer.text[:300])
     if answer.status_code != 200:
         assert answer.json()["detail"]
+
+
+def _mcp_entity(pipeline: Pipeline, arguments: dict[str, object]) -> dict[str, object]:
+    """The MCP tool `entity` through the SDK's in-process client: its structured result, or its error."""
+    server = create_server(pipeline, roots=[])
+
+    async def call() -> dict[str, object]:
+        async with Client(server) as client:
+            result = await client.call_tool("entity", arguments)
+        if result.is_error:
+            return {"error": " ".join(getattr(c, "text", "") for c in result.content)}
+        return dict(result.structured_content or {})
+
+    return anyio.run(call)
+
+
+def test_mcp_entity_answers_an_entity_or_a_one_line_error(pipeline: Pipeline) -> None:
+    found = _mcp_entity(pipeline, {"name": "International Business Machines", "hops": 2})
+    assert found["entity"]["key"] == "international business machines"  # type: ignore[index]
+    assert [a["via"] for a in found["also_known_as"]] == ["acronym"]  # type: ignore[union-attr]
+    missing = _mcp_entity(pipeline, {"name": "Nobody Here"})
+    assert "no such entity in the knowledge graph: 'Nobody Here'" in missing["error"]  # type: ignore[operator]
+    for bad in ({"name": ""}, {"name": "x" * 10_000}, {"name": "IBM", "hops": 0}):
+        answer = _mcp_entity(pipeline, bad)
+        assert "error" in answer and "\n" not in str(answer["error"]), answer
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(name=st.text(min_size=1, max_size=40) | st.just("IBM\x00\ud800"))
+def test_mcp_entity_answers_any_name_without_a_traceback(pipeline: Pipeline, name: str) -> None:
+    answer = _mcp_entity(pipeline, {"name": name})
+    if "error" in answer:
+        error = str(answer["error"])
+        assert error and "Traceback" not in error and "\n" not in error, error
+    else:
+        assert answer.get("entity") or answer.get("candidates")
