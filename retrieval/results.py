@@ -129,6 +129,9 @@ class EntityAliasResult(BaseModel):
         "acronym): it may stand for any of them."
     )
     document_ids: list[str] = Field(default_factory=list)
+    source_ids: list[str] = Field(
+        default_factory=list, description="Those documents' IDs in their sources, from their records."
+    )
 
 
 class EntityDetailResult(BaseModel):

@@ -524,9 +524,13 @@ class Pipeline:
             for source in detail.sources:
                 if (record := records.get(source.document_id)) is not None:
                     source.source_id = record.source_id
-        if strict:
-            for alias in found.also_known_as:
+        for alias in found.also_known_as:
+            if strict:
                 alias.document_ids = [d for d in alias.document_ids if d in records]
+            alias.source_ids = [
+                r.source_id for d in alias.document_ids if (r := records.get(d)) is not None and r.source_id
+            ]
+        if strict:
             found.also_known_as = [a for a in found.also_known_as if a.document_ids]
             found.merges = [m for m in found.merges if m.document_id in records]
             found.candidates = [c for c in found.candidates if c.sources]

@@ -448,24 +448,26 @@ def _print_entity(found: EntityResult) -> None:
     console.print(f"{literal(entity.name)}  ({entity.type}, key {literal(entity.key)!r})", style="bold")
     for line in entity.description.splitlines()[:3]:
         console.print(f"   {literal(line)}")
-    console.print(f"sources ({len(entity.sources)} chunks):", style="bold")
+    count = len(entity.sources)
+    console.print(f"sources ({count} chunk{'' if count == 1 else 's'}):", style="bold")
     for source in entity.sources[:20]:
         written = f"  as {literal(source.written)!r}" if source.written else ""
         console.print(f"   {literal(source.source_id or source.document_id)}  {source.chunk_id}{written}")
     if len(entity.sources) > 20:
         console.print(f"   ... and {len(entity.sources) - 20} more (--json lists them all)")
+    where_of = {s.chunk_id: s.source_id or s.document_id for s in entity.sources}
     if found.merges:
         console.print("merged here (inside one document):", style="bold")
         for merge in found.merges:
             spelled = ", ".join(repr(literal(k)) for k in merge.merged_from)
-            console.print(f"   {spelled} -> {literal(merge.into)}  in {merge.chunk_id}")
+            where = where_of.get(merge.chunk_id, merge.document_id)
+            console.print(f"   {spelled} -> {literal(merge.into)}  in {literal(where)} {merge.chunk_id}")
     if found.also_known_as:
         console.print("also known as (in other documents, not merged):", style="bold")
         for alias in found.also_known_as:
             maybe = ", ambiguous: several entities claim it" if alias.ambiguous else ""
-            console.print(
-                f"   {literal(alias.name)} ({alias.via}{maybe})  in {literal(', '.join(alias.document_ids))}"
-            )
+            where = ", ".join(alias.source_ids or alias.document_ids)
+            console.print(f"   {literal(alias.name)} ({alias.via}{maybe})  in {literal(where)}")
     if found.relations:
         console.print(f"relations (strongest first, {len(found.relations)}):", style="bold")
         for relation in found.relations:

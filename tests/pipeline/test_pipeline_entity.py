@@ -10,6 +10,9 @@ a usage error, never another failure.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -314,3 +317,20 @@ def test_mcp_entity_answers_any_name_without_a_traceback(pipeline: Pipeline, nam
         assert error and "Traceback" not in error and "\n" not in error, error
     else:
         assert answer.get("entity") or answer.get("candidates")
+
+
+def test_the_cli_refuses_a_blank_or_overlong_name_before_anything_starts(tmp_path: Path) -> None:
+    """Exit 2 with one `error:` line, and no store or server opened for it (the data dir stays empty)."""
+    env = {**os.environ, "UNICHUNK_DATA_DIR": str(tmp_path / "data")}
+    env.pop("UNICHUNK_SERVICE_URL", None)
+    for name in ("  ", "x" * 3000):
+        ran = subprocess.run(
+            [sys.executable, "-m", "unichunk.deployments.cli.main", "entity", name],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert ran.returncode == 2, (ran.returncode, ran.stderr)
+        assert ran.stderr.startswith("error: the entity name") and ran.stdout == ""
+    assert not (tmp_path / "data").exists()
