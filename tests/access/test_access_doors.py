@@ -313,6 +313,10 @@ def test_a_token_with_no_labels_reads_nothing_at_any_door(doors: Doors) -> None:
     named = "Alice Johnson of Acme Corporation"
     assert doors.get("/search", nobody, q=named, k=8, mode="graph").json()["hits"] == []
     assert doors.mcp(nobody, "search", {"query": named, "k": 8, "mode": "graph"})["hits"] == []
+    assert doors.index.owner.entity("Alice Johnson").entity is not None  # the admin sees her
+    hidden = doors.get("/entities/Alice%20Johnson", nobody)
+    assert hidden.status_code == 404 and "Alice Johnson" in hidden.json()["detail"]
+    assert "no such entity" in doors.mcp(nobody, "entity", {"name": "Alice Johnson"})["error"]
     token = doors.token(nobody)
     assert LlamaIndexRetriever(pipeline=doors.index.owner, k=8, token=token).retrieve(query) == []
     assert LangChainRetriever(pipeline=doors.index.owner, k=8, token=token).invoke(query) == []
