@@ -11,7 +11,9 @@ acronym and its expansion, or a surname and a full name, stay separate entities 
   alias, in either direction (an acronym's expansions, an expansion's acronym); marked `ambiguous` when
   several entities claim the same link, since the graph cannot tell which one is meant;
 - **merges**: per source chunk, the spellings resolution merged into this entity there
-  (`chunk_merged_from`), so a reader sees "'dr. okafor' -> margaret okafor" and in which chunk;
+  (`chunk_merged_from`), so a reader sees "'dr. okafor' -> margaret okafor" and in which chunk; the
+  spellings that are only the entity's own name written another way ("the united kingdom") apart, as
+  `variants`, so the decisions are not lost among them;
 - the neighbourhood: its strongest relations, `hops` steps out.
 
 Everything is read under the caller's filter (`GraphReader`): an entity, alias or merge that only hidden
@@ -33,7 +35,7 @@ from unichunk.retrieval.results import (
 )
 from unichunk.sinks.base import EntitySource, GraphEntity, GraphReader, SearchFilter
 from unichunk.sinks.graph.cypher import UNKNOWN_TYPE
-from unichunk.sinks.graph.names import PERSON, alias_key, spellings, type_class
+from unichunk.sinks.graph.names import PERSON, alias_key, base_key, spellings, type_class
 
 
 def explore_entity(
@@ -77,16 +79,7 @@ def explore_entity(
             for a, via, ambiguous in aliases
             if a.name in sources
         ],
-        merges=[
-            EntityMergeResult(
-                chunk_id=s.chunk_id,
-                document_id=s.document_id,
-                merged_from=list(s.merged_from),
-                into=entity.name,
-            )
-            for s in own
-            if s.merged_from
-        ],
+        merges=[_merge(entity, s) for s in own if s.merged_from],
         neighbours=[
             GraphEntityResult(name=e.display_name, key=e.name, type=e.type, description=e.description)
             for e in around.entities
@@ -126,6 +119,19 @@ def _reached(
         siblings = [e for e in held if e.name != alias]
         reached += [(e, "surname" if person else "acronym", bool(siblings)) for e in shorter]
     return sorted(reached, key=lambda r: (r[1], r[0].name))
+
+
+def _merge(entity: GraphEntity, source: EntitySource) -> EntityMergeResult:
+    """A chunk's merged keys, split into resolution's decisions (a surname, an acronym: the key differs
+    after normalisation) and mere variants of the name ("the united kingdom", "margaret okafor's")."""
+    variants = [k for k in source.merged_from if base_key(k, entity.type) == entity.name]
+    return EntityMergeResult(
+        chunk_id=source.chunk_id,
+        document_id=source.document_id,
+        merged_from=[k for k in source.merged_from if k not in variants],
+        variants=variants,
+        into=entity.name,
+    )
 
 
 def _compatible(a: GraphEntity, b: GraphEntity) -> bool:

@@ -110,7 +110,15 @@ class EntityMergeResult(BaseModel):
 
     chunk_id: str
     document_id: str
-    merged_from: list[str] = Field(description="The keys the chunk's names had before they were merged.")
+    merged_from: list[str] = Field(
+        description="The keys of the chunk's names that resolution took for this entity: a surname for the "
+        "full name, an acronym for its expansion (with any title or possessive they were written with)."
+    )
+    variants: list[str] = Field(
+        default_factory=list,
+        description="The keys of the chunk's names that are this entity's name written another way (a "
+        "leading article, a possessive, a title, dots): merged by normalisation, no decision taken.",
+    )
     into: str = Field(description="The entity's key they were merged into.")
 
 

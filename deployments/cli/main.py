@@ -456,12 +456,18 @@ def _print_entity(found: EntityResult) -> None:
     if len(entity.sources) > 20:
         console.print(f"   ... and {len(entity.sources) - 20} more (--json lists them all)")
     where_of = {s.chunk_id: s.source_id or s.document_id for s in entity.sources}
-    if found.merges:
+    decided = [m for m in found.merges if m.merged_from]
+    if decided:
         console.print("merged here (inside one document):", style="bold")
-        for merge in found.merges:
+        for merge in decided:
             spelled = ", ".join(repr(literal(k)) for k in merge.merged_from)
             where = where_of.get(merge.chunk_id, merge.document_id)
             console.print(f"   {spelled} -> {literal(merge.into)}  in {literal(where)} {merge.chunk_id}")
+    if variants := sum(1 for m in found.merges if m.variants):
+        console.print(
+            f"{'   ' if decided else ''}({variants} chunk{'' if variants == 1 else 's'} wrote the name with an article, a possessive, "
+            "a title or dots: --json lists them)"
+        )
     if found.also_known_as:
         console.print("also known as (in other documents, not merged):", style="bold")
         for alias in found.also_known_as:

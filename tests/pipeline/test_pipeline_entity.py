@@ -60,6 +60,7 @@ SCRIPT: dict[str, tuple[Entities, Relations]] = {
         [("Dr. Okafor's", "PERSON"), ("Nairobi", "GPE")],
         [("Dr. Okafor's", "Nairobi")],
     ),
+    "The Nairobi lab is Margaret Okafor's.": ([("Margaret Okafor's", "PERSON")], []),
     # doc_news: the acronym alone, and another Okafor
     "IBM opened an office.": ([("IBM", "ORG")], []),
     "John Okafor runs the bakery.": ([("John Okafor", "PERSON")], []),
@@ -67,9 +68,9 @@ SCRIPT: dict[str, tuple[Entities, Relations]] = {
     "Okafor won the race.": ([("Okafor", "PERSON")], []),
 }
 DOCUMENTS = {
-    "doc_acme": list(SCRIPT)[:2],
-    "doc_news": list(SCRIPT)[2:4],
-    "doc_race": list(SCRIPT)[4:],
+    "doc_acme": list(SCRIPT)[:3],
+    "doc_news": list(SCRIPT)[3:5],
+    "doc_race": list(SCRIPT)[5:],
 }
 
 
@@ -148,7 +149,7 @@ def test_a_name_only_aliases_reach_lists_every_candidate(
     assert found.entity is None and found.matched_by == "alias"
     assert [(c.key, [s.document_id for s in c.sources]) for c in found.candidates] == [
         ("john okafor", ["doc_news"]),
-        ("margaret okafor", ["doc_acme", "doc_acme"]),  # a source per chunk
+        ("margaret okafor", ["doc_acme", "doc_acme", "doc_acme"]),  # a source per chunk
     ]
     one = pipeline.entity("IBM's")  # one entity of that alias: that one, found through it
     assert one.matched_by == "name" and one.entity.key == "ibm"
@@ -160,12 +161,15 @@ def test_a_merge_is_listed_with_its_chunk_and_goes_with_its_document(
     found = pipeline.entity("Dr. Margaret Okafor")
     assert found.entity is not None and found.entity.key == "margaret okafor"
     _, chunks = make_document("doc_acme", DOCUMENTS["doc_acme"])
-    assert [(m.chunk_id, m.document_id, m.merged_from, m.into) for m in found.merges] == [
-        (chunks[1].chunk_id, "doc_acme", ["dr. okafor's"], "margaret okafor")
+    # a decision (a title and a surname for the full name) apart from a mere variant (a possessive)
+    assert [(m.chunk_id, m.document_id, m.merged_from, m.variants, m.into) for m in found.merges] == [
+        (chunks[1].chunk_id, "doc_acme", ["dr. okafor's"], [], "margaret okafor"),
+        (chunks[2].chunk_id, "doc_acme", [], ["margaret okafor's"], "margaret okafor"),
     ]
     assert [(s.chunk_id, s.written) for s in found.entity.sources] == [
         (chunks[0].chunk_id, "Margaret Okafor"),
         (chunks[1].chunk_id, ""),  # it wrote only the merged form
+        (chunks[2].chunk_id, "Margaret Okafor"),
     ]
     assert {n.key for n in found.neighbours} == {"international business machines", "nairobi"}
     assert {(r.source, r.target) for r in found.relations} >= {
@@ -192,7 +196,7 @@ def test_a_readers_filter_hides_another_readers_entity_aliases_and_merges(
     assert okafor.entity is not None and okafor.entity.key == "john okafor"
     assert okafor.merges == [] and okafor.also_known_as == []
     acme = explore_entity(graph, "Margaret Okafor", filter={"labels": ["acme"]})
-    assert acme is not None and [m.merged_from for m in acme.merges] == [["dr. okafor's"]]
+    assert acme is not None and [m.merged_from for m in acme.merges] == [["dr. okafor's"], []]
     assert acme.also_known_as == []  # the bare "okafor" of doc_race is hidden
     # through the Pipeline a reader is also checked against the documents' records, which this provided
     # graph has none of: it sees nothing (tests/access check a real ingest, records and all)
@@ -334,3 +338,25 @@ def test_the_cli_refuses_a_blank_or_overlong_name_before_anything_starts(tmp_pat
         assert ran.returncode == 2, (ran.returncode, ran.stderr)
         assert ran.stderr.startswith("error: the entity name") and ran.stdout == ""
     assert not (tmp_path / "data").exists()
+
+
+def test_the_cli_text_says_what_is_merged_what_is_only_related_and_what_is_ambiguous(
+    pipeline: Pipeline, graph: KnowledgeGraphSink, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from unichunk.deployments.cli.main import _print_entity
+
+    _print_entity(pipeline.entity("Margaret Okafor"))
+    shown = capsys.readouterr().out
+    assert "Margaret Okafor  (PERSON, key 'margaret okafor')" in shown
+    assert "sources (3 chunks):" in shown
+    assert '"dr. okafor\'s" -> margaret okafor  in doc_acme' in shown  # the chunk's names, as keys
+    assert "(1 chunk wrote the name with an article, a possessive, a title or dots" in shown
+    assert "Okafor (surname, ambiguous: several entities claim it)  in doc_race" in shown
+    graph.delete("doc_race")
+    _print_entity(pipeline.entity("Okafor"))
+    shown = capsys.readouterr().out
+    assert shown.startswith("Okafor is the alias of 2 entities; the graph cannot tell which is meant:")
+    assert (
+        "1. John Okafor (PERSON, john okafor)" in shown
+        and "2. Margaret Okafor (PERSON, margaret okafor)" in shown
+    )
