@@ -360,3 +360,34 @@ def test_the_cli_text_says_what_is_merged_what_is_only_related_and_what_is_ambig
         "1. John Okafor (PERSON, john okafor)" in shown
         and "2. Margaret Okafor (PERSON, margaret okafor)" in shown
     )
+
+
+# --- end to end: a real ingest (spaCy), a real delete (the Prefect flow) ------------------------------
+
+LAB = (
+    "# The lab\n\nInternational Business Machines hired Dr. Margaret Okafor in 2019 to run its research lab "
+    "in Nairobi.\nDr. Okafor's lab grew quickly. Okafor later partnered with the University of Lagos.\n"
+)
+NEWS = "IBM opened a new office in Lagos this spring. The office is run by John Okafor, who joined IBM from Microsoft.\n"
+
+
+def test_a_merge_from_a_real_ingest_goes_with_the_documents_delete(pipeline_env: Path) -> None:
+    """spaCy extracts the names; resolution merges the bare surname into the full name of the same
+    document; `Pipeline.delete` (the delete flow) takes the entity, its merge and its alias link away."""
+    with Pipeline() as pipeline:
+        summary = pipeline.ingest({"lab.md": LAB, "news.txt": NEWS}, source_name="t")
+        assert summary.failed == [] and summary.processed == 2, summary
+        margaret = pipeline.entity("Dr. Okafor's")  # the surname: two Okafors, only one of them a key
+        assert margaret.entity is None and {c.key for c in margaret.candidates} == {
+            "margaret okafor",
+            "john okafor",
+        }
+        found = pipeline.entity("Margaret Okafor")
+        assert found.entity is not None and [s.source_id for s in found.entity.sources] == ["lab.md"]
+        assert [m.merged_from for m in found.merges] == [["okafor"]]
+        lab = found.entity.sources[0].document_id
+        pipeline.delete(lab)
+        with pytest.raises(NotFound):
+            pipeline.entity("Margaret Okafor")
+        john = pipeline.entity("Okafor")  # one Okafor left: that one, through his surname
+        assert john.entity is not None and john.entity.key == "john okafor" and john.matched_by == "alias"
