@@ -87,3 +87,84 @@ class SearchResult(BaseModel):
     hits: list[SearchHit] = Field(default_factory=list)
     context: ContextResult | None = None
     graph: GraphResult | None = None
+
+
+# --- one entity, explored (`unichunk entity`, `GET /entities/{name}`, the MCP tool `entity`) -------------
+
+
+class EntitySourceResult(BaseModel):
+    """One chunk an entity was learnt from."""
+
+    chunk_id: str
+    document_id: str
+    title: str = Field("", description="The document's title as the graph knows it.")
+    source_id: str | None = Field(None, description="The document's ID in its source, from its record.")
+    written: str = Field(
+        "", description="The name as this chunk wrote it ('' where it wrote only a form merged into it)."
+    )
+
+
+class EntityMergeResult(BaseModel):
+    """Why, in one chunk, other spellings are this entity: resolution inside that chunk's document merged
+    them (a surname after the full name, an acronym after its expansion, a title or possessive form)."""
+
+    chunk_id: str
+    document_id: str
+    merged_from: list[str] = Field(
+        description="The keys of the chunk's names that resolution took for this entity: a surname for the "
+        "full name, an acronym for its expansion (with any title or possessive they were written with)."
+    )
+    variants: list[str] = Field(
+        default_factory=list,
+        description="The keys of the chunk's names that are this entity's name written another way (a "
+        "leading article, a possessive, a title, dots): merged by normalisation, no decision taken.",
+    )
+    into: str = Field(description="The entity's key they were merged into.")
+
+
+class EntityAliasResult(BaseModel):
+    """Another entity the same name reaches across documents through the indexed alias, never merged
+    with this one: a look-up link, not an identity."""
+
+    name: str = Field(description="Display name.")
+    key: str
+    type: str
+    via: str = Field(
+        description="acronym, expansion, surname or full name: what the other one is to this one."
+    )
+    ambiguous: bool = Field(
+        description="Several entities claim this link (two people of one surname, two expansions of one "
+        "acronym): it may stand for any of them."
+    )
+    document_ids: list[str] = Field(default_factory=list)
+    source_ids: list[str] = Field(
+        default_factory=list, description="Those documents' IDs in their sources, from their records."
+    )
+
+
+class EntityDetailResult(BaseModel):
+    """An entity as the graph holds it, with every chunk it was learnt from."""
+
+    name: str = Field(description="Display name.")
+    key: str = Field(description="Normalised name, the graph's key.")
+    type: str
+    description: str
+    sources: list[EntitySourceResult] = Field(default_factory=list)
+
+
+class EntityResult(BaseModel):
+    """One entity looked up by name: what it is, where it was learnt, what else its name reaches, which
+    spellings were merged into it and where, and its strongest relations. When the name reaches several
+    entities only through their alias (a bare surname of two people), `entity` is None and `candidates`
+    lists them: the graph cannot tell which is meant, and says so."""
+
+    query: str
+    matched_by: str = Field(description="name (the entity's key) or alias (its surname or acronym).")
+    entity: EntityDetailResult | None = None
+    candidates: list[EntityDetailResult] = Field(
+        default_factory=list, description="The entities an ambiguous name reaches (then `entity` is None)."
+    )
+    also_known_as: list[EntityAliasResult] = Field(default_factory=list)
+    merges: list[EntityMergeResult] = Field(default_factory=list)
+    neighbours: list[GraphEntityResult] = Field(default_factory=list)
+    relations: list[GraphRelationResult] = Field(default_factory=list)

@@ -111,6 +111,20 @@ class GraphEntity:
 
 
 @dataclass(frozen=True, slots=True)
+class EntitySource:
+    """One source chunk of an entity, as the graph keeps it: where it is (`document_id`, the document's
+    `title`), the name the chunk wrote (`written`: '' where it wrote only a merged form) and the keys its
+    names had before resolution made them this entity (`merged_from`: a surname, an acronym, a title or
+    possessive form; empty where nothing was merged there)."""
+
+    chunk_id: str
+    document_id: str
+    title: str
+    written: str
+    merged_from: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class GraphRelation:
     source: str  # normalised keys, source < target
     target: str
@@ -216,6 +230,13 @@ class GraphReader(Protocol):
 
     def chunk_count(self) -> int:
         """How many chunks the graph holds."""
+        ...
+
+    def entity_sources(
+        self, names: Iterable[str], filter: SearchFilter | None = None
+    ) -> dict[str, tuple[EntitySource, ...]]:
+        """Each entity's source chunks (by key, in chunk-ID order) with what resolution merged there; under
+        a `filter`, only the passing chunks; entities without one left out."""
         ...
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol, TypedDict, Unpack
 from unichunk.retrieval.ranking import Mode
 
 if TYPE_CHECKING:
-    from unichunk.results import Generations, IndexStatus, SearchResult
+    from unichunk.results import EntityResult, Generations, IndexStatus, SearchResult
 
 
 class SearchArgs(TypedDict, total=False):
@@ -32,6 +32,10 @@ class IndexService(Protocol):
 
     def search(self, query: str, k: int = 5, **options: Unpack[SearchArgs]) -> SearchResult:
         """The `k` best chunks for `query`, with the context assembled around them."""
+        ...
+
+    def entity(self, name: str, hops: int = 1, limit: int = 20) -> EntityResult:
+        """What the knowledge graph holds of the entity `name` names. `NotFound` if it names none."""
         ...
 
     def status(self, *, failed_only: bool = False) -> IndexStatus:

@@ -71,7 +71,7 @@ from unichunk.index.metrics import MetricsSettings
 from unichunk.index.source_registry import SourceRegistry
 from unichunk.index.status import DocumentStatus, StatusStore
 from unichunk.inline_documents import INLINE_FOLDER, Rejected, inline_root, named_texts, write_documents
-from unichunk.request_limits import check_query
+from unichunk.request_limits import check_entity_name, check_query
 from unichunk.results import (
     ChunkContext,
     ChunkRecord,
@@ -84,15 +84,18 @@ from unichunk.results import (
     IndexStatus,
 )
 from unichunk.retrieval.context import DEFAULT_BUDGET, Piece, merge_pieces
+from unichunk.retrieval.entity_view import document_ids as entity_document_ids
+from unichunk.retrieval.entity_view import explore_entity
 from unichunk.retrieval.evaluation.metric import BUDGETS
 from unichunk.retrieval.evaluation.questions import QuestionsError, load_questions
 from unichunk.retrieval.evaluation.run import DEFAULT_K, Target, evaluate, save_report, stores_read
 from unichunk.retrieval.ranking import Mode, RetrievalSettings
 from unichunk.retrieval.readers import RANKING_SINKS, SEARCH_SINKS, Readers, open_readers
-from unichunk.retrieval.results import GraphResult, SearchResult
+from unichunk.retrieval.results import EntityResult, GraphResult, SearchResult
 from unichunk.retrieval.search import SearchOptions, chunk_graphs, search
 from unichunk.sinks.base import LABELS_FILTER, SINK_NAMES, SearchFilter, SinkName, StoredChunk
 from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.graph.cypher import MAX_HOPS
 from unichunk.sinks.pool import release_sinks
 from unichunk.stopping import mark_crashed_runs
 
@@ -100,6 +103,7 @@ __all__ = [
     "BUDGETS",
     "DEFAULT_BUDGET",
     "DEFAULT_K",
+    "MAX_HOPS",
     "Pipeline",
     "QuestionsFormat",
     "Readers",
@@ -477,6 +481,62 @@ class Pipeline:
         with self._reading(SEARCH_SINKS if graph or ranks_by_graph else RANKING_SINKS) as readers:
             found = search(readers, query, k, options)
         return self._with_sources(found)
+
+    def entity(self, name: str, hops: int = 1, limit: int = 20) -> EntityResult:
+        """What the knowledge graph holds of the entity `name` names (`unichunk.retrieval.entity_view`): the
+        entity and every chunk it was learnt from, the entities its name reaches in other documents through
+        an acronym or a surname (ambiguous ones marked as such; a bare surname of several people answers
+        with them all as `candidates`), the spellings merged into it per chunk, and its `limit` strongest
+        relations up to `hops` (1 to 3) steps out. Only what chunks the principal may read taught the
+        graph; an entity it may not see is `NotFound`, as an unknown one. A blank name or one over
+        `MAX_QUERY_CHARS` is a `UsageError`."""
+        check_entity_name(name)
+        if not 1 <= hops <= MAX_HOPS:
+            raise UsageError(f"hops must be between 1 and {MAX_HOPS}, not {hops}")
+        if limit < 1:
+            raise UsageError(f"limit must be at least 1, not {limit}")
+        shown = name if len(name) <= 200 else name[:200] + "..."
+        missing = NotFound(f"no such entity in the knowledge graph: {shown!r}")
+        reading = self.principal.read_filter()
+        if (self._provided is None and not self.indexed()) or (
+            reading is not None and not reading[LABELS_FILTER]
+        ):
+            raise missing  # nothing ingested, or a principal with no labels: nothing to see
+        with self._reading(("graph",)) as readers:
+            if readers.graph is None:
+                raise missing
+            found = explore_entity(readers.graph, name, hops=hops, limit=limit, filter=reading)
+        found = self._with_records(found) if found is not None else None
+        if found is None:
+            raise missing
+        return found
+
+    def _with_records(self, found: EntityResult) -> EntityResult | None:
+        """Each source's ID in its source from its document's record; for a principal that is no admin,
+        only what documents it may read by their records (a second check behind the graph's filter, as
+        `_readable` is for chunks): None when nothing of the entity is left."""
+        records = self.documents(set(entity_document_ids(found)))
+        strict = not self.principal.admin
+        details = [d for d in [found.entity, *found.candidates] if d is not None]
+        for detail in details:
+            if strict:
+                detail.sources = [s for s in detail.sources if s.document_id in records]
+            for source in detail.sources:
+                if (record := records.get(source.document_id)) is not None:
+                    source.source_id = record.source_id
+        for alias in found.also_known_as:
+            if strict:
+                alias.document_ids = [d for d in alias.document_ids if d in records]
+            alias.source_ids = [
+                r.source_id for d in alias.document_ids if (r := records.get(d)) is not None and r.source_id
+            ]
+        if strict:
+            found.also_known_as = [a for a in found.also_known_as if a.document_ids]
+            found.merges = [m for m in found.merges if m.document_id in records]
+            found.candidates = [c for c in found.candidates if c.sources]
+            if found.entity is not None and not found.entity.sources:
+                return None
+        return found if found.entity is not None or found.candidates else None
 
     def get_chunks(self, chunk_ids: Sequence[str]) -> list[StoredChunk]:
         """Stored chunks by ID, in the order asked (unknown IDs, and those the principal may not read, left

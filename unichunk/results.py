@@ -18,7 +18,7 @@ from unichunk.lazy_names import lazy_names
 if TYPE_CHECKING:
     from unichunk.engine.params import FailedDocument, IngestSummary, RebuildSummary
     from unichunk.index.alignment import AlignmentReport
-    from unichunk.retrieval.results import GraphResult, SearchHit, SearchResult
+    from unichunk.retrieval.results import EntityResult, GraphResult, SearchHit, SearchResult
     from unichunk.sinks.base import StoredChunk
 
 
@@ -120,6 +120,7 @@ _ELSEWHERE = {
     "IngestSummary": "unichunk.engine.params",
     "RebuildSummary": "unichunk.engine.params",
     "AlignmentReport": "unichunk.index.alignment",
+    "EntityResult": "unichunk.retrieval.results",
     "GraphResult": "unichunk.retrieval.results",
     "SearchHit": "unichunk.retrieval.results",
     "SearchResult": "unichunk.retrieval.results",
@@ -137,6 +138,7 @@ __all__ = [
     "DocumentChunks",
     "DocumentInfo",
     "DroppedGeneration",
+    "EntityResult",
     "FailedDocument",
     "GenerationInfo",
     "GenerationSwitch",

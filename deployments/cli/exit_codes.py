@@ -4,7 +4,7 @@ that `--help` and docs/operations.md show (`tests/deployments/test_cli_exit_code
 4 is access denied (`unichunk.access.AccessDenied`, a service's 403): the same command with a token that
 may do it works, so it is neither a usage error nor a failure. 2 covers `GenerationMismatch` (settings that differ from the live index generation) because nothing is
 broken and retrying will not help: the user chooses between `unichunk rebuild` and the old settings.
-1 covers a named document or generation that does not exist: nothing to retry as is, as `rm` of a
+1 covers a named document, generation or entity that does not exist: nothing to retry as is, as `rm` of a
 missing file. 130 and 143 are 128 + SIGINT and 128 + SIGTERM, what shells report for a process those
 signals ended (Click's own handling of Ctrl-C would exit 1); a run stops gracefully on the first one
 (`unichunk.stopping`).
@@ -53,8 +53,8 @@ MEANINGS = (
     Meaning(
         ExitCode.NOT_ALL_RIGHT,
         "not all is right",
-        "a document failed; `verify` found the stores misaligned; a rebuild was refused; the document or "
-        "generation a command names does not exist (nothing done)",
+        "a document failed; `verify` found the stores misaligned; a rebuild was refused; the document, "
+        "generation or entity a command names does not exist (nothing done)",
     ),
     Meaning(
         ExitCode.USAGE,

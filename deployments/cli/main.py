@@ -59,7 +59,7 @@ from unichunk.deployments.cli.service_client import ServiceUnavailable, running_
 from unichunk.deployments.settings import SAMPLE_CORPUS, ServiceSettings
 from unichunk.errors import UsageError
 from unichunk.interface import IndexService, Mode
-from unichunk.request_limits import check_query
+from unichunk.request_limits import check_entity_name, check_query
 from unichunk.results import GenerationInfo, Generations
 from unichunk.settings import (
     DEFAULT_BATCH_SIZE,
@@ -75,7 +75,7 @@ from unichunk.stopping import exit_now, stop_on_signals
 if TYPE_CHECKING:
     from unichunk.access import Principal
     from unichunk.pipeline import Pipeline
-    from unichunk.results import IngestSummary
+    from unichunk.results import EntityResult, IngestSummary
     from unichunk.tokens import TokenRecord, Tokens
 
 T = TypeVar("T")
@@ -406,6 +406,81 @@ def search(
         console.print(f"{hit.rank}. {hit.chunk_id}  score={hit.score:.4f}  ({ranks})", style="bold")
         console.print(f"   {literal(where)} [{hit.start_char}:{hit.end_char}]  {literal(heading)}")
         console.print(f"   {preview}")
+
+
+@app.command()
+@friendly_errors
+def entity(
+    name: Annotated[list[str], typer.Argument(help="The entity's name, any spelling (quotes optional).")],
+    hops: Annotated[int, typer.Option("--hops", min=1, max=3, help="Relation steps out.")] = 1,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=200, help="The strongest relations shown.")
+    ] = 20,
+    as_json: JsonOption = False,
+) -> None:
+    """What the knowledge graph holds of one entity: where it was learnt, the entities its name reaches in
+    other documents (an acronym and its expansion; a surname of several people is ambiguous, never one
+    person), the spellings merged into it per chunk, and its strongest relations. With --json, the whole
+    result (`unichunk.results.EntityResult`, as `GET /entities/{name}` serves it). An unknown entity is
+    exit 1."""
+    text = " ".join(name)
+    check_entity_name(text)  # blank or too long: exit 2 before any service or store is asked
+    found = _ask(lambda index: index.entity(text, hops=hops, limit=limit))
+    if as_json:
+        print_json(found.model_dump(mode="json"))
+        return
+    _print_entity(found)
+
+
+def _print_entity(found: EntityResult) -> None:
+    if found.entity is None:
+        console.print(
+            f"{literal(found.query)} is the {found.matched_by} of {len(found.candidates)} entities; the graph "
+            "cannot tell which is meant:",
+            style="bold",
+        )
+        for number, candidate in enumerate(found.candidates, start=1):
+            documents = ", ".join(dict.fromkeys(s.source_id or s.document_id for s in candidate.sources))
+            console.print(f"{number}. {literal(candidate.name)} ({candidate.type}, {literal(candidate.key)})")
+            console.print(f"   in {literal(documents)}")
+        return
+    entity = found.entity
+    console.print(f"{literal(entity.name)}  ({entity.type}, key {literal(entity.key)!r})", style="bold")
+    for line in entity.description.splitlines()[:3]:
+        console.print(f"   {literal(line)}")
+    count = len(entity.sources)
+    console.print(f"sources ({count} chunk{'' if count == 1 else 's'}):", style="bold")
+    for source in entity.sources[:20]:
+        written = f"  as {literal(source.written)!r}" if source.written else ""
+        console.print(f"   {literal(source.source_id or source.document_id)}  {source.chunk_id}{written}")
+    if len(entity.sources) > 20:
+        console.print(f"   ... and {len(entity.sources) - 20} more (--json lists them all)")
+    where_of = {s.chunk_id: s.source_id or s.document_id for s in entity.sources}
+    decided = [m for m in found.merges if m.merged_from]
+    if decided:
+        console.print("merged here (inside one document):", style="bold")
+        for merge in decided:
+            spelled = ", ".join(repr(literal(k)) for k in merge.merged_from)
+            where = where_of.get(merge.chunk_id, merge.document_id)
+            console.print(f"   {spelled} -> {literal(merge.into)}  in {literal(where)} {merge.chunk_id}")
+    if variants := sum(1 for m in found.merges if m.variants):
+        console.print(
+            f"{'   ' if decided else ''}({variants} chunk{'' if variants == 1 else 's'} wrote the name with an article, a possessive, "
+            "a title or dots: --json lists them)"
+        )
+    if found.also_known_as:
+        console.print("also known as (in other documents, not merged):", style="bold")
+        for alias in found.also_known_as:
+            maybe = ", ambiguous: several entities claim it" if alias.ambiguous else ""
+            where = ", ".join(alias.source_ids or alias.document_ids)
+            console.print(f"   {literal(alias.name)} ({alias.via}{maybe})  in {literal(where)}")
+    if found.relations:
+        console.print(f"relations (strongest first, {len(found.relations)}):", style="bold")
+        for relation in found.relations:
+            keywords = f"  {literal(relation.keywords)}" if relation.keywords else ""
+            console.print(
+                f"   {literal(relation.source)} -- {literal(relation.target)}  weight={relation.weight:g}{keywords}"
+            )
 
 
 @app.command()

@@ -22,7 +22,7 @@ from unichunk.deployments.service.discovery import running_service_url
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.errors import NotFound, UnichunkError, Unreachable, UsageError
 from unichunk.interface import SearchArgs
-from unichunk.results import Generations, IndexStatus, SearchResult
+from unichunk.results import EntityResult, Generations, IndexStatus, SearchResult
 
 TIMEOUT = httpx.Timeout(60.0, connect=1.0)  # a search can wait for a run's hand-over; connecting cannot
 
@@ -87,6 +87,12 @@ class ServiceClient:
             **({"source": options["source"]} if options.get("source") is not None else {}),
         }
         return SearchResult.model_validate(self._call("GET", "/search", params=params))
+
+    def entity(self, name: str, hops: int = 1, limit: int = 20) -> EntityResult:
+        # a lone surrogate (an argv byte that is no UTF-8) has no UTF-8 form: sent as "?", found as nothing
+        path = f"/entities/{quote(name, safe='', errors='replace')}"
+        answer = self._call("GET", path, params={"hops": hops, "limit": limit})
+        return EntityResult.model_validate(answer)
 
     def status(self, *, failed_only: bool = False) -> IndexStatus:
         answer = self._call("GET", "/status", params={"failed": str(failed_only).lower()})

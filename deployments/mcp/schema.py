@@ -60,6 +60,18 @@ FailedOnly = Annotated[
     bool, Field(description="Also list every failed document with its error (default: counts only).")
 ]
 Radius = Annotated[int, Field(ge=0, le=5, description="Chunks to add on each side (0-5).")]
+EntityName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_QUERY_CHARS,
+        description="An entity's name, any spelling ('IBM', 'Dr. Okafor', 'International Business Machines').",
+    ),
+]
+Hops = Annotated[int, Field(ge=1, le=3, description="Relation steps out from the entity (1-3).")]
+RelationLimit = Annotated[
+    int, Field(ge=1, le=200, description="How many of its strongest relations (1-200).")
+]
 IngestPath = Annotated[
     str,
     Field(

@@ -1,4 +1,4 @@
-"""unichunk for agents: an MCP server with `search`, `get_chunk`, `get_context`, `ingest` and `status`.
+"""unichunk for agents: an MCP server with `search`, `get_chunk`, `get_context`, `entity`, `ingest` and `status`.
 
     unichunk mcp            # stdio: what a desktop client (Claude Desktop, an IDE) starts
     unichunk mcp --http     # streamable HTTP on http://127.0.0.1:8765/mcp
@@ -45,10 +45,13 @@ from unichunk.deployments.mcp.schema import (
     ChunkRef,
     ContextOut,
     DocumentFilter,
+    EntityName,
     FailedOnly,
+    Hops,
     IngestPath,
     Query,
     Radius,
+    RelationLimit,
     SearchHitOut,
     SearchMode,
     SearchOut,
@@ -66,7 +69,15 @@ from unichunk.deployments.settings import ServiceSettings
 from unichunk.errors import NotFound, UnichunkError, UsageError
 from unichunk.interface import Mode
 from unichunk.pipeline import DEFAULT_BUDGET, Pipeline
-from unichunk.results import ChunkRecord, DocumentInfo, IndexStatus, IngestSummary, SearchResult, StoredChunk
+from unichunk.results import (
+    ChunkRecord,
+    DocumentInfo,
+    EntityResult,
+    IndexStatus,
+    IngestSummary,
+    SearchResult,
+    StoredChunk,
+)
 from unichunk.tokens import Tokens
 
 logger = logging.getLogger(__name__)
@@ -77,7 +88,8 @@ MAX_ERROR_CHARS = 500
 INSTRUCTIONS = """\
 unichunk indexes documents once into chunks with stable IDs and exact character offsets, searchable by
 keywords (BM25) and meaning (vectors). Use `search` to find passages (each hit brings its surrounding
-context), `get_context` to read more around a chunk, `get_chunk` to fetch a chunk by ID, `status` to see
+context), `get_context` to read more around a chunk, `get_chunk` to fetch a chunk by ID, `entity` to see what
+the knowledge graph knows of a person, organisation or place (aliases, merges, relations), `status` to see
 what is indexed, `ingest` to add or update documents from the allowed folders. Cite chunk_id and
 source_id with [start_char:end_char] when quoting. Resources: unichunk://documents lists the documents,
 unichunk://documents/{document_id} gives one document's chunks."""
@@ -153,6 +165,16 @@ def create_server(
         merged into one passage with its document offsets: to read what comes before and after a hit."""
         with tool_errors("get_context"):
             return tools.as_caller(callers.of(ctx)).get_context(chunk_id, radius)
+
+    @server.tool(annotations=reading, structured_output=True)
+    def entity(ctx: Context, name: EntityName, hops: Hops = 1, limit: RelationLimit = 20) -> EntityResult:
+        """One entity of the knowledge graph by any spelling of its name: its type, description and source
+        chunks; `also_known_as`, the entities its name reaches in other documents through an acronym or a
+        surname (never merged with it: `ambiguous` when several claim the link); `merges`, the spellings
+        merged into it inside a document, per chunk; its strongest relations. A bare surname of several
+        people answers with all of them as `candidates` and no `entity`. An unknown name is an error."""
+        with tool_errors("entity"):
+            return tools.as_caller(callers.of(ctx)).pipeline.entity(name, hops=hops, limit=limit)
 
     @server.tool(
         annotations=ToolAnnotations(

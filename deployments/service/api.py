@@ -2,7 +2,7 @@
 
 Each route parses its query, asks a `unichunk.Pipeline` whose readers are the service's warm stores
 (`unichunk.warm_stores.WarmStores`) or a provider's (tests), and serves the typed result as JSON; the
-routes are listed in docs/operations.md ("The service"); `POST /eval` (admins) takes the questions in its
+routes are listed in docs/operations.md ("The service"); `GET /entities/{name}` explores the knowledge graph; `POST /eval` (admins) takes the questions in its
 body, not a path, so the service opens no file a caller names. `DELETE /documents/{id}` is the one piece of
 Prefect orchestration done here: it starts the `delete-document` deployment's run, because the served
 runner, not this process, must write (under the store lock). Retrieval blocks, so the endpoints are sync
@@ -34,6 +34,7 @@ from unichunk.pipeline import (
     BUDGETS,
     DEFAULT_BUDGET,
     DEFAULT_K,
+    MAX_HOPS,
     Pipeline,
     QuestionsFormat,
     Readers,
@@ -41,7 +42,7 @@ from unichunk.pipeline import (
     run_result,
 )
 from unichunk.request_limits import MAX_QUERY_CHARS
-from unichunk.results import DocumentChunks, IndexStatus, SearchResult
+from unichunk.results import DocumentChunks, EntityResult, IndexStatus, SearchResult
 from unichunk.settings import SinkSettings
 from unichunk.tokens import Tokens
 from unichunk.warm_stores import WarmStores
@@ -169,6 +170,30 @@ def create_search_router(
             )
         except UsageError as exc:  # the query itself (`unichunk.request_limits`): the caller must change it
             raise HTTPException(422, f"q: {exc}") from exc
+
+    @router.get(
+        "/entities/{name:path}",
+        response_model=EntityResult,
+        responses={404: {"description": "No entity of that name that the caller may see."}},
+    )
+    def entity_endpoint(
+        name: str,
+        hops: Annotated[int, Query(ge=1, le=MAX_HOPS, description="Relation steps out from the entity.")] = 1,
+        limit: Annotated[int, Query(ge=1, le=200, description="The strongest relations shown.")] = 20,
+        caller: Principal = caller_of,
+    ) -> EntityResult:
+        """One entity of the knowledge graph by any spelling of its name, as `unichunk entity --json` prints
+        it: its sources, the entities its name reaches in other documents through an acronym or a surname
+        (ambiguous ones marked; a bare surname of several people answers with them all as `candidates`),
+        the spellings merged into it per chunk, its strongest relations. Only what the caller may read
+        taught the graph: an entity it may not see is a 404, as an unknown one; a blank name or one over
+        the query limit is a 422."""
+        try:
+            return pipeline.scoped(caller).entity(name, hops=hops, limit=limit)
+        except NotFound as exc:
+            raise HTTPException(404, str(exc)) from exc
+        except UsageError as exc:
+            raise HTTPException(422, f"name: {exc}") from exc
 
     @router.get("/documents/{document_id:path}", response_model=DocumentChunks)
     def document_endpoint(document_id: str, caller: Principal = caller_of) -> DocumentChunks:

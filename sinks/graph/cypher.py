@@ -359,6 +359,23 @@ RETURN key, {_ENTITY_FIELDS}
 }
 COUNT_CHUNKS = "MATCH (c:Chunk) RETURN count(c) AS n"
 
+# An entity's source chunks, each with the name it wrote there and the keys merged into it there
+# (`chunk_merged_from[i]`, newline-separated), and the chunk's document: what `unichunk entity` shows.
+# The chunk is reached by its ID (the unique index), its document by the FROM_DOCUMENT edge.
+_ENTITY_SOURCES = """
+UNWIND $names AS name
+MATCH (e:Entity {{name: name}})
+UNWIND range(0, size(coalesce(e.source_chunk_ids, [])) - 1) AS i
+WITH e, i, e.source_chunk_ids[i] AS sid
+MATCH (c:Chunk {{chunk_id: sid}})
+{where}OPTIONAL MATCH (c)-[:FROM_DOCUMENT]->(d:Document)
+RETURN e.name AS name, sid AS chunk_id, c.document_id AS document_id, coalesce(d.title, '') AS title,
+       coalesce(e.chunk_names[i], '') AS written, coalesce(e.chunk_merged_from[i], '') AS merged_from
+ORDER BY name, chunk_id
+"""
+ENTITY_SOURCES = _ENTITY_SOURCES.format(where="")
+
+
 # Variable-length bounds cannot be parameters, hence one query per allowed depth.
 NEIGHBOURS = {
     hops: f"""
@@ -488,6 +505,12 @@ MATCH (e:Entity {{{prop}: key}})
 RETURN key, e.name AS name, e.display_name AS display_name, ts[0] AS type,
        {_join_first("ds", 3, _NEWLINE)} AS description, ids AS source_chunk_ids
 """
+
+
+@cache
+def filtered_entity_sources(keys: tuple[str, ...]) -> str:
+    """`ENTITY_SOURCES` under a filter: only the source chunks that pass it."""
+    return _ENTITY_SOURCES.format(where=f"WHERE {passes('c', keys)}\n")
 
 
 @cache

@@ -9,6 +9,7 @@ these live once, here, and depend on nothing but the name and its type:
 - `alias_key`: the second key an entity is found by, indexed beside `name`: a person's surname ("margaret
   okafor" -> "okafor"), or the initials of a name of several words ("international business machines" ->
   "ibm"). It is a look-up key, not a merge: two Okafors in two documents share it and stay two entities;
+- `spellings`: the keys a name someone typed may be stored under (the look-ups of an entity by name);
 - `type_class`, `looks_like_acronym`: what entity resolution (`unichunk.sinks.graph.resolution`) asks
   before it merges a short name into a long one of the same document.
 """
@@ -180,3 +181,11 @@ def looks_like_acronym(name: str) -> bool:
     if not shown or " " in shown:
         return False
     return bool(_DOTTED_ACRONYM.match(shown)) or sum(ch.isupper() for ch in shown) >= 2
+
+
+def spellings(name: str) -> list[str]:
+    """The keys a name a caller typed may be stored under, most literal first: `entity_key`, then the
+    write side's `base_key` (possessive, dotted acronym, a leading "the"), then as a person's name
+    (titles and suffixes dropped). Any text gives keys a store accepts: `display_name` turns control
+    characters, NUL and lone surrogates included, into spaces."""
+    return [k for k in dict.fromkeys((entity_key(name), base_key(name), base_key(name, PERSON))) if k]

@@ -28,6 +28,7 @@ from unichunk.chunking.models import Chunk, Document
 from unichunk.sinks.base import (
     NO_CONTENT_HASH,
     DocumentChunks,
+    EntitySource,
     GraphContext,
     GraphEntity,
     GraphRelation,
@@ -52,8 +53,8 @@ from unichunk.sinks.graph.extraction import (
     unpack_extraction,
 )
 from unichunk.sinks.graph.llm_extraction import LLMExtractor
-from unichunk.sinks.graph.names import PERSON, base_key
-from unichunk.sinks.graph.resolution import DocumentGraph, aggregate
+from unichunk.sinks.graph.names import spellings
+from unichunk.sinks.graph.resolution import PAIR_SEPARATOR, DocumentGraph, aggregate
 from unichunk.sinks.graph.resolution import clean_text as _clean
 from unichunk.sinks.result_cache import ResultCache
 
@@ -472,16 +473,41 @@ class KnowledgeGraphSink(Sink):
         """How many chunks the graph holds (what an entity's share of them is measured against)."""
         return int(self._read(cypher.COUNT_CHUNKS, {})[0]["n"])
 
+    def entity_sources(
+        self, names: Iterable[str], filter: SearchFilter | None = None
+    ) -> dict[str, tuple[EntitySource, ...]]:
+        """Each entity's source chunks by key, in chunk-ID order, with its document, the name the chunk
+        wrote and the keys resolution merged into the entity there (`chunk_merged_from`); with a `filter`,
+        only the chunks that pass it, and an entity with none is left out."""
+        wanted = sorted({n for n in names if n})
+        if not wanted:
+            return {}
+        scope = self._scope(filter)
+        query = cypher.ENTITY_SOURCES if scope is None else cypher.filtered_entity_sources(scope.keys)
+        found: dict[str, list[EntitySource]] = {}
+        for row in self._read(query, {"names": wanted}, scope):
+            merged = tuple(k for k in (row.get("merged_from") or "").split(PAIR_SEPARATOR) if k)
+            found.setdefault(row["name"], []).append(
+                EntitySource(
+                    chunk_id=row["chunk_id"],
+                    document_id=row.get("document_id") or "",
+                    title=row.get("title") or "",
+                    written=row.get("written") or "",
+                    merged_from=merged,
+                )
+            )
+        return {name: tuple(sources) for name, sources in found.items()}
+
     def entity(self, name: str, filter: SearchFilter | None = None) -> GraphEntity | None:
         """One entity by any spelling of its name (under a `filter`: as the reader may see it)."""
-        candidates = _spellings(name)
+        candidates = spellings(name)
         found = {e.name: e for e in self._entities_by_name(candidates, self._scope(filter))}
         return next((found[k] for k in candidates if k in found), None)
 
     def _stored_key(self, name: str) -> str:
         """The key a name is stored under: as typed ("IBM"), or as resolution writes it ("IBM's",
         "Dr. Margaret Okafor"); the first spelling the graph holds, else the plain key."""
-        candidates = _spellings(name)
+        candidates = spellings(name)
         if not candidates:
             return ""
         held = {r["name"] for r in self._read(cypher.ENTITIES_BY_NAME, {"names": candidates})}
@@ -575,13 +601,6 @@ def _content_hash(stored: Any, encoding: Any) -> str:
         return sha256_hex(decode_content(stored, encoding))
     except ValueError:
         return NO_CONTENT_HASH
-
-
-def _spellings(name: str) -> list[str]:
-    """The keys a name a caller typed may be stored under, most literal first: `entity_key`, then the
-    write side's `base_key` (possessive, dotted acronym, a leading "the"), then as a person's name
-    (titles and suffixes dropped)."""
-    return [k for k in dict.fromkeys((entity_key(name), base_key(name), base_key(name, PERSON))) if k]
 
 
 def _entity(row: Mapping[str, Any]) -> GraphEntity:

@@ -219,3 +219,39 @@ def check_graph_search(corpus: Corpus, principal: Principal, search_as: SearchAs
     for span in (answer.get("context") or {}).get("spans") or []:
         assert span["document_id"] in readable_ids
     return answer
+
+
+# Look an entity up as a principal: (principal, name) -> the door's answer as JSON-like data, None for its
+# not-found answer.
+EntityAs = Callable[[Principal, str], Any]
+
+
+def entity_names(corpus: Corpus) -> st.SearchStrategy[str]:
+    """The people, companies and places every document names (some readers see a name in none of theirs)."""
+    return st.sampled_from(PEOPLE + ORGS + CITIES)
+
+
+def check_entity(
+    corpus: Corpus, principal: Principal, entity_as: EntityAs, admin_view: Any, name: str
+) -> None:
+    """An entity looked up through a door as `principal`: no hidden text or ID anywhere in it, and exactly
+    the admin's sources (`admin_view`: the owner's answer, or None) that lie in documents the principal may
+    read; not found when there are none. Aliases and merges only from readable documents."""
+    answer = plain(entity_as(principal, name))
+    readable_ids = {corpus.ids[d.name] for d in corpus.readable(principal)}
+    admin = plain(admin_view)
+    expected = sorted(
+        s["chunk_id"]
+        for s in ((admin or {}).get("entity") or {}).get("sources", [])
+        if s["document_id"] in readable_ids
+    )
+    if not expected:
+        assert answer is None, f"{name!r} shown to {principal.labels} from hidden documents only"
+        return
+    assert answer is not None, f"{name!r} not shown to {principal.labels}, who may read {expected[:2]}"
+    assert_no_leak(corpus, principal, {k: v for k, v in answer.items() if k != "query"}, f"entity {name!r}")
+    assert sorted(s["chunk_id"] for s in answer["entity"]["sources"]) == expected
+    for alias in answer["also_known_as"]:
+        assert set(alias["document_ids"]) <= readable_ids
+    for merge in answer["merges"]:
+        assert merge["document_id"] in readable_ids

@@ -8,14 +8,18 @@ not read, and a document it may not read answers exactly as one that does not ex
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from access_checks import (
     ACCESS_CORPUS,
     Index,
     answers_as_missing,
     assert_no_leak,
+    check_entity,
     check_graph_search,
     check_search,
+    entity_names,
     ghost_of,
     principals,
     queries,
@@ -24,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from unichunk import Pipeline
-from unichunk.access import AccessDenied, Principal
+from unichunk.access import OWNER, AccessDenied, Principal
 from unichunk.errors import NotFound
 
 EXAMPLES = settings(
@@ -220,3 +224,38 @@ def test_a_writer_cannot_delete_a_document_it_may_not_read(access_index: Index) 
 
 
 LABELS_ALL = ("eng", "hr", "ops")
+
+
+@EXAMPLES
+@given(principal=principals(), name=entity_names(CORPUS))
+def test_an_entity_shows_only_what_readable_documents_taught(
+    access_index: Index, principal: Principal, name: str
+) -> None:
+    """`Pipeline.entity` as a reader: the admin's sources in documents it may read, nothing hidden, and
+    an entity only hidden documents name is not found, as an unknown one."""
+
+    def entity_as(who: Principal, entity_name: str) -> Any:
+        try:
+            return access_index.as_(who).entity(entity_name)
+        except NotFound:
+            return None
+
+    check_entity(access_index.corpus, principal, entity_as, entity_as(OWNER, name), name)
+
+
+def test_a_reader_sees_a_person_from_its_documents_only(access_index: Index) -> None:
+    """Every person is named in documents of several label sets (the first one admins' only): an eng
+    reader gets the person, from strictly fewer sources than the admin, none of them hidden."""
+    eng = Principal(name="eng", labels=("eng",))
+    corpus = access_index.corpus
+    readable = {corpus.ids[d.name] for d in corpus.readable(eng)}
+    for name in ("Alice Johnson", "Bob Miller"):
+        admin = access_index.owner.entity(name)
+        assert admin.entity is not None and admin.entity.key == name.casefold()
+        mine = access_index.as_(eng).entity(name)
+        assert mine.entity is not None
+        theirs = {s.chunk_id for s in admin.entity.sources if s.document_id in readable}
+        assert {s.chunk_id for s in mine.entity.sources} == theirs
+        assert len(theirs) < len(admin.entity.sources)  # the admin sees more: doc00 is admins' only
+        assert all(s.source_id for s in mine.entity.sources)  # the records' source IDs are filled in
+        assert_no_leak(corpus, eng, mine.model_dump(exclude={"query"}), f"entity {name!r}")

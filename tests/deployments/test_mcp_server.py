@@ -25,7 +25,7 @@ from unichunk.chunking.sources import default_source_name
 from unichunk.retrieval.context import CHUNK_BOUNDARY
 
 REPO = Path(__file__).resolve().parents[2]
-TOOLS = {"search", "get_chunk", "get_context", "ingest", "status"}
+TOOLS = {"search", "get_chunk", "get_context", "entity", "ingest", "status"}
 HANDBOOK = "# Handbook\n\n" + "\n\n".join(
     f"## Part {i}\n\n"
     + f"Part {i} tells of the {animal} that live by the river, what they eat and where they sleep. " * 3

@@ -92,7 +92,7 @@ def test_openapi_docs_are_served_with_the_token(client: TestClient) -> None:
     assert client.get("/docs/assets/index.html", headers=_auth()).status_code == 404
     schema = client.get("/openapi.json", headers=_auth()).json()
     paths = schema["paths"]
-    assert {"/search", "/documents/{document_id}", "/status", "/health"} <= set(paths)
+    assert {"/search", "/documents/{document_id}", "/entities/{name}", "/status", "/health"} <= set(paths)
     # the bearer scheme is declared, and required by the data routes, not by the probes
     assert schema["components"]["securitySchemes"]["HTTPBearer"] == {
         "type": "http",
@@ -100,6 +100,8 @@ def test_openapi_docs_are_served_with_the_token(client: TestClient) -> None:
         "description": "UNICHUNK_API_TOKEN, when the service has one.",
     }
     assert paths["/search"]["get"]["security"] == [{"HTTPBearer": []}]
+    assert paths["/entities/{name}"]["get"]["security"] == [{"HTTPBearer": []}]
+    assert {"200", "404", "422"} <= set(paths["/entities/{name}"]["get"]["responses"])
     assert paths["/documents/{document_id}"]["delete"]["security"] == [{"HTTPBearer": []}]
     assert "security" not in paths["/health"]["get"]
 
