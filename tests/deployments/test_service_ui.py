@@ -113,6 +113,46 @@ def test_search_page_lists_hits_linking_to_the_highlighted_span(client: TestClie
     assert client.get("/ui/static/..%2Fui.py").status_code == 404
 
 
+def test_the_search_page_offers_every_mode_and_searches_in_the_one_chosen(client: TestClient) -> None:
+    client.post("/ui/login", data={"token": TOKEN})
+    page = client.get("/ui", params={"q": "harbour crane", "mode": "keywords"})
+    assert page.status_code == 200
+    parsed = parse_html(page.text)
+    options = [o.get("value") for o in parsed.attrs("option")]
+    assert options == ["hybrid", "keywords", "vectors", "graph"]  # every mode `GET /search` has
+    assert [o.get("value") for o in parsed.attrs("option") if "selected" in o] == ["keywords"]
+    summary = re.search(r'<p class="muted" id="summary">([^<]*)</p>', page.text)
+    assert summary and summary.group(1).endswith("· keywords"), summary
+    assert 'class="hit"' in page.text
+
+
+def test_a_bad_page_parameter_is_said_on_a_page_not_answered_with_json(client: TestClient) -> None:
+    """A person types URLs: `k=abc` or a mode that does not exist get the page (with its navigation),
+    never FastAPI's JSON 422 (the document page's `start=x`: `test_service_ui_browser.py`)."""
+    client.post("/ui/login", data={"token": TOKEN})
+    typed = client.get("/ui", params={"q": "harbour crane", "k": "abc", "mode": "keywords"})
+    assert typed.status_code == 200 and 'class="hit"' in typed.text  # `k` left at its default
+    no_mode = client.get("/ui", params={"q": "harbour crane", "mode": "semantic"})
+    assert no_mode.status_code == 422 and no_mode.headers["content-type"].startswith("text/html")
+    assert "no search mode &#x27;semantic&#x27;: one of hybrid, keywords, vectors, graph" in no_mode.text
+
+
+def test_a_reader_is_told_on_a_page_that_the_evaluation_is_for_admins(tmp_path: Path) -> None:
+    from unichunk.tokens import Tokens
+
+    test_client, store = _app(tmp_path, TOKEN)
+    reader, _ = Tokens(SinkSettings(data_dir=tmp_path)).create(["eng"], name="reader")
+    with test_client:
+        login = test_client.get("/ui/login")
+        assert "unichunk tokens create" in login.text  # a reader's token is not UNICHUNK_API_TOKEN
+        test_client.post("/ui/login", data={"token": reader})
+        page = test_client.get("/ui/evaluation")
+        assert page.status_code == 403 and page.headers["content-type"].startswith("text/html")
+        assert "for admin tokens" in page.text and '<nav><a href="/ui">Search</a>' in page.text
+        parse_html(page.text)
+    store.close()
+
+
 def test_without_a_token_there_is_no_login(tmp_path: Path) -> None:
     test_client, store = _app(tmp_path, None)
     with test_client:
