@@ -9,6 +9,7 @@ browser logs in once at `/ui/login` (`ui_auth`: an HttpOnly, SameSite=Strict coo
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from html import escape
 from importlib import resources
 from pathlib import Path
@@ -47,8 +48,8 @@ def create_ui_router(pipeline: Pipeline, check: TokenCheck, data_dir: Path) -> A
     router = APIRouter(include_in_schema=False)
     caller_of = Depends(browser_auth(check, redirect=True))  # each page reads as its caller's principal
 
-    def html(body: str, status: int = 200) -> HTMLResponse:
-        return HTMLResponse(body, status, headers={"Content-Security-Policy": CSP})
+    def html(body: str, status: int = 200, headers: Mapping[str, str] | None = None) -> HTMLResponse:
+        return HTMLResponse(body, status, headers={**(headers or {}), "Content-Security-Policy": CSP})
 
     @router.get("/ui/static/{name}")
     def static(name: str) -> Response:  # the stylesheet and script: public, like a login page's
@@ -101,6 +102,10 @@ def create_ui_router(pipeline: Pipeline, check: TokenCheck, data_dir: Path) -> A
             )
         except UsageError as exc:
             return html(ui_pages.search_page(q, None, str(exc), mode=mode, modes=MODES), 422)
+        except HTTPException as exc:  # the stores: busy while a run writes them, or unavailable
+            if exc.status_code != 503:
+                raise
+            return html(ui_pages.search_page(q, None, exc.detail, mode=mode, modes=MODES), 503, exc.headers)
         return html(ui_pages.search_page(q, found, mode=mode, modes=MODES))
 
     @router.get("/ui/documents/{document_id:path}")
@@ -112,6 +117,11 @@ def create_ui_router(pipeline: Pipeline, check: TokenCheck, data_dir: Path) -> A
             found = reader.document(document_id)
         except NotFound as exc:
             return html(ui_pages.page("Not found", f"<p class='error'>{escape(str(exc))}</p>"), 404)
+        except HTTPException as exc:  # as in `search`: a page saying so, not the API's JSON
+            if exc.status_code != 503:
+                raise
+            body = f"<p class='error'>{escape(str(exc.detail))}</p>"
+            return html(ui_pages.page("Unavailable", body), 503, exc.headers)
         graphs, graph_error = None, None
         try:
             graphs = reader.chunk_graphs([c.chunk_id for c in found.chunks])
