@@ -53,8 +53,12 @@ def browser_auth(check: TokenCheck, *, redirect: bool = False) -> TokenCheck:
             if not redirect or exc.status_code != 401:
                 raise
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            # the cookie's token was refused (revoked since the login): the form says so, not just asks
+            said = "&failed=1" if asked is not request else ""
             raise HTTPException(
-                303, "log in first", headers={"Location": f"{LOGIN_PATH}?next={quote(target, safe='')}"}
+                303,
+                "log in first",
+                headers={"Location": f"{LOGIN_PATH}?next={quote(target, safe='')}{said}"},
             ) from None
 
     return admit

@@ -150,6 +150,12 @@ def test_a_reader_is_told_on_a_page_that_the_evaluation_is_for_admins(tmp_path: 
         assert page.status_code == 403 and page.headers["content-type"].startswith("text/html")
         assert "for admin tokens" in page.text and '<nav><a href="/ui">Search</a>' in page.text
         parse_html(page.text)
+        # the reader's token revoked while its cookie is kept: the next page says the token was refused
+        Tokens(SinkSettings(data_dir=tmp_path)).revoke("reader")
+        gone = test_client.get("/ui", params={"q": "crane"})
+        assert gone.status_code == 303 and gone.headers["location"].endswith("&failed=1")
+        again = test_client.get(gone.headers["location"])
+        assert again.status_code == 401 and "not accepted" in again.text
     store.close()
 
 
