@@ -178,7 +178,11 @@ def test_login_search_open_a_hit_and_the_report_and_docs_offline(service: str, t
         text_box, list_box = page.locator("#doc-text").bounding_box(), page.locator(".chunks").bounding_box()
         assert text_box and list_box and list_box["y"] >= text_box["y"] + text_box["height"]  # list below
         page.screenshot(path=str(tmp_path / "phone.png"))
+        page.goto(f"{service}/ui/evaluation")  # its wide tables scroll in their own box
+        page.wait_for_selector("#gate-verdict")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
         page.set_viewport_size({"width": 1280, "height": 900})
+        page.goto(document_url)
 
         page.click("text=Evaluation")
         page.wait_for_selector("#gate-verdict")
