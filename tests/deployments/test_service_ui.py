@@ -137,6 +137,23 @@ def test_a_bad_page_parameter_is_said_on_a_page_not_answered_with_json(client: T
     assert "no search mode &#x27;semantic&#x27;: one of hybrid, keywords, vectors, graph" in no_mode.text
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    k=st.text(max_size=12) | st.integers(-(10**6), 10**6).map(str),
+    mode=st.text(max_size=20) | st.sampled_from(["hybrid", "keywords", "<b>graph</b>"]),
+)
+def test_whatever_k_and_mode_a_url_holds_the_answer_is_a_page(client: TestClient, k: str, mode: str) -> None:
+    """Any `k` and `mode` typed into the search URL: the search page (200, or 422 naming the mode), HTML
+    with its navigation, the mode escaped; never JSON, never a server error."""
+    client.post("/ui/login", data={"token": TOKEN})
+    page = client.get("/ui", params={"q": "harbour crane", "k": k, "mode": mode})
+    assert page.status_code in (200, 422), page.text
+    assert page.headers["content-type"].startswith("text/html") and "<nav>" in page.text
+    assert (page.status_code == 200) == (mode in ("hybrid", "keywords", "vectors", "graph"))
+    assert "<b>graph</b>" not in page.text
+    parse_html(page.text)
+
+
 def test_a_reader_is_told_on_a_page_that_the_evaluation_is_for_admins(tmp_path: Path) -> None:
     from unichunk.tokens import Tokens
 
