@@ -59,8 +59,8 @@ def create_ui_router(pipeline: Pipeline, check: TokenCheck, data_dir: Path) -> A
         return Response(content, media_type=STATIC_FILES[name], headers={"Cache-Control": "no-cache"})
 
     @router.get("/ui/login")
-    def login_form(request: Request, next: str = "/ui", failed: bool = False) -> Response:
-        if not token_required(check, request):
+    def login_form(next: str = "/ui", failed: bool = False) -> Response:
+        if not token_required(check):
             return RedirectResponse("/ui", 303)
         return html(ui_pages.login_page(_local(next), failed), 401 if failed else 200)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -174,6 +175,21 @@ def test_a_reader_is_told_on_a_page_that_the_evaluation_is_for_admins(tmp_path: 
         again = test_client.get(gone.headers["location"])
         assert again.status_code == 401 and "not accepted" in again.text
     store.close()
+
+
+def test_opening_the_login_form_is_not_counted_as_a_refusal(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The form is where a browser without a token goes: no `access denied` line (nor count) for it,
+    which every visit once logged as `GET /ui/login reason=missing_token`; the refused page before it,
+    and a wrong token sent from it, still are."""
+    with caplog.at_level(logging.WARNING, logger="unichunk.deployments.service.auth"):
+        assert client.get("/ui/login").status_code == 200
+        assert not [r for r in caplog.records if "access denied" in r.getMessage()]
+        assert client.get("/ui").status_code == 303
+        assert client.post("/ui/login", data={"token": "wrong"}).status_code == 401
+    refusals = [r.getMessage() for r in caplog.records if "access denied" in r.getMessage()]
+    assert [m.split(" reason=")[1].split()[0] for m in refusals] == ["missing_token", "bad_token"], refusals
 
 
 def test_without_a_token_there_is_no_login(tmp_path: Path) -> None:
