@@ -14,13 +14,18 @@ timeout fires only once the call returns) and warns on every run; the stores' cl
 
 from __future__ import annotations
 
+import signal
+
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.objects import State
+from prefect.states import Cancelled
 
 from unichunk.index.chunk_cache import ChunkKey
 from unichunk.index.run import RunConfig
 from unichunk.index.sink_writes import PrepareOutcome, prepare_isolating, write_prepared
 from unichunk.sinks.base import InvalidRequest, Prepared
+from unichunk.sinks.stop import StopRequested
 
 WRITE_RETRY_DELAYS = [1, 4, 10]
 PREPARE_RETRY_DELAYS = [5]
@@ -33,11 +38,17 @@ PREPARE_RETRY_DELAYS = [5]
     retries=len(PREPARE_RETRY_DELAYS),
     retry_delay_seconds=PREPARE_RETRY_DELAYS,
 )
-def prepare_sink(sink_name: str, keys: list[ChunkKey], run: RunConfig) -> PrepareOutcome:
-    """Prepare the batch for one sink, isolating the documents it cannot prepare."""
+def prepare_sink(sink_name: str, keys: list[ChunkKey], run: RunConfig) -> PrepareOutcome | State:
+    """Prepare the batch for one sink, isolating the documents it cannot prepare. Stopped when asked
+    (`StopRequested`, from the model work): the task run ends Cancelled, as its flow run does, not
+    Crashed with Prefect's "Crash detected!" error, which is what a BaseException leaving a task shows."""
     if sink_name not in run.sinks:
         raise InvalidRequest(sink_name, f"sink {sink_name!r} is not part of this run ({run.sinks})")
-    outcome = prepare_isolating(run.open_sinks()[sink_name], keys, run)
+    try:
+        outcome = prepare_isolating(run.open_sinks()[sink_name], keys, run)
+    except StopRequested as stop:  # nothing was written: a prepare touches no store
+        asked = signal.Signals(stop.args[0]).name if stop.args and stop.args[0] else "a stop request"
+        return Cancelled(message=f"stopped by {asked}: this batch is left for the next run")
     if outcome.batch_error:
         get_run_logger().warning(
             "prepare[%s] failed for the batch, documents tried alone: %s", sink_name, outcome.batch_error

@@ -9,17 +9,19 @@ browser logs in once at `/ui/login` (`ui_auth`: an HttpOnly, SameSite=Strict coo
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from html import escape
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast, get_args
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from unichunk.access import AccessDenied, Principal
+from unichunk.access import Principal
 from unichunk.deployments.service import ui_pages
+from unichunk.deployments.service.auth import denied
 from unichunk.deployments.service.ui_auth import (
     COOKIE,
     TokenCheck,
@@ -28,11 +30,15 @@ from unichunk.deployments.service.ui_auth import (
     token_required,
 )
 from unichunk.errors import NotFound, UnichunkError, UsageError
+from unichunk.interface import Mode
 from unichunk.pipeline import Pipeline
 
 STATIC_FILES = {"ui.css": "text/css; charset=utf-8", "ui.js": "text/javascript; charset=utf-8"}
 LATEST_REPORT = Path("evaluations") / "latest.json"
 MAX_FORM_BYTES = 16_384
+MODES: tuple[str, ...] = get_args(Mode)  # the search modes the page offers: every one the API has
+DEFAULT_K = 10
+ADMIN_ONLY = "The evaluation report is for admin tokens: its questions and references may quote any document."
 # No page of the UI may run a script or load anything the service did not serve.
 CSP = "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'"
 
@@ -42,8 +48,8 @@ def create_ui_router(pipeline: Pipeline, check: TokenCheck, data_dir: Path) -> A
     router = APIRouter(include_in_schema=False)
     caller_of = Depends(browser_auth(check, redirect=True))  # each page reads as its caller's principal
 
-    def html(body: str, status: int = 200) -> HTMLResponse:
-        return HTMLResponse(body, status, headers={"Content-Security-Policy": CSP})
+    def html(body: str, status: int = 200, headers: Mapping[str, str] | None = None) -> HTMLResponse:
+        return HTMLResponse(body, status, headers={**(headers or {}), "Content-Security-Policy": CSP})
 
     @router.get("/ui/static/{name}")
     def static(name: str) -> Response:  # the stylesheet and script: public, like a login page's
@@ -53,8 +59,8 @@ def create_ui_router(pipeline: Pipeline, check: TokenCheck, data_dir: Path) -> A
         return Response(content, media_type=STATIC_FILES[name], headers={"Cache-Control": "no-cache"})
 
     @router.get("/ui/login")
-    def login_form(request: Request, next: str = "/ui", failed: bool = False) -> Response:
-        if not token_required(check, request):
+    def login_form(next: str = "/ui", failed: bool = False) -> Response:
+        if not token_required(check):
             return RedirectResponse("/ui", 303)
         return html(ui_pages.login_page(_local(next), failed), 401 if failed else 200)
 
@@ -81,36 +87,55 @@ def create_ui_router(pipeline: Pipeline, check: TokenCheck, data_dir: Path) -> A
         return response
 
     @router.get("/ui")
-    def search(q: str = "", k: int = 10, caller: Principal = caller_of) -> HTMLResponse:
+    def search(q: str = "", k: str = "", mode: str = "hybrid", caller: Principal = caller_of) -> HTMLResponse:
+        # A page's parameters come from a URL a person may have typed: a bad one is named on the page
+        # (or, for `k`, left at its default), never answered with the API's JSON 422.
+        wanted = min(max(_int(k, DEFAULT_K), 1), 50)
+        if mode not in MODES:
+            error = f"no search mode {mode!r}: one of {', '.join(MODES)}"
+            return html(ui_pages.search_page(q, None, error, modes=MODES), 422)
         if not q.strip():
-            return html(ui_pages.search_page(q, None))
+            return html(ui_pages.search_page(q, None, mode=mode, modes=MODES))
         try:
-            found = pipeline.scoped(caller).search(q, max(1, min(k, 50)), graph=False, expand=False)
+            found = pipeline.scoped(caller).search(
+                q, wanted, mode=cast(Mode, mode), graph=False, expand=False
+            )
         except UsageError as exc:
-            return html(ui_pages.search_page(q, None, str(exc)), 422)
-        return html(ui_pages.search_page(q, found))
+            return html(ui_pages.search_page(q, None, str(exc), mode=mode, modes=MODES), 422)
+        except HTTPException as exc:  # the stores: busy while a run writes them, or unavailable
+            if exc.status_code != 503:
+                raise
+            return html(ui_pages.search_page(q, None, exc.detail, mode=mode, modes=MODES), 503, exc.headers)
+        return html(ui_pages.search_page(q, found, mode=mode, modes=MODES))
 
     @router.get("/ui/documents/{document_id:path}")
     def document(
-        document_id: str, start: int | None = None, end: int | None = None, caller: Principal = caller_of
+        document_id: str, start: str = "", end: str = "", chunk: str = "", caller: Principal = caller_of
     ) -> HTMLResponse:
         reader = pipeline.scoped(caller)
         try:
             found = reader.document(document_id)
         except NotFound as exc:
             return html(ui_pages.page("Not found", f"<p class='error'>{escape(str(exc))}</p>"), 404)
+        except HTTPException as exc:  # as in `search`: a page saying so, not the API's JSON
+            if exc.status_code != 503:
+                raise
+            body = f"<p class='error'>{escape(str(exc.detail))}</p>"
+            return html(ui_pages.page("Unavailable", body), 503, exc.headers)
         graphs, graph_error = None, None
         try:
             graphs = reader.chunk_graphs([c.chunk_id for c in found.chunks])
         except (UnichunkError, OSError, HTTPException) as exc:  # the text still shows without the graph
             graph_error = exc.detail if isinstance(exc, HTTPException) else str(exc)
-        highlight = (start, end) if start is not None and end is not None and start < end else None
-        return html(ui_pages.document_page(found, graphs, highlight, graph_error))
+        a, b = _int(start, None), _int(end, None)
+        highlight = (a, b) if a is not None and b is not None and a < b else None
+        return html(ui_pages.document_page(found, graphs, highlight, graph_error, focus=chunk or None))
 
     @router.get("/ui/evaluation")
-    def evaluation(caller: Principal = caller_of) -> HTMLResponse:
+    def evaluation(request: Request, caller: Principal = caller_of) -> HTMLResponse:
         if not caller.admin:  # its questions and references may quote any document
-            raise AccessDenied("the evaluation report is for admin tokens: it may quote any document")
+            denied(request, "forbidden", caller.token_id)  # counted and logged as the API's 403s are
+            return html(ui_pages.evaluation_page(None, ADMIN_ONLY), 403)  # a page with its nav, not JSON
         report, error = _latest_report(data_dir / LATEST_REPORT)
         return html(ui_pages.evaluation_page(report, error))
 
@@ -127,6 +152,14 @@ def _latest_report(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(loaded, dict):
         return None, f"{path.name} is not an evaluation report (a JSON object)"
     return loaded, None
+
+
+def _int(value: str, default: Any) -> Any:
+    """`value` as an integer, else `default` (a page's number typed into its URL by a person)."""
+    try:
+        return int(value.strip())
+    except ValueError:
+        return default
 
 
 def _local(target: str) -> str:

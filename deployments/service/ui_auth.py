@@ -22,7 +22,18 @@ from unichunk.tokens import Tokens
 COOKIE = "unichunk_token"
 LOGIN_PATH = "/ui/login"
 
-TokenCheck = Callable[[Request], Principal]
+
+class TokenCheck:
+    """The API's bearer check (`auth.principal_auth`: the caller's principal, 401 when the token is missing
+    or wrong, the owner while no token exists), and whether the service has a token at all, asked of the
+    tokens themselves: asking the check would count and log a refusal for every view of the login form."""
+
+    def __init__(self, tokens: Tokens) -> None:
+        self._principal: Callable[[Request], Principal] = principal_auth(tokens)
+        self.required: Callable[[], bool] = tokens.required
+
+    def __call__(self, request: Request) -> Principal:
+        return self._principal(request)
 
 
 def with_bearer(request: Request, token: str) -> Request:
@@ -33,9 +44,8 @@ def with_bearer(request: Request, token: str) -> Request:
 
 
 def token_check(tokens: Tokens) -> TokenCheck:
-    """The API's bearer check: the caller's principal, 401 when the token is missing or wrong (the owner
-    while no token exists)."""
-    return principal_auth(tokens)
+    """The API's bearer check for the pages (see `TokenCheck`)."""
+    return TokenCheck(tokens)
 
 
 def browser_auth(check: TokenCheck, *, redirect: bool = False) -> TokenCheck:
@@ -53,8 +63,12 @@ def browser_auth(check: TokenCheck, *, redirect: bool = False) -> TokenCheck:
             if not redirect or exc.status_code != 401:
                 raise
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            # the cookie's token was refused (revoked since the login): the form says so, not just asks
+            said = "&failed=1" if asked is not request else ""
             raise HTTPException(
-                303, "log in first", headers={"Location": f"{LOGIN_PATH}?next={quote(target, safe='')}"}
+                303,
+                "log in first",
+                headers={"Location": f"{LOGIN_PATH}?next={quote(target, safe='')}{said}"},
             ) from None
 
     return admit
@@ -69,11 +83,6 @@ def token_accepted(check: TokenCheck, request: Request, token: str) -> bool:
     return True
 
 
-def token_required(check: TokenCheck, request: Request) -> bool:
-    """Whether the service has a token at all: the check refuses a request that carries none."""
-    headers = [(k, v) for k, v in request.scope["headers"] if k.lower() != b"authorization"]
-    try:
-        check(Request({**request.scope, "headers": headers}))
-    except HTTPException:
-        return True
-    return False
+def token_required(check: TokenCheck) -> bool:
+    """Whether the service has a token at all (else no login is asked)."""
+    return check.required()

@@ -46,7 +46,8 @@ def page(title: str, body: str, *, nav: bool = True, extra_style: str = "") -> s
 def login_page(next_path: str, failed: bool) -> str:
     error = '<p class="error" id="login-error">That token was not accepted.</p>' if failed else ""
     body = (
-        "<h1>unichunk</h1><p>This service needs its API token (<code>UNICHUNK_API_TOKEN</code>).</p>"
+        "<h1>unichunk</h1><p>Log in with your access token: one made for you with <code>unichunk tokens "
+        "create</code>, or the service's <code>UNICHUNK_API_TOKEN</code>.</p>"
         f'{error}<form method="post" action="/ui/login" class="login">'
         f'<input type="hidden" name="next" value="{escape(next_path)}">'
         '<label>Token <input type="password" name="token" id="token" autocomplete="current-password" '
@@ -55,18 +56,39 @@ def login_page(next_path: str, failed: bool) -> str:
     return page("Log in", body, nav=False)
 
 
-def search_page(query: str, found: SearchResult | None, error: str | None = None) -> str:
+MODE_NAMES = {
+    "hybrid": "hybrid (keywords + vectors)",
+    "keywords": "keywords (BM25)",
+    "vectors": "vectors (meaning)",
+    "graph": "graph (entities named)",
+}
+
+
+def search_page(
+    query: str,
+    found: SearchResult | None,
+    error: str | None = None,
+    *,
+    mode: str = "hybrid",
+    modes: Sequence[str] = ("hybrid",),
+) -> str:
+    options = "".join(
+        f'<option value="{escape(m)}"{" selected" if m == mode else ""}>{escape(MODE_NAMES.get(m, m))}</option>'
+        for m in modes
+    )
     form = (
         '<form method="get" action="/ui" class="search" role="search">'
         f'<input type="search" name="q" id="q" value="{escape(query)}" placeholder="Search the index" '
-        'autofocus> <button type="submit">Search</button></form>'
+        "autofocus> "
+        f'<select name="mode" id="mode" aria-label="Search mode">{options}</select> '
+        '<button type="submit">Search</button></form>'
     )
     if error:
         return page("Search", form + f'<p class="error">{escape(error)}</p>')
     if found is None:
         return page("Search", form)
     if not found.hits:
-        return page(f"Search: {query}", form + '<p class="muted">No hits.</p>')
+        return page(f"Search: {query}", form + '<p class="muted" id="summary">No hits.</p>')
     items = []
     for hit in found.hits:
         title = hit.title or hit.path or hit.source_id or hit.document_id
@@ -81,7 +103,9 @@ def search_page(query: str, found: SearchResult | None, error: str | None = None
             f"chars {hit.start_char}–{hit.end_char} · "
             f"{escape(', '.join(f'{k} #{v}' for k, v in hit.ranks.items()))}</div></li>"
         )
-    return page(f"Search: {query}", form + f'<ol class="hits">{"".join(items)}</ol>')
+    count = f"{len(found.hits)} hit{'' if len(found.hits) == 1 else 's'}"
+    summary = f'<p class="muted" id="summary">{count} · {escape(found.route)}</p>'
+    return page(f"Search: {query}", form + summary + f'<ol class="hits">{"".join(items)}</ol>')
 
 
 def document_link(document_id: str, start: int, end: int, chunk_id: str | None = None) -> str:
@@ -135,7 +159,10 @@ def document_page(
     graphs: Mapping[str, GraphResult] | None,
     highlight: tuple[int, int] | None,
     graph_error: str | None = None,
+    focus: str | None = None,
 ) -> str:
+    """The document's text from its chunks' offsets beside its chunk list; `focus` (a chunk ID: the search
+    hit's) is marked in the list, which the script scrolls to."""
     info = found.document
     title = info.path or info.source_id or info.document_id
     text, parts = segments(found.chunks, highlight)
@@ -171,7 +198,7 @@ def document_page(
         "chunk n starts · <mark>search hit</mark></p>"
     )
     chunk_items = [
-        _chunk_item(c, (graphs or {}).get(c.chunk_id))
+        _chunk_item(c, (graphs or {}).get(c.chunk_id), focus == c.chunk_id)
         for c in sorted(found.chunks, key=lambda c: c.chunk_index)
     ]
     graph_note = f'<p class="error">Graph unavailable: {escape(graph_error)}</p>' if graph_error else ""
@@ -184,7 +211,7 @@ def document_page(
     return page(title, body)
 
 
-def _chunk_item(chunk: ChunkRecord, graph: GraphResult | None) -> str:
+def _chunk_item(chunk: ChunkRecord, graph: GraphResult | None, focus: bool = False) -> str:
     entities = "".join(
         f'<li class="entity">{escape(e.name)} <span class="muted">{escape(e.type)}</span></li>'
         for e in (graph.entities if graph else [])
@@ -198,7 +225,8 @@ def _chunk_item(chunk: ChunkRecord, graph: GraphResult | None) -> str:
         f'<ul class="relations">{relations}</ul>' if relations else ""
     ) or '<p class="muted">nothing in the graph</p>'
     return (
-        f'<li class="chunk-item" data-chunk="{chunk.chunk_index}" id="chunk-{chunk.chunk_index}">'
+        f'<li class="chunk-item{" focus" if focus else ""}" data-chunk="{chunk.chunk_index}" '
+        f'id="chunk-{chunk.chunk_index}">'
         f"<b>chunk {chunk.chunk_index}</b> "
         f'<span class="muted">chars {chunk.start_char}–{chunk.end_char}</span>'
         f'<div class="headings">{_headings(chunk.heading_chain)}</div>{graph_html}</li>'

@@ -259,9 +259,10 @@ class ServeRunner(Runner):
         if self._stop_reason is not None or self._event_loop is None or self._stop_event is None:
             return
         self._stop_reason = reason
-        _say(f"{reason} received, stopping: in-flight runs are cancelled")
+        # The stop is set in motion before it is announced: nothing a line on stderr does can lose it.
         threading.Thread(target=self._deadline, name="serve-stop-deadline", daemon=True).start()
         self._event_loop.call_soon_threadsafe(self._stop_event.set)
+        _say(f"{reason} received, stopping: in-flight runs are cancelled")
 
     def _deadline(self) -> None:
         time.sleep(STOP_DEADLINE_SECONDS)
@@ -315,8 +316,12 @@ def _kill_children() -> int:
 
 
 def _say(message: str) -> None:
-    """A lifecycle line on stderr (not the log: an operator reads it in the terminal or `docker logs`)."""
-    print(f"unichunk serve: {message}", file=sys.stderr, flush=True)
+    """A lifecycle line on stderr (not the log: an operator reads it in the terminal or `docker logs`).
+    Never raises: when stderr is gone (`unichunk serve | tee log` and Ctrl-C, which ends `tee` too) the
+    line is lost, not the stop it announces (a BrokenPipeError here once left serve running for ever,
+    deaf to every later SIGINT and SIGTERM)."""
+    with contextlib.suppress(OSError, ValueError):  # a closed pipe, a closed file
+        print(f"unichunk serve: {message}", file=sys.stderr, flush=True)
 
 
 class StopBeforeServing(BaseException):

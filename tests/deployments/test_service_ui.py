@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -111,6 +112,84 @@ def test_search_page_lists_hits_linking_to_the_highlighted_span(client: TestClie
     assert client.get("/ui/static/ui.js").status_code == 200
     assert client.get("/ui/static/ui.css").status_code == 200
     assert client.get("/ui/static/..%2Fui.py").status_code == 404
+
+
+def test_the_search_page_offers_every_mode_and_searches_in_the_one_chosen(client: TestClient) -> None:
+    client.post("/ui/login", data={"token": TOKEN})
+    page = client.get("/ui", params={"q": "harbour crane", "mode": "keywords"})
+    assert page.status_code == 200
+    parsed = parse_html(page.text)
+    options = [o.get("value") for o in parsed.attrs("option")]
+    assert options == ["hybrid", "keywords", "vectors", "graph"]  # every mode `GET /search` has
+    assert [o.get("value") for o in parsed.attrs("option") if "selected" in o] == ["keywords"]
+    summary = re.search(r'<p class="muted" id="summary">([^<]*)</p>', page.text)
+    assert summary and summary.group(1).endswith("· keywords"), summary
+    assert 'class="hit"' in page.text
+
+
+def test_a_bad_page_parameter_is_said_on_a_page_not_answered_with_json(client: TestClient) -> None:
+    """A person types URLs: `k=abc` or a mode that does not exist get the page (with its navigation),
+    never FastAPI's JSON 422 (the document page's `start=x`: `test_service_ui_browser.py`)."""
+    client.post("/ui/login", data={"token": TOKEN})
+    typed = client.get("/ui", params={"q": "harbour crane", "k": "abc", "mode": "keywords"})
+    assert typed.status_code == 200 and 'class="hit"' in typed.text  # `k` left at its default
+    no_mode = client.get("/ui", params={"q": "harbour crane", "mode": "semantic"})
+    assert no_mode.status_code == 422 and no_mode.headers["content-type"].startswith("text/html")
+    assert "no search mode &#x27;semantic&#x27;: one of hybrid, keywords, vectors, graph" in no_mode.text
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    k=st.text(max_size=12) | st.integers(-(10**6), 10**6).map(str),
+    mode=st.text(max_size=20) | st.sampled_from(["hybrid", "keywords", "<b>graph</b>"]),
+)
+def test_whatever_k_and_mode_a_url_holds_the_answer_is_a_page(client: TestClient, k: str, mode: str) -> None:
+    """Any `k` and `mode` typed into the search URL: the search page (200, or 422 naming the mode), HTML
+    with its navigation, the mode escaped; never JSON, never a server error."""
+    client.post("/ui/login", data={"token": TOKEN})
+    page = client.get("/ui", params={"q": "harbour crane", "k": k, "mode": mode})
+    assert page.status_code in (200, 422), page.text
+    assert page.headers["content-type"].startswith("text/html") and "<nav>" in page.text
+    assert (page.status_code == 200) == (mode in ("hybrid", "keywords", "vectors", "graph"))
+    assert "<b>graph</b>" not in page.text
+    parse_html(page.text)
+
+
+def test_a_reader_is_told_on_a_page_that_the_evaluation_is_for_admins(tmp_path: Path) -> None:
+    from unichunk.tokens import Tokens
+
+    test_client, store = _app(tmp_path, TOKEN)
+    reader, _ = Tokens(SinkSettings(data_dir=tmp_path)).create(["eng"], name="reader")
+    with test_client:
+        login = test_client.get("/ui/login")
+        assert "unichunk tokens create" in login.text  # a reader's token is not UNICHUNK_API_TOKEN
+        test_client.post("/ui/login", data={"token": reader})
+        page = test_client.get("/ui/evaluation")
+        assert page.status_code == 403 and page.headers["content-type"].startswith("text/html")
+        assert "for admin tokens" in page.text and '<nav><a href="/ui">Search</a>' in page.text
+        parse_html(page.text)
+        # the reader's token revoked while its cookie is kept: the next page says the token was refused
+        Tokens(SinkSettings(data_dir=tmp_path)).revoke("reader")
+        gone = test_client.get("/ui", params={"q": "crane"})
+        assert gone.status_code == 303 and gone.headers["location"].endswith("&failed=1")
+        again = test_client.get(gone.headers["location"])
+        assert again.status_code == 401 and "not accepted" in again.text
+    store.close()
+
+
+def test_opening_the_login_form_is_not_counted_as_a_refusal(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The form is where a browser without a token goes: no `access denied` line (nor count) for it,
+    which every visit once logged as `GET /ui/login reason=missing_token`; the refused page before it,
+    and a wrong token sent from it, still are."""
+    with caplog.at_level(logging.WARNING, logger="unichunk.deployments.service.auth"):
+        assert client.get("/ui/login").status_code == 200
+        assert not [r for r in caplog.records if "access denied" in r.getMessage()]
+        assert client.get("/ui").status_code == 303
+        assert client.post("/ui/login", data={"token": "wrong"}).status_code == 401
+    refusals = [r.getMessage() for r in caplog.records if "access denied" in r.getMessage()]
+    assert [m.split(" reason=")[1].split()[0] for m in refusals] == ["missing_token", "bad_token"], refusals
 
 
 def test_without_a_token_there_is_no_login(tmp_path: Path) -> None:

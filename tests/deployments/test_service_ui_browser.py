@@ -134,6 +134,15 @@ def test_login_search_open_a_hit_and_the_report_and_docs_offline(service: str, t
         page.click("#login")
         page.wait_for_url(f"{service}/ui")
 
+        # every mode the API has, chosen on the page: the graph finds the chunks naming the entity
+        page.fill("#q", "Alice Moreau")
+        page.select_option("#mode", "graph")
+        page.press("#q", "Enter")
+        page.wait_for_selector(".hit")
+        assert page.locator("#summary").inner_text().endswith("· graph")
+        assert "Alice Moreau" in page.locator(".hit .snippet").first.inner_text()
+        assert page.locator("#mode").input_value() == "graph"  # the choice stays for the next query
+        page.select_option("#mode", "hybrid")
         page.fill("#q", "who maintains the crane schedule")
         page.press("#q", "Enter")
         page.wait_for_selector(".hit")
@@ -144,6 +153,8 @@ def test_login_search_open_a_hit_and_the_report_and_docs_offline(service: str, t
         first.locator(".hit-link").click()
 
         page.wait_for_selector("mark#hit")
+        assert page.locator(".chunk-item.focus").count() == 1  # the hit's chunk, marked in the list
+        document_url = page.url
         hit = page.locator("mark#hit")
         assert hit.is_visible() and "Alice Moreau" in hit.inner_text()
         box = hit.bounding_box()
@@ -158,6 +169,20 @@ def test_login_search_open_a_hit_and_the_report_and_docs_offline(service: str, t
         page.locator(".chunk-item").nth(1).click()  # the script marks that chunk's text
         assert page.locator("#doc-text span.seg.focus").count() >= 1
         page.screenshot(path=str(tmp_path / "document.png"), full_page=True)
+
+        # a phone: one column, nothing wider than the screen (a long file name in the title was)
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.goto(document_url.replace("start=", "start=x&was="))  # a mistyped number: the page still
+        page.wait_for_selector("#doc-text")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        text_box, list_box = page.locator("#doc-text").bounding_box(), page.locator(".chunks").bounding_box()
+        assert text_box and list_box and list_box["y"] >= text_box["y"] + text_box["height"]  # list below
+        page.screenshot(path=str(tmp_path / "phone.png"))
+        page.goto(f"{service}/ui/evaluation")  # its wide tables scroll in their own box
+        page.wait_for_selector("#gate-verdict")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        page.set_viewport_size({"width": 1280, "height": 900})
+        page.goto(document_url)
 
         page.click("text=Evaluation")
         page.wait_for_selector("#gate-verdict")
@@ -175,5 +200,5 @@ def test_login_search_open_a_hit_and_the_report_and_docs_offline(service: str, t
 
     assert refused == [], f"the pages asked for something beyond the service: {refused}"
     assert errors == [], errors
-    for name in ("search", "document", "evaluation", "docs"):
+    for name in ("search", "document", "phone", "evaluation", "docs"):
         _not_blank(tmp_path / f"{name}.png")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -32,13 +34,16 @@ def tail(log: Path) -> str:
     return log.read_text(errors="replace")[-4000:] if log.exists() else ""
 
 
-def serve_process(cmd: list[str], env: dict[str, str], log: Path, cwd: Path) -> subprocess.Popen:
-    """`cmd` in its own process group, so one killpg stops it and its flow-run subprocesses."""
+def serve_process(
+    cmd: list[str], env: dict[str, str], log: Path, cwd: Path, output: int | None = None
+) -> subprocess.Popen:
+    """`cmd` in its own process group, so one killpg stops it and its flow-run subprocesses. Its output
+    goes to `log`, or to the file descriptor `output` (a pipe: `Tee`)."""
     return subprocess.Popen(
         cmd,
         cwd=cwd,
         env=env,
-        stdout=log.open("ab"),
+        stdout=log.open("ab") if output is None else output,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its flow-run subprocesses share the group, so one killpg stops all
         # As started from a terminal: SIGINT at its default even when the test runner inherited it ignored
@@ -46,6 +51,34 @@ def serve_process(cmd: list[str], env: dict[str, str], log: Path, cwd: Path) -> 
         # ignored SIGINT ignored, as a run started by a parent that ignores it should.
         preexec_fn=_sigint_default,
     )
+
+
+class Tee:
+    """What `unichunk serve 2>&1 | tee LOG` in a terminal gives serve: a pipe whose reader copies it into
+    `log`. `cut()` closes the reader, as Ctrl-C in that terminal ends `tee` with serve: every later write
+    of serve's to stdout or stderr fails (EPIPE)."""
+
+    def __init__(self, log: Path) -> None:
+        self.read, self.write = os.pipe()
+        self.log = log
+        self._cut = threading.Event()
+        self._copier = threading.Thread(target=self._copy, name="tee", daemon=True)
+        self._copier.start()
+
+    def _copy(self) -> None:
+        with self.log.open("ab") as out:
+            while not self._cut.is_set():
+                if select.select([self.read], [], [], 0.1)[0]:
+                    data = os.read(self.read, 65536)
+                    if not data:
+                        return
+                    out.write(data)
+                    out.flush()
+
+    def cut(self) -> None:
+        self._cut.set()
+        self._copier.join()
+        os.close(self.read)
 
 
 def _sigint_default() -> None:

@@ -25,7 +25,7 @@ import pytest
 import redis
 import servers
 from fault_checks import assert_converged, make_corpus
-from served import FINAL, run_state, serve_process, start_run, stop_process, tail, wait
+from served import FINAL, Tee, run_state, serve_process, start_run, stop_process, tail, wait
 
 from unichunk.deployments.serving.serve import DEPLOYMENT_NAMES
 from unichunk.index.generations import live_status
@@ -233,15 +233,23 @@ class Served:
         self.cwd = tmp_path
         self.process: subprocess.Popen | None = None
 
-    def start(self) -> str:
+    def start(self, tee: bool = False) -> str:
         """Start and wait until its deployments are registered and its receiver answers; the `ingest`
         deployment's id. Each start logs to a file of its own: the line that says it is serving must be
-        this start's, not an earlier one's (which let a signal land while it still registered)."""
+        this start's, not an earlier one's (which let a signal land while it still registered). `tee`:
+        its output goes through a pipe (`self.tee`), as `unichunk serve 2>&1 | tee LOG` does."""
         self.starts += 1
         self.log = self.cwd / f"serve-{self.starts}.log"
+        self.tee = Tee(self.log) if tee else None
         self.process = serve_process(
-            [UNICHUNK, "serve", "--port", str(self.port)], self.env, self.log, self.cwd
+            [UNICHUNK, "serve", "--port", str(self.port)],
+            self.env,
+            self.log,
+            self.cwd,
+            output=self.tee.write if self.tee else None,
         )
+        if self.tee:
+            os.close(self.tee.write)  # serve holds the pipe's only writing end
 
         def ready() -> str | None:
             assert self.process is not None and self.process.poll() is None, (
@@ -302,6 +310,24 @@ def test_serve_stops_within_10_s_of_sigterm_and_of_sigint(
         served.close()
     assert _processes_of(fault_env, besides=own_prefect.process.pid) == {}
     print(f"serve stopped in {took}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_serve_whose_output_pipe_closed_still_stops_on_sigint(
+    fault_env: Path, tmp_path: Path, own_prefect: servers.Server
+) -> None:
+    """`unichunk serve 2>&1 | tee serve.log`, then Ctrl-C: the terminal's SIGINT ends `tee` too, and
+    serve's line announcing the stop fails (EPIPE). The stop must happen all the same (that failure once
+    left serve running, deaf to every later SIGINT and SIGTERM)."""
+    served = Served(tmp_path, own_prefect.url)
+    try:
+        served.start(tee=True)
+        assert served.tee is not None
+        served.tee.cut()
+        served.stop_with(signal.SIGINT)
+    finally:
+        served.close()
 
 
 @pytest.mark.slow

@@ -93,6 +93,18 @@ def _flow_run(corpus: Path) -> dict:
     return found[0]
 
 
+def _task_runs(flow_run_id: str) -> list[dict]:
+    """(name, state_type, message) of each task run of the flow run, from the real Prefect API."""
+    api = os.environ["PREFECT_API_URL"]
+    found = httpx.post(
+        f"{api}/task_runs/filter", json={"flow_runs": {"id": {"any_": [flow_run_id]}}, "limit": 200}
+    ).json()
+    return [
+        {"name": t["name"], "state_type": t["state_type"], "message": (t["state"] or {}).get("message")}
+        for t in found
+    ]
+
+
 def _next_run_converges(corpus: Path, data_dir: Path) -> None:
     state = ingest(IngestParams(source=SourceParams(root=str(corpus)), batch_size=BATCH), return_state=True)
     assert state.is_completed(), state.message
@@ -120,6 +132,11 @@ def test_first_signal_mid_embedding_stops_cancelled_and_the_next_run_converges(
 
     run = _flow_run(corpus)
     assert run["state_type"] == "CANCELLED", run["state"]
+    # ... and so are its stopped tasks (the embedding's prepare): not Crashed, with "Crash detected!"
+    # logged as an error, in the UI's run graph beside a run that stopped as asked
+    tasks = _task_runs(run["id"])
+    assert not [t for t in tasks if t["state_type"] not in ("COMPLETED", "CANCELLED")], tasks
+    assert [t for t in tasks if t["state_type"] == "CANCELLED"], tasks
     counts = status.counts()
     assert not counts.get("processing") and not counts.get("failed"), counts
     assert counts.get("processed", 0) < DOCS  # it did stop early

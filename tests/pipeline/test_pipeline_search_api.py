@@ -177,6 +177,10 @@ def test_local_mode_keeps_the_store_warm_and_hands_it_over_to_a_waiting_run(
             busy = test_client.get("/search", params={"q": "Analytical Engine"})
             assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
             assert "flow run" in busy.json()["detail"]
+            # the web UI says so on its page (with its navigation), not with the API's JSON
+            page = test_client.get("/ui", params={"q": "Analytical Engine"})
+            assert page.status_code == 503 and page.headers["content-type"].startswith("text/html")
+            assert "flow run is writing" in page.text and "<nav>" in page.text, page.text
             fcntl.flock(run, fcntl.LOCK_UN)
         again = test_client.get("/search", params={"q": "Analytical Engine", "k": 1})
         assert again.status_code == 200 and stores.is_open()
