@@ -112,7 +112,7 @@ def ingest_markdown(
     """Markdown of an ingest/reindex summary (a rebuild's passes: `level` 4, their failures listed once by
     the rebuild itself, `failures=False`)."""
     head = f"{'#' * level} {summary.flow}" + (f": {escape_markdown(outcome)}" if outcome else "")
-    lines = [head, "", "| | |", "|---|---:|"]
+    lines = [head, "", "| figure | value |", "|---|---:|"]
     if summary.dry_run:
         rows: list[tuple[str, object]] = [
             ("listed", summary.listed),

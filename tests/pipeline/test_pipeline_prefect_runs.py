@@ -247,3 +247,6 @@ def test_a_sharded_run_names_its_shards_and_adds_their_summaries_up(monkeypatch)
     markdown = ingest_markdown(parent, "Completed")
     assert "| 1 | 5 | 1 | ingest\\-shard · 1\\/2 | Completed | 5 | 0 |" in markdown
     assert "lost\\: its run ended Crashed\\: \\*boom\\* \\| x" in markdown
+    lines = markdown.splitlines()
+    heads = [lines[i - 1] for i, line in enumerate(lines) if line.startswith("|---")]
+    assert heads and all(cell.strip() for h in heads for cell in h.strip("|").split("|")), heads
