@@ -80,10 +80,14 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# Click's plain help, not Typer's Rich tables: at 80 columns those squeezed the help to a few words a line,
+# cut option names and words with `…`, kept the docstrings' source line breaks and showed every flag as
+# taking a value (`--json <bool>`); tests/deployments/test_cli_help.py reads every page at 80 columns.
 app = typer.Typer(
     help="Chunk each document once; keep Qdrant, BM25 and the knowledge graph in step.",
     epilog=help_epilog(),
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 DEMO_QUERY = "how does the pipeline keep the stores aligned"
@@ -296,7 +300,13 @@ def ingest(
     source: SourceOption = None,
     strategy: StrategyOption = None,
     sink: Annotated[list[str] | None, typer.Option("--sink", help="Only these sinks (repeatable).")] = None,
-    delete_missing: Annotated[bool, typer.Option("--delete-missing/--no-delete-missing")] = True,
+    delete_missing: Annotated[
+        bool,
+        typer.Option(
+            "--delete-missing/--no-delete-missing",
+            help="Delete from every store the documents gone from the source.",
+        ),
+    ] = True,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show what would happen; write nothing.")
     ] = False,
@@ -683,7 +693,10 @@ def eval_command(
 
 
 generations_app = typer.Typer(
-    help="List, switch (roll back) and drop index generations.", epilog=help_epilog(), no_args_is_help=True
+    help="List, switch (roll back) and drop index generations.",
+    epilog=help_epilog(),
+    no_args_is_help=True,
+    rich_markup_mode=None,
 )
 app.add_typer(generations_app, name="generations")
 
@@ -705,7 +718,9 @@ def generations_switch(
     generation_id: Annotated[
         str | None, typer.Argument(help="Generation to make live (default: the last retired one).")
     ] = None,
-    retention_hours: Annotated[float, typer.Option("--retention-hours", min=0)] = DEFAULT_RETENTION_HOURS,
+    retention_hours: Annotated[
+        float, typer.Option("--retention-hours", min=0, help="Keep the replaced generation this long.")
+    ] = DEFAULT_RETENTION_HOURS,
     as_json: JsonOption = False,
 ) -> None:
     """Roll back (or forward): verify a retained or ready generation, then make it live."""
@@ -736,6 +751,7 @@ tokens_app = typer.Typer(
     help="Access tokens: create (shown once), list, revoke. Stored only as hashes in the data dir's records.",
     epilog=help_epilog(),
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 app.add_typer(tokens_app, name="tokens")
 
