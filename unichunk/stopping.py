@@ -64,10 +64,14 @@ def stopping_line(signum: int) -> str:
 
 
 @contextmanager
-def stop_on_signals(announce: Callable[[str], None]) -> Iterator[None]:
+def stop_on_signals(
+    announce: Callable[[str], None], before_exit: Callable[[], None] | None = None
+) -> Iterator[None]:
     """For the block: the first SIGINT or SIGTERM stops the running flow gracefully (`announce` gets the
-    one line), a second one exits at once. Outside the main thread (where Python allows no handler) the
-    block runs as it is. The flag is cleared at the end, for in-process callers that run on."""
+    one line), a second one exits at once, after `before_exit` (the CLI gives the terminal back: a
+    progress bar hides the cursor, and `os._exit` runs no code that would show it again). Outside the main
+    thread (where Python allows no handler) the block runs as it is. The flag is cleared at the end, for
+    in-process callers that run on."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -77,6 +81,9 @@ def stop_on_signals(announce: Callable[[str], None]) -> Iterator[None]:
             with suppress(Exception):  # the stop itself must not depend on the terminal
                 announce(stopping_line(signum))
             return
+        if before_exit is not None:
+            with suppress(Exception):
+                before_exit()
         for stream in (sys.stdout, sys.stderr):  # what was printed already; no store is flushed here
             with suppress(Exception):
                 stream.flush()

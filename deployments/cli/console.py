@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.control import Control
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -122,6 +123,15 @@ class ProgressBar:
                 yield
             finally:
                 self._bar = self._task = None
+
+    def abandon(self, line: str) -> None:
+        """`line` on stderr as the process leaves without closing the bar (a second Ctrl-C exits with
+        `os._exit`), after giving the terminal back: the cursor the bar hid shown again, and a new line
+        after the bar. Written directly: this runs in a signal handler, so no lock of Rich's is taken."""
+        if self._bar is not None:
+            line = Control.show_cursor(True).segment.text + "\n" + line
+        err_console.file.write(line + "\n")
+        err_console.file.flush()
 
     def update(self, stage: str, done: int, total: int) -> None:
         """Move the bar; a new stage (documents, then chunks) starts it afresh, so its rate and ETA are

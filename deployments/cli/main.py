@@ -129,7 +129,7 @@ _BAR = ProgressBar()
 def _flow_runs() -> Iterator[None]:
     """What each flow run of the CLI's Pipeline runs inside: its Prefect server and a readable terminal,
     under the progress bar."""
-    with stop_on_signals(_say_stopping), prefect_api(), _BAR.shown():
+    with stop_on_signals(_say_stopping, before_exit=_quit_now), prefect_api(), _BAR.shown():
         yield
 
 
@@ -144,6 +144,11 @@ def _nothing_ingested(index: IndexService) -> bool:
 
 def _say_stopping(line: str) -> None:
     err_console.print(line, style="yellow")
+
+
+def _quit_now() -> None:
+    """The second Ctrl-C or SIGTERM: exiting at once (`unichunk.stopping`), the terminal given back."""
+    _BAR.abandon("quit: the documents this run did not finish are redone by the next run")
 
 
 def _pipeline(
