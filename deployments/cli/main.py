@@ -417,7 +417,7 @@ def search(
         where = hit.source_id or hit.document_id
         ranks = " ".join(f"{name}#{rank}" for name, rank in sorted(hit.ranks.items()))
         heading = " > ".join(hit.heading_chain) or "-"
-        preview = " ".join(hit.content.split())[:200]
+        preview = literal(" ".join(hit.content.split())[:200])  # a document's ESC must not reach the terminal
         console.print(f"{hit.rank}. {hit.chunk_id}  score={hit.score:.4f}  ({ranks})", style="bold")
         console.print(f"   {literal(where)} [{hit.start_char}:{hit.end_char}]  {literal(heading)}")
         console.print(f"   {preview}")
