@@ -46,6 +46,10 @@ def literal(text: str) -> str:
 
 console = Console(markup=False, emoji=False, highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, markup=False, emoji=False, highlight=False, soft_wrap=True)
+# On a terminal a long line (a run's summary, a stop's line) is wrapped between words, as the terminal would
+# cut it mid-word at its edge; in a pipe or a file it stays one whole line, for grep and for scripts.
+for _console in (console, err_console):
+    _console.soft_wrap = not _console.is_terminal
 
 
 def fail(*parts: str | tuple[str, str]) -> None:

@@ -1,0 +1,58 @@
+"""The CLI's consoles on a real pseudo-terminal and in a pipe: on an 80-column terminal a long line (a run's
+summary, a stop's line, a hit's preview) is wrapped between words, where the terminal itself would have cut
+words at its edge (`... 17.6` / `s`, `Lis` / `ts of Values`); in a pipe it stays one whole line."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+
+WORDS = [f"word{i:03d}" for i in range(40)]  # 319 characters on one line
+_CHILD = f"""
+from unichunk.deployments.cli.console import console, err_console
+console.print({" ".join(WORDS)!r})
+err_console.print({" ".join(WORDS)!r})
+"""
+
+
+def _env() -> dict[str, str]:
+    env = {**os.environ, "TERM": "xterm-256color"}
+    for name in ("COLUMNS", "LINES", "FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        env.pop(name, None)
+    return env
+
+
+def test_on_an_80_column_terminal_long_lines_wrap_between_words() -> None:
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CHILD], stdin=slave, stdout=slave, stderr=slave, env=_env()
+    )
+    os.close(slave)
+    shown = bytearray()
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child and its terminal are gone
+            break
+        if not data:
+            break
+        shown.extend(data)
+    os.close(master)
+    assert proc.wait(timeout=120) == 0, bytes(shown)
+    lines = [line for line in shown.decode().replace("\r\n", "\n").split("\n") if line]
+    assert len(lines) > 2 and all(len(line) <= 80 for line in lines), lines  # wrapped by us, not cut
+    assert " ".join(lines).split() == WORDS * 2, lines  # every word whole
+
+
+def test_in_a_pipe_a_long_line_stays_whole() -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD], capture_output=True, text=True, timeout=120, env=_env()
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout == child.stderr == " ".join(WORDS) + "\n"
