@@ -75,7 +75,15 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
         console.file.write("".join("\t".join(line) + "\n" for line in (headers, *rows)))
         console.file.flush()
         return
+    # Nothing cut on a narrow terminal: the first column (the row's ID: document, generation, token, sink)
+    # stays whole on one line, to copy into `delete` or `generations switch`; the others fold, where Rich
+    # would cut them with `…`.
     table = Table(*headers)
+    for position, column in enumerate(table.columns):
+        column.overflow = "fold"
+        if position == 0:
+            column.no_wrap = True
+            column.min_width = max((len(row[0]) for row in rows if row), default=0)
     for row in rows:
         table.add_row(*row)
     console.print(table)

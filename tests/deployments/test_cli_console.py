@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import re
 import struct
 import subprocess
 import sys
@@ -27,11 +28,12 @@ def _env() -> dict[str, str]:
     return env
 
 
-def test_on_an_80_column_terminal_long_lines_wrap_between_words() -> None:
+def _on_a_terminal(child: str) -> list[str]:
+    """The non-empty lines `child` (Python) writes to an 80 x 24 pseudo-terminal, colours removed."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     proc = subprocess.Popen(
-        [sys.executable, "-c", _CHILD], stdin=slave, stdout=slave, stderr=slave, env=_env()
+        [sys.executable, "-c", child], stdin=slave, stdout=slave, stderr=slave, env=_env()
     )
     os.close(slave)
     shown = bytearray()
@@ -45,7 +47,12 @@ def test_on_an_80_column_terminal_long_lines_wrap_between_words() -> None:
         shown.extend(data)
     os.close(master)
     assert proc.wait(timeout=120) == 0, bytes(shown)
-    lines = [line for line in shown.decode().replace("\r\n", "\n").split("\n") if line]
+    text = re.sub(r"\x1b\[[0-9;]*m", "", shown.decode()).replace("\r\n", "\n")
+    return [line for line in text.split("\n") if line]
+
+
+def test_on_an_80_column_terminal_long_lines_wrap_between_words() -> None:
+    lines = _on_a_terminal(_CHILD)
     assert len(lines) > 2 and all(len(line) <= 80 for line in lines), lines  # wrapped by us, not cut
     assert " ".join(lines).split() == WORDS * 2, lines  # every word whole
 
@@ -56,3 +63,18 @@ def test_in_a_pipe_a_long_line_stays_whole() -> None:
     )
     assert child.returncode == 0, child.stderr
     assert child.stdout == child.stderr == " ".join(WORDS) + "\n"
+
+
+def test_on_an_80_column_terminal_a_table_cuts_nothing_and_keeps_each_id_whole() -> None:
+    """`unichunk status` at 80 columns showed `doc_f877d922de6…` and `gb191e3f0…`: IDs that `delete` and
+    `generations switch` take, cut. The first column stays whole; the others fold rather than being cut."""
+    document, source = "doc_f877d922de6d0af7", "chapter-07-managing-growing-projects-with-packages.html"
+    row = [document, source, "processed", "16", "2026-11-27T04:22:08"]
+    lines = _on_a_terminal(
+        "from unichunk.deployments.cli.console import print_table\n"
+        f"print_table(['document', 'source', 'state', 'chunks', 'updated'], [{row!r}] * 3)"
+    )
+    assert all(len(line) <= 80 for line in lines) and "…" not in "".join(lines), lines
+    assert sum(document in line for line in lines) == 3, lines  # each on one line, whole
+    cells = ["".join(line.split("│")[2].split()) for line in lines if line.count("│") == 6]
+    assert "".join(cells) == source * 3, lines  # folded over lines, every character kept
