@@ -202,7 +202,6 @@ class VectorSink(Sink):
             with self._lock:
                 self._check_collection(create=False)
             all_chunks = [c for doc_chunks in chunks.values() for c in doc_chunks]
-            work_progress.queued(len(documents), len(all_chunks))
             texts = [c.embed_text for c in all_chunks]
             tokens = self.embedder.count_tokens(texts) if texts else []
             truncated = self._report_truncation(all_chunks, texts, tokens)
@@ -214,7 +213,8 @@ class VectorSink(Sink):
                 if key not in vectors and key not in todo:
                     todo[key] = position
             reused = len(all_chunks) - len(todo)
-            work_progress.done(reused=reused)
+            # with its reused vectors, so a progress bar takes its rate from the embedding calls alone
+            work_progress.queued(len(documents), len(all_chunks), reused=reused)
             order = sorted(todo.values(), key=lambda p: -tokens[p])
             size = self.settings.embedding_batch_size
             step = min(size, STOP_STEP)

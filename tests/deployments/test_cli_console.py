@@ -1,4 +1,4 @@
-"""The CLI's consoles on a real pseudo-terminal and in a pipe: on an 80-column terminal a long line (a run's
+"""The CLI's consoles on a real pseudo-terminal and in a pipe, and its progress bar: on an 80-column terminal a long line (a run's
 summary, a stop's line, a hit's preview) is wrapped between words, where the terminal itself would have cut
 words at its edge (`... 17.6` / `s`, `Lis` / `ts of Values`); in a pipe it stays one whole line."""
 
@@ -12,6 +12,10 @@ import struct
 import subprocess
 import sys
 import termios
+
+from unichunk.deployments.cli.console import EtaColumn, ProgressBar, RateColumn, progress
+from unichunk.engine.progress import ChunkProgress, listening
+from unichunk.sinks.progress import ChunkEvent
 
 WORDS = [f"word{i:03d}" for i in range(40)]  # 319 characters on one line
 _CHILD = f"""
@@ -78,3 +82,30 @@ def test_on_an_80_column_terminal_a_table_cuts_nothing_and_keeps_each_id_whole()
     assert sum(document in line for line in lines) == 3, lines  # each on one line, whole
     cells = ["".join(line.split("│")[2].split()) for line in lines if line.count("│") == 6]
     assert "".join(cells) == source * 3, lines  # folded over lines, every character kept
+
+
+def test_the_bar_shows_a_rate_and_an_eta_from_the_first_embedding_call() -> None:
+    """In tmux at load 4 the bar read `chunks 28/768 ... eta -:--:--` for 15-35 s: the chunk stage began only
+    at the first count, and Rich's speed needs two steps after it. Now the stage begins as the first
+    batch's prepare does (`ChunkProgress` tells the listeners then), and the first embedding call after it
+    gives a rate and an ETA (Rich's own speed needs two steps: the second call, 15-35 s later there)."""
+    heard: list[tuple[str, int, int]] = []
+    with listening(lambda *event: heard.append(event)):
+        ChunkProgress().event(ChunkEvent("queued", documents=4, chunks=400))
+        ChunkProgress().event(ChunkEvent("queued", documents=4, chunks=400, reused=40))
+    assert heard == [("chunks", 0, 400), ("chunks", 40, 400)]  # reused vectors: done at the start
+
+    now = [0.0]
+    bar = ProgressBar()
+    bar._bar = progress(get_time=lambda: now[0])  # what `shown` draws on a terminal, on a test clock
+    bar._task = bar._bar.add_task("documents", total=None)
+    bar.update("documents", 0, 10)
+    now[0] = 5.0
+    bar.update("chunks", 0, 400)  # the batch's prepare begins, nothing reused
+    now[0] = 15.0
+    bar.update("chunks", 32, 400)  # its first embedding call: 32 texts in 10 s
+    task = bar._bar.tasks[0]
+    assert RateColumn().render(task).plain == "3.2 chunks/s"
+    assert EtaColumn().render(task).plain == "0:01:55"  # 368 chunks left at 3.2 a second
+    now[0] = 40.0  # the second call is still running: the rate holds, it does not sag with the wait
+    assert RateColumn().render(bar._bar.tasks[0]).plain == "3.2 chunks/s"
