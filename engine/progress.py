@@ -3,7 +3,7 @@ progress with a rate and an ETA, for that bar and for the flow log of any run (s
 
 Flow parameters must be JSON, so a callback cannot be one; the CLI registers a listener here instead.
 Listeners get `(stage, done, total)`: stage "documents" (documents accounted for, of those listed) until
-the first chunks are known, then "chunks" (chunks whose vectors are ready, embedded or reused, of an
+the first batch's vectors are being prepared, then "chunks" (chunks whose vectors are ready, embedded or reused, of an
 estimate of the run's chunks). The total is not known before every document is chunked, so it is
 estimated from the chunks per document seen so far and refined with every batch (`ChunkProgress`). The
 vector sink reports each embedding call (`unichunk.sinks.progress`), so the count moves within a batch,
@@ -70,15 +70,14 @@ class ChunkProgress:
             if event.kind == "queued":
                 self.documents_queued += event.documents
                 self.chunks_queued += event.chunks
-            else:
-                self.embedded += event.embedded
-                self.reused += event.reused
+            self.embedded += event.embedded
+            self.reused += event.reused
             if self._started is None:
                 self._started = self.clock()
-            if event.kind != "done":
-                return
             done, total = self.done, self.estimate()
-            line = self._due_line()
+            # a batch's prepare begins, its reused vectors counted: the bar counts chunks from here, and
+            # its rate from the first embedding call on
+            line = self._due_line() if event.kind == "done" or event.reused else None
         _listeners.tell("chunks", done, total)
         if line is not None and self.logger is not None:
             with suppress(Exception):

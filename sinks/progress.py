@@ -38,8 +38,9 @@ class Listeners(Generic[P]):
 
 @dataclass(frozen=True)
 class ChunkEvent:
-    """`queued`: a prepare began on `documents` documents holding `chunks` chunks; `done`: `embedded` more
-    chunk texts were embedded and `reused` more vectors were taken from the cache."""
+    """`queued`: a prepare began on `documents` documents holding `chunks` chunks, of which `reused` have
+    their vectors already (the cache); `done`: `embedded` more chunk texts were embedded and `reused` more
+    vectors were taken from the cache."""
 
     kind: str  # "queued" or "done"
     documents: int = 0
@@ -53,8 +54,8 @@ emit = _listeners.tell
 listening = _listeners.listening
 
 
-def queued(documents: int, chunks: int) -> None:
-    emit(ChunkEvent("queued", documents=documents, chunks=chunks))
+def queued(documents: int, chunks: int, *, reused: int = 0) -> None:
+    emit(ChunkEvent("queued", documents=documents, chunks=chunks, reused=reused))
 
 
 def done(*, embedded: int = 0, reused: int = 0) -> None:

@@ -12,10 +12,11 @@ Exiting with `os._exit` also keeps the C++ threads of torch and qdrant-edge from
 run, which is what printed "terminate called without an active exception" and aborted (exit -6) when the
 interpreter shut down in the middle of a batch.
 
-A model load cannot be interrupted; a stop leaves it running in a daemon thread (`STOP.unless_stopped`), and
-`leave` ends the command without waiting for it: the run is settled by then (Cancelled, rows put back), so
-what is left to do is only to flush what was printed and logged and exit with `os._exit`, for the same
-reason as the second signal.
+A model load or an embedding call cannot be interrupted; a stop leaves it running in a daemon thread
+(`STOP.unless_stopped`), and `leave` ends the command without waiting for it: the run is settled by then
+(Cancelled, rows put back), so what is left to do is only to flush what was printed and logged and exit
+with `os._exit`, for the same reason as the second signal (and without the seconds of interpreter teardown
+a loaded model costs).
 
 `mark_crashed_runs` marks Crashed the runs of a data dir whose process was killed outright
 (`unichunk.engine.run_records`).
@@ -64,10 +65,14 @@ def stopping_line(signum: int) -> str:
 
 
 @contextmanager
-def stop_on_signals(announce: Callable[[str], None]) -> Iterator[None]:
+def stop_on_signals(
+    announce: Callable[[str], None], before_exit: Callable[[], None] | None = None
+) -> Iterator[None]:
     """For the block: the first SIGINT or SIGTERM stops the running flow gracefully (`announce` gets the
-    one line), a second one exits at once. Outside the main thread (where Python allows no handler) the
-    block runs as it is. The flag is cleared at the end, for in-process callers that run on."""
+    one line), a second one exits at once, after `before_exit` (the CLI gives the terminal back: a
+    progress bar hides the cursor, and `os._exit` runs no code that would show it again). Outside the main
+    thread (where Python allows no handler) the block runs as it is. The flag is cleared at the end, for
+    in-process callers that run on."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -77,6 +82,9 @@ def stop_on_signals(announce: Callable[[str], None]) -> Iterator[None]:
             with suppress(Exception):  # the stop itself must not depend on the terminal
                 announce(stopping_line(signum))
             return
+        if before_exit is not None:
+            with suppress(Exception):
+                before_exit()
         for stream in (sys.stdout, sys.stderr):  # what was printed already; no store is flushed here
             with suppress(Exception):
                 stream.flush()
@@ -94,11 +102,12 @@ def stop_on_signals(announce: Callable[[str], None]) -> Iterator[None]:
 
 
 def leave(status: int) -> None:
-    """End a command whose run was stopped with `status`: at once (`os._exit`) when a model load it left
-    behind still runs, after flushing the terminal and Prefect's log and event queues; otherwise return
-    (the caller exits as usual)."""
-    if STOP.abandoned_work():
-        exit_now(status)
+    """End a command whose run was stopped with `status`, at once (`exit_now`): the run is settled
+    (Cancelled, rows put back, its stores closed), so what is left is flushing the terminal and Prefect's
+    queues. The interpreter's own teardown is skipped: with a model loaded it took 2-6 s of a Ctrl-C's
+    wait at load 4-5 (tmux, 2 cores), and a load or an embedding call the stop left behind may still run
+    under it."""
+    exit_now(status)
 
 
 def exit_now(status: int) -> None:

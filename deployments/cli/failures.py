@@ -129,7 +129,7 @@ def friendly_errors(fn: F) -> F:
             raise typer.Exit(ExitCode.INTERRUPTED) from None
         except RunInterrupted as exc:  # a run stopped by the first Ctrl-C or SIGTERM (`unichunk.stopping`)
             fail(("stopped:", "yellow"), " ", str(exc).split(": ", 1)[-1])
-            leave(exit_status(exc.signum))  # a model load left running is not waited for
+            leave(exit_status(exc.signum))  # at once: no teardown, no load or embedding call waited for
             raise typer.Exit(exit_status(exc.signum)) from None
         except Exception as exc:
             if debug():

@@ -80,10 +80,14 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# Click's plain help, not Typer's Rich tables: at 80 columns those squeezed the help to a few words a line,
+# cut option names and words with `…`, kept the docstrings' source line breaks and showed every flag as
+# taking a value (`--json <bool>`); tests/deployments/test_cli_help.py reads every page at 80 columns.
 app = typer.Typer(
     help="Chunk each document once; keep Qdrant, BM25 and the knowledge graph in step.",
     epilog=help_epilog(),
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 DEMO_QUERY = "how does the pipeline keep the stores aligned"
@@ -125,7 +129,7 @@ _BAR = ProgressBar()
 def _flow_runs() -> Iterator[None]:
     """What each flow run of the CLI's Pipeline runs inside: its Prefect server and a readable terminal,
     under the progress bar."""
-    with stop_on_signals(_say_stopping), prefect_api(), _BAR.shown():
+    with stop_on_signals(_say_stopping, before_exit=_quit_now), prefect_api(), _BAR.shown():
         yield
 
 
@@ -140,6 +144,11 @@ def _nothing_ingested(index: IndexService) -> bool:
 
 def _say_stopping(line: str) -> None:
     err_console.print(line, style="yellow")
+
+
+def _quit_now() -> None:
+    """The second Ctrl-C or SIGTERM: exiting at once (`unichunk.stopping`), the terminal given back."""
+    _BAR.abandon("quit: the documents this run did not finish are redone by the next run")
 
 
 def _pipeline(
@@ -296,7 +305,13 @@ def ingest(
     source: SourceOption = None,
     strategy: StrategyOption = None,
     sink: Annotated[list[str] | None, typer.Option("--sink", help="Only these sinks (repeatable).")] = None,
-    delete_missing: Annotated[bool, typer.Option("--delete-missing/--no-delete-missing")] = True,
+    delete_missing: Annotated[
+        bool,
+        typer.Option(
+            "--delete-missing/--no-delete-missing",
+            help="Delete from every store the documents gone from the source.",
+        ),
+    ] = True,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show what would happen; write nothing.")
     ] = False,
@@ -402,7 +417,7 @@ def search(
         where = hit.source_id or hit.document_id
         ranks = " ".join(f"{name}#{rank}" for name, rank in sorted(hit.ranks.items()))
         heading = " > ".join(hit.heading_chain) or "-"
-        preview = " ".join(hit.content.split())[:200]
+        preview = literal(" ".join(hit.content.split())[:200])  # a document's ESC must not reach the terminal
         console.print(f"{hit.rank}. {hit.chunk_id}  score={hit.score:.4f}  ({ranks})", style="bold")
         console.print(f"   {literal(where)} [{hit.start_char}:{hit.end_char}]  {literal(heading)}")
         console.print(f"   {preview}")
@@ -758,7 +773,10 @@ def eval_command(
 
 
 generations_app = typer.Typer(
-    help="List, switch (roll back) and drop index generations.", epilog=help_epilog(), no_args_is_help=True
+    help="List, switch (roll back) and drop index generations.",
+    epilog=help_epilog(),
+    no_args_is_help=True,
+    rich_markup_mode=None,
 )
 app.add_typer(generations_app, name="generations")
 
@@ -780,7 +798,9 @@ def generations_switch(
     generation_id: Annotated[
         str | None, typer.Argument(help="Generation to make live (default: the last retired one).")
     ] = None,
-    retention_hours: Annotated[float, typer.Option("--retention-hours", min=0)] = DEFAULT_RETENTION_HOURS,
+    retention_hours: Annotated[
+        float, typer.Option("--retention-hours", min=0, help="Keep the replaced generation this long.")
+    ] = DEFAULT_RETENTION_HOURS,
     as_json: JsonOption = False,
 ) -> None:
     """Roll back (or forward): verify a retained or ready generation, then make it live."""
@@ -811,6 +831,7 @@ tokens_app = typer.Typer(
     help="Access tokens: create (shown once), list, revoke. Stored only as hashes in the data dir's records.",
     epilog=help_epilog(),
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 app.add_typer(tokens_app, name="tokens")
 

@@ -191,8 +191,8 @@ class VectorSink(Sink):
         """Vectors for every chunk, writing nothing to the store: those the cache holds for this embedder
         and text are reused, every other distinct text is embedded once (at most `embedding_batch_size` and
         `STOP_STEP` texts per call, longest first so each call pads little), and each call's progress is
-        reported (`unichunk.sinks.progress`). Counts truncations. Raises `StopRequested` between calls once
-        a stop is asked for.
+        reported (`unichunk.sinks.progress`). Counts truncations. Raises `StopRequested` once a stop is
+        asked for, without waiting for the embedding call in flight (it is left to finish unused).
 
         `stats`: `embedded_chunks` (distinct texts embedded now) + `reused_chunks` (vectors from the cache,
         or from another chunk of the batch with the same text) = the batch's chunks, so a run's `embedded`
@@ -202,7 +202,6 @@ class VectorSink(Sink):
             with self._lock:
                 self._check_collection(create=False)
             all_chunks = [c for doc_chunks in chunks.values() for c in doc_chunks]
-            work_progress.queued(len(documents), len(all_chunks))
             texts = [c.embed_text for c in all_chunks]
             tokens = self.embedder.count_tokens(texts) if texts else []
             truncated = self._report_truncation(all_chunks, texts, tokens)
@@ -214,26 +213,33 @@ class VectorSink(Sink):
                 if key not in vectors and key not in todo:
                     todo[key] = position
             reused = len(all_chunks) - len(todo)
-            work_progress.done(reused=reused)
+            # with its reused vectors, so a progress bar takes its rate from the embedding calls alone
+            work_progress.queued(len(documents), len(all_chunks), reused=reused)
             order = sorted(todo.values(), key=lambda p: -tokens[p])
             size = self.settings.embedding_batch_size
             step = min(size, STOP_STEP)
             fresh: dict[str, list[float]] = {}
+            packed: dict[str, bytes] = {}
             try:
                 for start in range(0, len(order), step):
                     STOP.check()
                     part = order[start : start + step]
-                    made = self.embedder.embed([texts[p] for p in part])
+                    # in a thread the stop does not wait for: one call of 32 texts takes 10-20 s on a
+                    # loaded laptop, the whole of a Ctrl-C's wait (`StopFlag.unless_stopped`)
+                    made = STOP.unless_stopped(self.embedder.embed, [texts[p] for p in part])
                     if len(made) != len(part):
                         raise SinkError(
                             self.name, f"embedder returned {len(made)} vectors for {len(part)} texts"
                         )
                     fresh.update((keys[p], vector) for p, vector in zip(part, made, strict=True))
+                    # cached call by call: a batch stopped (or failed) after minutes of embedding leaves its
+                    # vectors to the next run, which embeds only what this one did not reach
+                    done = {keys[p]: _pack(vector) for p, vector in zip(part, made, strict=True)}
+                    cache.put(done)
+                    packed.update(done)
                     work_progress.done(embedded=len(part))
             except EmbedderError as exc:
                 raise SinkError(self.name, f"embedding failed: {exc}") from exc
-            packed = {key: _pack(vector) for key, vector in fresh.items()}
-            cache.put(packed)
             # as float32, like reused ones: a vector is the same whichever way it came (the stores keep
             # float32 anyway)
             vectors.update((key, _unpack(blob) or fresh[key]) for key, blob in packed.items())

@@ -97,6 +97,25 @@ def test_a_hostile_file_name_and_its_error_print_verbatim(fault_env: Path, tmp_p
     assert warning.startswith("warning: 1 known unreadable file(s)") and warning.endswith(HOSTILE), warning
 
 
+def test_a_hit_whose_text_holds_terminal_controls_prints_them_literally(
+    fault_env: Path, tmp_path: Path
+) -> None:
+    """A document's text reaches the terminal in `search`'s preview: its ESC sequences (here: clear the
+    screen, turn the text red) and bell are written as `\\x1b[2J` and `\\x07`, never sent to the terminal."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "alert.txt").write_bytes(
+        b"Pager alert: \x1b[2J\x1b[31mdisk quota\x1b[0m exceeded on the \x07 host."
+    )
+    ingested = _unichunk("ingest", str(corpus))
+    assert ingested.returncode == 0, _shown(ingested)
+
+    found = _unichunk("search", "disk quota exceeded", "--mode", "keywords")
+    assert found.returncode == 0, _shown(found)
+    assert "\x1b" not in found.stdout and "\x07" not in found.stdout, _shown(found)
+    assert "Pager alert: \\x1b[2J\\x1b[31mdisk quota\\x1b[0m exceeded on the \\x07 host." in found.stdout
+
+
 def test_a_store_error_keeps_its_sink_name(fault_env: Path, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("UNICHUNK_VECTOR_ENGINE", "local")  # the failure is injected into local mode's SQLite
     corpus = tmp_path / "corpus"

@@ -2,7 +2,8 @@
 
 The first SIGINT or SIGTERM: exit 130 or 143, the Prefect flow run Cancelled (asked of the real API), no
 row left `processing`, the stores aligned with the status table, and the next run converges. A second
-SIGINT: exit 130 at once, the stores still consistent (the next run converges). SIGKILL: the next
+SIGINT: exit 130 at once, the stores still consistent (the next run converges), and in a terminal the
+cursor its progress bar hid shown again. SIGKILL: the next
 `unichunk status` marks the flow run Crashed. The signal is sent once the run has chunked a batch and
 not written it (rows `processing`: its prepare, the embedding, runs), never after a guessed sleep; the
 only time bound is a generous one on the process exiting. Ctrl-C-to-exit seconds: benchmarks/README.md.
@@ -10,10 +11,15 @@ only time bound is a generous one on the process exiting. Ctrl-C-to-exit seconds
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pty
 import signal
+import struct
 import subprocess
 import sys
+import termios
+import threading
 import time
 from pathlib import Path
 
@@ -227,3 +233,63 @@ def test_a_stopped_rebuild_says_how_many_documents_it_wrote(fault_env, tmp_path)
     assert 0 < written < DOCS and not building.counts().get("processing")
     assert f"stopped: {written} document(s) written by this run;" in log.read_text(), log.read_text()[-3000:]
     assert _flow_run(corpus)["state_type"] == "CANCELLED"
+
+
+def _start_in_terminal(corpus: Path) -> tuple[subprocess.Popen, bytearray, threading.Thread]:
+    """`unichunk ingest` on a pseudo-terminal of 80 x 24, as from a shell (so it draws its progress bar,
+    which hides the cursor): the process, what it writes there, and the thread reading it."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    env = {**os.environ, "TERM": "xterm-256color"}
+    env.pop("COLUMNS", None)
+    proc = subprocess.Popen(
+        [UNICHUNK, "ingest", str(corpus), "--batch-size", str(BATCH)],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        start_new_session=True,
+    )
+    os.close(slave)
+    shown = bytearray()
+
+    def read() -> None:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the process and its terminal are gone
+                data = b""
+            if not data:
+                os.close(master)
+                return
+            shown.extend(data)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return proc, shown, reader
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_a_second_ctrl_c_in_a_terminal_gives_the_cursor_back(fault_env, tmp_path):
+    """The progress bar hides the cursor and the second Ctrl-C exits with `os._exit`, which runs none of
+    the code that shows it again: the shell was left with no cursor and its prompt after the bar."""
+    corpus = _corpus(tmp_path / "corpus")
+    proc, shown, reader = _start_in_terminal(corpus)
+    status = live_status(SinkSettings(data_dir=fault_env))
+    deadline = time.monotonic() + 600
+    while not status.counts().get("processing") or b"\x1b[?25l" not in shown:  # embedding, bar drawn
+        assert proc.poll() is None, f"the run ended early ({proc.returncode}): {bytes(shown[-3000:])!r}"
+        assert time.monotonic() < deadline, "the run never started a batch under its bar"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    while b"stopping (" not in shown and proc.poll() is None:
+        time.sleep(0.05)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=300) == 130, bytes(shown[-3000:])
+    reader.join(timeout=30)
+    output = bytes(shown)
+    assert output.rfind(b"\x1b[?25h") > output.rfind(b"\x1b[?25l"), output[-3000:]  # shown after hidden
+    assert b"quit: " in output, output[-3000:]  # the second Ctrl-C took it, not the end of the stop
+    _next_run_converges(corpus, fault_env)
