@@ -80,22 +80,8 @@ def explore_entity(
             if a.name in sources
         ],
         merges=[_merge(entity, s) for s in own if s.merged_from],
-        neighbours=[
-            GraphEntityResult(name=e.display_name, key=e.name, type=e.type, description=e.description)
-            for e in around.entities
-            if e.name != entity.name
-        ],
-        relations=[
-            GraphRelationResult(
-                source=r.source,
-                target=r.target,
-                keywords=r.keywords,
-                description=r.description,
-                weight=r.weight,
-                source_chunk_ids=list(r.source_chunk_ids),
-            )
-            for r in around.relations
-        ],
+        neighbours=[GraphEntityResult.of(e) for e in around.entities if e.name != entity.name],
+        relations=[GraphRelationResult.of(r) for r in around.relations],
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from unichunk.retrieval.ranking import Route
+from unichunk.sinks.base import GraphEntity, GraphRelation
 
 
 class SearchHit(BaseModel):
@@ -62,6 +63,12 @@ class GraphEntityResult(BaseModel):
     type: str
     description: str
 
+    @classmethod
+    def of(cls, entity: GraphEntity) -> GraphEntityResult:
+        return cls(
+            name=entity.display_name, key=entity.name, type=entity.type, description=entity.description
+        )
+
 
 class GraphRelationResult(BaseModel):
     source: str
@@ -70,6 +77,17 @@ class GraphRelationResult(BaseModel):
     description: str
     weight: float
     source_chunk_ids: list[str]
+
+    @classmethod
+    def of(cls, relation: GraphRelation) -> GraphRelationResult:
+        return cls(
+            source=relation.source,
+            target=relation.target,
+            keywords=relation.keywords,
+            description=relation.description,
+            weight=relation.weight,
+            source_chunk_ids=list(relation.source_chunk_ids),
+        )
 
 
 class GraphResult(BaseModel):

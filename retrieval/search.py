@@ -140,19 +140,6 @@ def _context(context: AssembledContext) -> ContextResult:
 
 def _graph(graph: GraphContext) -> GraphResult:
     return GraphResult(
-        entities=[
-            GraphEntityResult(name=e.display_name, key=e.name, type=e.type, description=e.description)
-            for e in graph.entities
-        ],
-        relations=[
-            GraphRelationResult(
-                source=r.source,
-                target=r.target,
-                keywords=r.keywords,
-                description=r.description,
-                weight=r.weight,
-                source_chunk_ids=list(r.source_chunk_ids),
-            )
-            for r in graph.relations
-        ],
+        entities=[GraphEntityResult.of(e) for e in graph.entities],
+        relations=[GraphRelationResult.of(r) for r in graph.relations],
     )
