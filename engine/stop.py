@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from unichunk.chunking.errors import UnichunkError
-from unichunk.sinks.stop import STOP, StopRequested
+from unichunk.sinks.stop import STOP, StopRequested, asked_by
 
 if TYPE_CHECKING:  # Prefect loads with the flows, not with the CLI's handlers (`unichunk.stopping`)
     from prefect.futures import PrefectFuture
@@ -41,7 +41,7 @@ class RunInterrupted(UnichunkError):
     def __init__(self, signum: int | None, written: int | None = None) -> None:
         self.signum = signum
         self.written = written
-        name = signal.Signals(signum).name if signum else "a stop request"
+        name = asked_by(signum)
         done = "" if written is None else f"{written} document(s) written by this run; "
         super().__init__(f"stopped by {name}: {done}the documents not written are done by the next run")
 

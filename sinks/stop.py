@@ -23,10 +23,20 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+def asked_by(signum: int | None) -> str:
+    """The signal a stop was asked with, as a run's messages name it ("SIGINT"; "a stop request" without one)."""
+    return signal.Signals(signum).name if signum else "a stop request"
+
+
 class StopRequested(BaseException):
-    """Raised inside model work once a stop is asked for. A BaseException, as KeyboardInterrupt is: it
-    passes every `except Exception` (a sink's per-document isolation, a task's retries) on its way out, so
-    a stopped batch is abandoned, never recorded as failed."""
+    """Raised inside model work once a stop is asked for (its argument: the signal number). A
+    BaseException, as KeyboardInterrupt is: it passes every `except Exception` (a sink's per-document
+    isolation, a task's retries) on its way out, so a stopped batch is abandoned, never recorded as
+    failed."""
+
+    @property
+    def asked_by(self) -> str:
+        return asked_by(self.args[0] if self.args else None)
 
 
 class StopFlag:

@@ -14,8 +14,6 @@ timeout fires only once the call returns) and warns on every run; the stores' cl
 
 from __future__ import annotations
 
-import signal
-
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State
@@ -47,8 +45,7 @@ def prepare_sink(sink_name: str, keys: list[ChunkKey], run: RunConfig) -> Prepar
     try:
         outcome = prepare_isolating(run.open_sinks()[sink_name], keys, run)
     except StopRequested as stop:  # nothing was written: a prepare touches no store
-        asked = signal.Signals(stop.args[0]).name if stop.args and stop.args[0] else "a stop request"
-        return Cancelled(message=f"stopped by {asked}: this batch is left for the next run")
+        return Cancelled(message=f"stopped by {stop.asked_by}: this batch is left for the next run")
     if outcome.batch_error:
         get_run_logger().warning(
             "prepare[%s] failed for the batch, documents tried alone: %s", sink_name, outcome.batch_error
