@@ -38,6 +38,7 @@ from prometheus_client import REGISTRY
 
 from benchmarks.evaldata import SAMPLE_CORPUS, corpora_or_sample, corpus_files
 from unichunk.chunking.config import ChunkStrategy
+from unichunk.chunking.segments import segment_batch, segment_chunk
 from unichunk.engine.params import IngestParams, SourceParams
 from unichunk.index.alignment import verify_alignment
 from unichunk.index.chunk_cache import ChunkKey
@@ -185,7 +186,9 @@ def task_seconds() -> dict[tuple[str, str], float]:
 
 
 def model_only_seconds(run, batch_size: int, sinks) -> tuple[float, float, int]:  # type: ignore[no-untyped-def]
-    """Embed and extract exactly the stored chunks, batched like the flow; (embed s, extract s, chunks)."""
+    """Embed and extract exactly what the sinks read for the stored chunks, batched like the flow: each
+    chunk whole, or with `model_input=segments` (the default) each segment once (MiniLM's token sums,
+    spaCy on the pieces, `unichunk.chunking.segments`); (embed s, extract s, chunks)."""
     rows = sorted(run.status_store().rows(state="processed"), key=lambda r: r.source_id or "")
     store = run.chunk_cache()
     vectors, graph = sinks["vectors"], sinks["graph"]
@@ -193,17 +196,23 @@ def model_only_seconds(run, batch_size: int, sinks) -> tuple[float, float, int]:
     embed_s = extract_s = 0.0
     total = 0
     for start in range(0, len(rows), batch_size):
-        chunks = []
-        for row in rows[start : start + batch_size]:
-            key = ChunkKey(row.document_id, row.content_hash, row.chunk_fingerprint)
-            chunks.extend(store.load(key)[1])
+        pairs = [
+            store.load(ChunkKey(row.document_id, row.content_hash, row.chunk_fingerprint))
+            for row in rows[start : start + batch_size]
+        ]
+        chunks = [c for _, own in pairs for c in own]
         total += len(chunks)
-        texts = [c.embed_text for c in chunks]
+        embed, texts = vectors.embedder.embed, [c.embed_text for c in chunks]
+        if run.settings.segmented_vectors():
+            embed, texts = vectors.embedder.embed_sums, segment_batch(pairs, headings=True).texts
+        read = chunks
+        if run.settings.segmented_extraction():
+            read = [segment_chunk(t) for t in segment_batch(pairs, headings=False).texts]
         t0 = time.perf_counter()
         for s in range(0, len(texts), size):
-            vectors.embedder.embed(texts[s : s + size])
+            embed(texts[s : s + size])
         t1 = time.perf_counter()
-        graph.extractor.extract(chunks)
+        graph.extractor.extract(read)
         t2 = time.perf_counter()
         embed_s += t1 - t0
         extract_s += t2 - t1

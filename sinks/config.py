@@ -114,6 +114,15 @@ class SinkSettings(BaseSettings):
         "a distinct embedder, so an index rebuilds). `onnx*` falls back to torch, with one log line, where "
         'ONNX Runtime is missing or the export fails (benchmarks/README.md, "Embedder backends").',
     )
+    model_input: Literal["segments", "chunks"] = Field(
+        "segments",
+        description="What MiniLM and spaCy read: `segments`, each piece between chunk boundaries once (and "
+        "each heading chain once), a chunk's vector being the normalised sum of its pieces' token states and "
+        "its entities and relations its pieces' merged, so overlapping chunks are not read twice (about 0.6x "
+        "the model work, retrieval level); or `chunks`, each chunk whole (`unichunk.chunking.segments`; "
+        'benchmarks/README.md, "Overlapping chunks read once"). Other vectors and graph: switching builds a '
+        "new generation. An openai embedder or llm extractor always reads whole chunks.",
+    )
     model_cache_dir: Path = Field(
         Path("~/.cache/unichunk"),
         description="Where the ONNX export of MiniLM is kept (made offline from the bundled weights on "
@@ -192,6 +201,16 @@ class SinkSettings(BaseSettings):
         """'' where MiniLM's vectors are torch's (torch, ONNX fp32: the same embedder for an existing index),
         '+int8' where they are the int8 model's (other vectors: a distinct embedder, an explicit rebuild)."""
         return "+int8" if self.embedder == "minilm" and self.embedding_backend == "onnx-int8" else ""
+
+    def segmented_vectors(self) -> bool:
+        """Whether chunk vectors are composed from segments (`model_input`): MiniLM only, whose token
+        states the sink can sum; an endpoint returns pooled vectors."""
+        return self.embedder == "minilm" and self.model_input == "segments"
+
+    def segmented_extraction(self) -> bool:
+        """Whether the graph's extractions are merged from segments (`model_input`): spaCy only, which
+        reads sentence by sentence; an LLM reads each chunk whole."""
+        return self.extractor == "spacy" and self.model_input == "segments"
 
     @property
     def qdrant_path(self) -> Path:

@@ -16,7 +16,7 @@ import unicodedata
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from unichunk.chunking.errors import UnichunkError
@@ -90,6 +90,27 @@ class Extraction:
     relations: tuple[ExtractedRelation, ...] = field(default=())
 
 
+def merge_extractions(chunk_id: str, parts: Sequence[Extraction]) -> Extraction:
+    """One chunk's extraction from its segments' (`unichunk.chunking.segments`), in text order, as if the
+    chunk had been read whole: an entity as its first segment names it (its first sentence), a relation as
+    it is first stated, its weight the sentences of all segments stating it."""
+    entities: dict[str, ExtractedEntity] = {}
+    for part in parts:
+        for entity in part.entities:
+            entities.setdefault(entity_key(entity.name), replace(entity, chunk_id=chunk_id))
+    relations: dict[tuple[str, str], ExtractedRelation] = {}
+    for part in parts:
+        for relation in part.relations:
+            first, second = sorted((entity_key(relation.source), entity_key(relation.target)))
+            known = relations.get((first, second))
+            relations[(first, second)] = (
+                replace(relation, chunk_id=chunk_id)
+                if known is None
+                else replace(known, weight=known.weight + relation.weight)
+            )
+    return Extraction(chunk_id, tuple(entities.values()), tuple(relations.values()))
+
+
 class ExtractionError(UnichunkError):
     """Extraction could not run (model missing, LLM unreachable): the batch must not be written."""
 
@@ -98,6 +119,9 @@ class EntityExtractor(ABC):
     """Turns chunks into entities and relations; one `Extraction` per chunk, in the same order."""
 
     name: str = "extractor"
+    # Whether a chunk's extraction is its segments' merged (`merge_extractions`): true of an extractor that
+    # reads sentence by sentence, so the graph sink reads each overlapping piece once.
+    composes: bool = False
 
     @abstractmethod
     def extract(self, chunks: Sequence[Chunk]) -> list[Extraction]:
@@ -216,6 +240,7 @@ class SpacyExtractor(EntityExtractor):
     """
 
     name = "spacy"
+    composes = True
 
     def __init__(
         self,

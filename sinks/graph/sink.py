@@ -25,6 +25,7 @@ from typing import Any
 from unichunk.chunking.access_labels import document_labels, normalise_labels
 from unichunk.chunking.ids import sha256_hex
 from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.segments import first_users, segment_batch, segment_chunk
 from unichunk.sinks.base import (
     NO_CONTENT_HASH,
     DocumentChunks,
@@ -49,6 +50,7 @@ from unichunk.sinks.graph.extraction import (
     Extraction,
     SpacyExtractor,
     entity_key,
+    merge_extractions,
     pack_extraction,
     unpack_extraction,
 )
@@ -85,8 +87,11 @@ class KnowledgeGraphSink(Sink):
         batch_size: int = 1000,
         generation: str | None = None,
         cache: ResultCache | None = None,
+        segments: bool = False,
     ) -> None:
         self.backend = backend
+        # read each piece between chunk boundaries once where the extractor allows (`model_input`)
+        self.segments = segments
         self.cache = cache  # extractions by (extractor fingerprint, chunk text); None: none kept
         self.generation = generation  # recorded on every Chunk node
         self.extractor = extractor or SpacyExtractor()
@@ -112,14 +117,33 @@ class KnowledgeGraphSink(Sink):
             extractor = SpacyExtractor(device=resolve_device(settings.device))
         fingerprint = extractor.fingerprint
         cache = ResultCache.open(settings, "extractions", fingerprint) if fingerprint else None
-        return cls(open_backend(settings), extractor, generation=settings.generation, cache=cache)
+        return cls(
+            open_backend(settings),
+            extractor,
+            generation=settings.generation,
+            cache=cache,
+            segments=settings.segmented_extraction(),
+        )
 
     # -- writing -----------------------------------------------------------------------------------
 
     def prepare(self, batch: Sequence[DocumentChunks]) -> Prepared:
         documents, chunks = group_batch(self.name, batch)
         everything = [c for doc_chunks in chunks.values() for c in doc_chunks]
-        extractions, extracted = self._extract(everything)
+        if self.segments and self.extractor.composes:
+            # each piece between chunk boundaries read once, each chunk its pieces' merged extraction
+            by_id = {d.document_id: d for d in documents}  # a document twice in a batch: its last
+            segments = segment_batch([(by_id[i], own) for i, own in chunks.items()], headings=False)
+            pieces = [segment_chunk(text) for text in segments.texts]
+            made, fresh = self._extract(pieces)
+            extractions = [
+                merge_extractions(c.chunk_id, [made[i] for i in own])
+                for c, own in zip(everything, segments.members, strict=True)
+            ]
+            extracted = first_users(segments.members, [p.content_hash for p in pieces], fresh)
+        else:
+            extractions, fresh = self._extract(everything)
+            extracted = len(fresh)
         by_chunk = dict(zip((c.chunk_id for c in everything), extractions, strict=True))
         payload = {
             doc_id: aggregate([by_chunk[c.chunk_id] for c in doc_chunks])
@@ -133,10 +157,10 @@ class KnowledgeGraphSink(Sink):
         }
         return Prepared(self.name, documents, chunks, payload, stats)
 
-    def _extract(self, chunks: list[Chunk]) -> tuple[list[Extraction], int]:
-        """One extraction per chunk, in order, and how many distinct texts were extracted now: the cache's
-        extractions are reused (rebound to each chunk's ID), and a text several chunks share is extracted
-        once."""
+    def _extract(self, chunks: list[Chunk]) -> tuple[list[Extraction], set[str]]:
+        """One extraction per chunk, in order, and the content hashes of the texts extracted now: the
+        cache's extractions are reused (rebound to each chunk's ID), and a text several chunks share is
+        extracted once."""
         cache = self.cache
         held: dict[str, bytes] = cache.get([c.content_hash for c in chunks]) if cache is not None else {}
         todo: dict[str, Chunk] = {}
@@ -156,7 +180,7 @@ class KnowledgeGraphSink(Sink):
         own = {x.chunk_id: x for x in made}  # a chunk extracted now keeps its extraction as made
         return [
             own.get(c.chunk_id) or unpack_extraction(by_text[c.content_hash], c.chunk_id) for c in chunks
-        ], len(todo)
+        ], set(todo)
 
     def write(self, prepared: Prepared) -> int:
         """Store the whole batch with each kind of statement sent once (cut at `batch_size` rows).

@@ -45,6 +45,16 @@ class Embedder(ABC):
         keys vectors by it and the exact text, so another model, size or backend reuses nothing."""
         return f"{type(self).__qualname__}|{self.name}|{self.dimension}|{self.backend}"
 
+    # Whether `embed_sums` works: the sink then composes each chunk's vector from its segments'
+    # (`unichunk.chunking.segments`) instead of embedding overlapping chunks whole.
+    composes: bool = False
+
+    def embed_sums(self, texts: list[str]) -> list[list[float]]:
+        """Per text, the sum of the model's token states over its word pieces, before pooling: for a
+        mean-pooling model the normalised sum over a chunk's segments is the chunk's vector with each word
+        piece read in its segment. Only where `composes`."""
+        raise NotImplementedError(f"{type(self).__name__} returns pooled vectors only")
+
     def embed_query(self, text: str) -> list[float]:
         """Vector for a search query (symmetric models embed queries like documents)."""
         return self.embed([text])[0]

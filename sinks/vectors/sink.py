@@ -27,9 +27,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from unichunk.chunking.access_labels import document_labels, normalise_labels
 from unichunk.chunking.ids import sha256_hex
 from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.segments import first_users, segment_batch
 from unichunk.sinks import progress as work_progress
 from unichunk.sinks.base import (
     NO_CONTENT_HASH,
@@ -173,6 +176,7 @@ class VectorSink(Sink):
         self._collection_verified = False  # vectors fit the embedder
         self._collection_ready = False  # exists, verified, indexes created
         self._cache: ResultCache | None = None
+        self._sums_cache: ResultCache | None = None
         try:
             self._store_open()
         except BaseException:
@@ -188,68 +192,106 @@ class VectorSink(Sink):
     # --- the Sink interface -------------------------------------------------------------------------
 
     def prepare(self, batch: Sequence[DocumentChunks]) -> Prepared:
-        """Vectors for every chunk, writing nothing to the store: those the cache holds for this embedder
-        and text are reused, every other distinct text is embedded once (at most `embedding_batch_size` and
-        `STOP_STEP` texts per call, longest first so each call pads little), and each call's progress is
-        reported (`unichunk.sinks.progress`). Counts truncations. Raises `StopRequested` once a stop is
-        asked for, without waiting for the embedding call in flight (it is left to finish unused).
+        """Vectors for every chunk, writing nothing to the store. Where the settings and the embedder allow
+        (`SinkSettings.segmented_vectors`), each chunk's vector is composed from the segments its document's
+        chunk boundaries cut (`unichunk.chunking.segments`): each segment's token sum is embedded once and a
+        chunk's vector is the normalised sum of its segments'; otherwise each chunk's `embed_text` is
+        embedded whole. Either way, what the cache holds for this embedder and text is reused, every other
+        distinct text is embedded once (at most `embedding_batch_size` and `STOP_STEP` texts per call,
+        longest first so each call pads little), and each call's progress is reported
+        (`unichunk.sinks.progress`). Counts truncations. Raises `StopRequested` once a stop is asked for,
+        without waiting for the embedding call in flight (it is left to finish unused).
 
-        `stats`: `embedded_chunks` (distinct texts embedded now) + `reused_chunks` (vectors from the cache,
-        or from another chunk of the batch with the same text) = the batch's chunks, so a run's `embedded`
-        and `reused` add up to the vectors it writes."""
+        `stats`: `embedded_chunks` (chunks with a text embedded now) + `reused_chunks` (chunks whose texts
+        all came from the cache or from another chunk of the batch) = the batch's chunks, so a run's
+        `embedded` and `reused` add up to the vectors it writes."""
         documents, chunks = group_batch(self.name, batch)
         with self._operation("prepare"):
             with self._lock:
                 self._check_collection(create=False)
             all_chunks = [c for doc_chunks in chunks.values() for c in doc_chunks]
-            texts = [c.embed_text for c in all_chunks]
+            composed = self.settings.segmented_vectors() and self.embedder.composes
+            if composed:
+                by_id = {d.document_id: d for d in documents}  # a document twice in a batch: its last
+                segments = segment_batch([(by_id[i], own) for i, own in chunks.items()], headings=True)
+                texts, members = segments.texts, segments.members
+                cache, embed = self.sums_cache(), self.embedder.embed_sums
+            else:
+                texts = [c.embed_text for c in all_chunks]
+                members = [(i,) for i in range(len(texts))]
+                cache, embed = self.result_cache(), self.embedder.embed
             tokens = self.embedder.count_tokens(texts) if texts else []
-            truncated = self._report_truncation(all_chunks, texts, tokens)
-            keys = [text_key(t) for t in texts]
-            cache = self.result_cache()
-            vectors = {key: vector for key, blob in cache.get(keys).items() if (vector := _unpack(blob))}
-            todo: dict[str, int] = {}  # each distinct text not held: its first chunk's position
-            for position, key in enumerate(keys):
-                if key not in vectors and key not in todo:
-                    todo[key] = position
-            reused = len(all_chunks) - len(todo)
-            # with its reused vectors, so a progress bar takes its rate from the embedding calls alone
-            work_progress.queued(len(documents), len(all_chunks), reused=reused)
-            order = sorted(todo.values(), key=lambda p: -tokens[p])
-            size = self.settings.embedding_batch_size
-            step = min(size, STOP_STEP)
-            fresh: dict[str, list[float]] = {}
-            packed: dict[str, bytes] = {}
-            try:
-                for start in range(0, len(order), step):
-                    STOP.check()
-                    part = order[start : start + step]
-                    # in a thread the stop does not wait for: one call of 32 texts takes 10-20 s on a
-                    # loaded laptop, the whole of a Ctrl-C's wait (`StopFlag.unless_stopped`)
-                    made = STOP.unless_stopped(self.embedder.embed, [texts[p] for p in part])
-                    if len(made) != len(part):
-                        raise SinkError(
-                            self.name, f"embedder returned {len(made)} vectors for {len(part)} texts"
-                        )
-                    fresh.update((keys[p], vector) for p, vector in zip(part, made, strict=True))
-                    # cached call by call: a batch stopped (or failed) after minutes of embedding leaves its
-                    # vectors to the next run, which embeds only what this one did not reach
-                    done = {keys[p]: _pack(vector) for p, vector in zip(part, made, strict=True)}
-                    cache.put(done)
-                    packed.update(done)
-                    work_progress.done(embedded=len(part))
-            except EmbedderError as exc:
-                raise SinkError(self.name, f"embedding failed: {exc}") from exc
-            # as float32, like reused ones: a vector is the same whichever way it came (the stores keep
-            # float32 anyway)
-            vectors.update((key, _unpack(blob) or fresh[key]) for key, blob in packed.items())
-            payload = {c.chunk_id: vectors[key] for c, key in zip(all_chunks, keys, strict=True)}
+            longest = [max(tokens[i] for i in own) for own in members]
+            truncated = self._report_truncation(all_chunks, texts, longest)
+            made, embedded = self._embed_distinct(cache, embed, texts, tokens, members, len(documents))
+            payload = {
+                c.chunk_id: _normalised_sum([made[i] for i in own]) if composed else made[own[0]]
+                for c, own in zip(all_chunks, members, strict=True)
+            }
             stats = {
-                "embedded_chunks": float(len(todo)),
-                "reused_chunks": float(reused),
+                "embedded_chunks": float(embedded),
+                "reused_chunks": float(len(all_chunks) - embedded),
                 "truncated_chunks": float(truncated),
             }
             return Prepared(self.name, documents, chunks, payload=payload, stats=stats)
+
+    def _embed_distinct(
+        self,
+        cache: ResultCache,
+        embed: Callable[[list[str]], list[list[float]]],
+        texts: list[str],
+        tokens: list[int],
+        members: list[tuple[int, ...]],
+        documents: int,
+    ) -> tuple[list[list[float]], int]:
+        """Each text's vector (as float32 values, however it came) and how many chunks were the first to
+        need a text embedded now (the rest reuse). Progress is told in chunks: those needing no call as
+        reused, the rest in proportion to the texts embedded so far (a chunk's segments are spread over the
+        calls, longest first)."""
+        keys = [text_key(t) for t in texts]
+        held = {key: vector for key, blob in cache.get(keys).items() if (vector := _unpack(blob))}
+        todo: dict[str, int] = {}  # each distinct text not held: its first position
+        for position, key in enumerate(keys):
+            if key not in held and key not in todo:
+                todo[key] = position
+        waiting = first_users(members, keys, todo)
+        # with its reused vectors, so a progress bar takes its rate from the embedding calls alone
+        work_progress.queued(documents, len(members), reused=len(members) - waiting)
+        order = sorted(todo.values(), key=lambda p: -tokens[p])
+        step = min(self.settings.embedding_batch_size, STOP_STEP)
+        told = 0
+        try:
+            for start in range(0, len(order), step):
+                STOP.check()
+                part = order[start : start + step]
+                # in a thread the stop does not wait for: one call of 32 texts takes 10-20 s on a loaded
+                # laptop, the whole of a Ctrl-C's wait (`StopFlag.unless_stopped`)
+                vectors = STOP.unless_stopped(embed, [texts[p] for p in part])
+                if len(vectors) != len(part):
+                    raise SinkError(
+                        self.name, f"embedder returned {len(vectors)} vectors for {len(part)} texts"
+                    )
+                # cached call by call: a batch stopped (or failed) after minutes of embedding leaves its
+                # vectors to the next run, which embeds only what this one did not reach
+                done = {keys[p]: _pack(vector) for p, vector in zip(part, vectors, strict=True)}
+                cache.put(done)
+                # as float32, like reused ones: a vector is the same whichever way it came (the stores keep
+                # float32 anyway)
+                held.update((key, _unpack(blob) or []) for key, blob in done.items())
+                reached = waiting * (start + len(part)) // len(order)
+                work_progress.done(embedded=reached - told)
+                told = reached
+        except EmbedderError as exc:
+            raise SinkError(self.name, f"embedding failed: {exc}") from exc
+        return [held[key] for key in keys], waiting
+
+    def sums_cache(self) -> ResultCache:
+        """The cache of segments' token sums for this embedder (`embed_sums`), beside its vectors."""
+        if self._sums_cache is None:
+            self._sums_cache = ResultCache.open(
+                self.settings, "vectors", f"{self.embedder.fingerprint}|token-sum"
+            )
+        return self._sums_cache
 
     def result_cache(self) -> ResultCache:
         """The embedding cache of this data dir for this embedder (opened on first use: a reader never
@@ -604,6 +646,14 @@ def chunk_payload(
 def _labels_of(payload: dict[str, Any]) -> tuple[str, ...]:
     """A point's stored labels (a point written before labels existed has none)."""
     return tuple(sorted(str(label) for label in payload.get("labels") or ()))
+
+
+def _normalised_sum(sums: list[list[float]]) -> list[float]:
+    """A chunk's vector from its segments' token sums: their sum, L2-normalised (mean pooling then
+    normalising gives the same direction), as float32 values like every stored vector."""
+    total = np.sum(np.asarray(sums, dtype=np.float32), axis=0)
+    norm = float(np.linalg.norm(total))
+    return (total / norm if norm > 0 else total).astype(np.float32).tolist()
 
 
 def _pack(vector: list[float]) -> bytes:

@@ -1,0 +1,126 @@
+"""Segments: each chunk is exactly its segments, no two chunks split one, and shared text is one segment.
+
+Properties over any text and any set of chunk spans (overlapping, nested, touching, empty): the pieces of a
+chunk join to its content; every segment is one piece of text between two consecutive boundaries; a
+heading chain comes first; a document whose chunks are not at their offsets keeps each chunk whole.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.segments import heading_text, segment_batch
+
+
+def chunk_of(document: Document, index: int, start: int, end: int, chain: tuple[str, ...] = ()) -> Chunk:
+    return Chunk(
+        chunk_id=f"{document.document_id}-{index}",
+        document_id=document.document_id,
+        chunk_index=index,
+        content=document.text[start:end],
+        start_char=start,
+        end_char=end,
+        token_count=0,
+        content_hash="h",
+        heading_chain=chain,
+    )
+
+
+@st.composite
+def documents_with_chunks(draw: st.DrawFn) -> tuple[Document, list[Chunk]]:
+    text = draw(st.text(min_size=1, max_size=300))
+    document = Document(document_id="d", text=text)
+    spans = draw(
+        st.lists(
+            st.tuples(st.integers(0, len(text)), st.integers(0, len(text))).map(sorted),
+            min_size=1,
+            max_size=8,
+        )
+    )
+    chains = st.sampled_from([(), ("Intro",), ("Intro", "Setup")])
+    return document, [chunk_of(document, i, s, e, draw(chains)) for i, (s, e) in enumerate(spans)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(documents_with_chunks())
+def test_a_chunk_is_its_segments_and_no_chunk_splits_one(case: tuple[Document, list[Chunk]]) -> None:
+    document, chunks = case
+    segments = segment_batch([(document, chunks)], headings=False)
+    assert len(segments.members) == len(chunks)
+    assert len(set(segments.texts)) == len(segments.texts)  # one segment per distinct text
+    cuts = {c.start_char for c in chunks} | {c.end_char for c in chunks}
+    for chunk, own in zip(chunks, segments.members, strict=True):
+        pieces = [segments.texts[i] for i in own]
+        if chunk.content.strip():
+            # the pieces, in order, cover the chunk but for whitespace-only pieces left out; each runs
+            # from one boundary to the next
+            assert all(p.strip() for p in pieces)
+            at = chunk.start_char
+            for piece in pieces:
+                found = document.text.index(piece, at)
+                assert document.text[at:found].strip() == ""
+                assert found in cuts and found + len(piece) in cuts
+                assert not any(found < cut < found + len(piece) for cut in cuts)
+                at = found + len(piece)
+            assert at <= chunk.end_char and document.text[at : chunk.end_char].strip() == ""
+        else:
+            assert pieces == [chunk.content]
+
+
+@settings(max_examples=200, deadline=None)
+@given(documents_with_chunks())
+def test_a_heading_chain_is_a_segment_of_its_own_first(case: tuple[Document, list[Chunk]]) -> None:
+    document, chunks = case
+    plain = segment_batch([(document, chunks)], headings=False)
+    headed = segment_batch([(document, chunks)], headings=True)
+    for chunk, own, bare in zip(chunks, headed.members, plain.members, strict=True):
+        texts = [headed.texts[i] for i in own]
+        if chunk.heading_chain:
+            assert texts[0] == heading_text(chunk) == " > ".join(chunk.heading_chain) + ":"
+            rest = texts[1:]
+        else:
+            rest = texts
+        if chunk.content.strip() or not chunk.heading_chain:
+            assert rest == [plain.texts[i] for i in bare] or rest == [chunk.embed_text]
+        else:
+            assert rest == []  # the heading alone stands for an all-whitespace chunk
+
+
+def test_half_overlapping_chunks_share_their_middle_segments() -> None:
+    text = "aaaa bbbb cccc dddd eeee"
+    document = Document(document_id="d", text=text)
+    chunks = [chunk_of(document, 0, 0, 10), chunk_of(document, 1, 5, 15), chunk_of(document, 2, 10, 24)]
+    segments = segment_batch([(document, chunks)], headings=False)
+    assert segments.texts == ["aaaa ", "bbbb ", "cccc ", "dddd eeee"]
+    assert segments.members == [(0, 1), (1, 2), (2, 3)]
+
+
+def test_two_documents_with_one_passage_embed_it_once_and_headings_are_shared() -> None:
+    one = Document(document_id="one", text="Shared passage. Own words one.")
+    two = Document(document_id="two", text="Shared passage. Other words.")
+    batch = [
+        (one, [chunk_of(one, 0, 0, 15, ("Guide",)), chunk_of(one, 1, 16, 30, ("Guide",))]),
+        (two, [chunk_of(two, 0, 0, 15, ("Guide",))]),
+    ]
+    segments = segment_batch(batch, headings=True)
+    assert segments.texts == ["Guide:", "Shared passage.", "Own words one."]
+    assert segments.members == [(0, 1), (0, 2), (0, 1)]
+
+
+def test_chunks_not_at_their_offsets_are_kept_whole() -> None:
+    document = Document(document_id="d", text="The real text of the document.")
+    elsewhere = Chunk(
+        chunk_id="c",
+        document_id="d",
+        chunk_index=0,
+        content="Other text",
+        start_char=0,
+        end_char=10,
+        token_count=0,
+        content_hash="h",
+    )
+    inside = chunk_of(document, 1, 4, 13)
+    segments = segment_batch([(document, [elsewhere, inside])], headings=False)
+    assert [segments.texts[i] for own in segments.members for i in own] == ["Other text", "real text"]
