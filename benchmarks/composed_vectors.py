@@ -11,6 +11,9 @@ composed vectors to the chunks' own, and strict recall on `../shared/eval` (tune
 276) of vectors alone and of the shipped fusion with BM25, each way.
 
     python -m benchmarks.composed_vectors [--rounds 3] [--cache-dir DIR]
+
+The measurement that led to shipping it (`model_input=segments`, `unichunk.chunking.segments`); the
+shipped pipeline's own figures, both ways in one run, come from `benchmarks.model_input`.
 """
 
 from __future__ import annotations

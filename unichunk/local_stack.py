@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -235,7 +236,22 @@ def prefect_api(settings: SinkSettings, *, in_process: bool = True) -> Iterator[
             from prefect.settings import PREFECT_API_URL, temporary_settings
 
             scope.enter_context(temporary_settings(updates={PREFECT_API_URL: url}))
+            # on the way out, while the URL still holds: this block's events and logs reach its server
+            scope.callback(flush_prefect_queues)
         yield PrefectApi(url, local)
+
+
+def flush_prefect_queues(timeout: float = 2) -> None:
+    """Send what Prefect's log and event workers hold (bounded by `timeout`) and stop them, importing
+    nothing (a process that never loaded them has none). A stopped worker is made again on its next use,
+    for the API URL of that moment: Prefect keys its one events worker by client type only, so without this
+    a second data dir's runs in one process would send their events to the first one's server."""
+    for module, worker in (
+        ("prefect.logging.handlers", "APILogWorker"),
+        ("prefect.events.worker", "EventsWorker"),
+    ):
+        with suppress(Exception):
+            getattr(sys.modules[module], worker).drain_all(timeout=timeout)
 
 
 def _prefect_setting() -> str | None:

@@ -35,6 +35,7 @@ from types import FrameType
 
 from unichunk.engine.run_records import mark_crashed, orphaned
 from unichunk.engine.stop import RunInterrupted
+from unichunk.local_stack import flush_prefect_queues
 from unichunk.sinks.stop import STOP
 
 __all__ = [
@@ -114,13 +115,7 @@ def exit_now(status: int) -> None:
     """Exit with `status` at once (`os._exit`), after flushing the terminal and Prefect's log and event
     queues: for a command whose work is done while a model load it cannot interrupt still runs in a daemon
     thread, under which the interpreter's own teardown can hang or abort."""
-    # the run loaded Prefect's log and event workers: send what they hold (bounded), importing nothing
-    for module, worker in (
-        ("prefect.logging.handlers", "APILogWorker"),
-        ("prefect.events.worker", "EventsWorker"),
-    ):
-        with suppress(Exception):
-            getattr(sys.modules[module], worker).drain_all(timeout=2)
+    flush_prefect_queues()
     for stream in (sys.stdout, sys.stderr):
         with suppress(Exception):
             stream.flush()

@@ -173,3 +173,46 @@ def test_pipeline_ingest_on_a_busy_machine_uses_the_data_dirs_local_server(tmp_p
         raise
     shutil.rmtree(data_dir)  # as a CI job deletes its temporary data dir
     _eventually(lambda: not group_alive(group), "the server stopped with its data dir gone")
+
+
+@pytest.mark.timeout(600)
+def test_two_data_dirs_in_one_process_each_get_their_runs_events(tmp_path: Path) -> None:
+    """The Python API on one data dir, then on another, in one process: each run's events reach its own
+    data dir's server (Prefect keeps one events worker per process, bound to the first server it used),
+    and no event fails to send."""
+    corpus = write_files(tmp_path / "corpus", CORPUS)
+    dirs = [tmp_path / "first", tmp_path / "second"]
+    code = (
+        "import sys\nfrom unichunk import Pipeline\n"
+        "for data in sys.argv[2:]:\n"
+        "    with Pipeline(data_dir=data, sinks=('keywords',)) as pipeline:\n"
+        "        print(pipeline.ingest(sys.argv[1]).processed, flush=True)\n"
+    )
+    env = servers.environment_with(PREFECT_API_URL=None, PYTHONPATH=None)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(corpus), *map(str, dirs)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=540,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.split() == ["2", "2"], done.stdout
+        assert "failed to process item" not in done.stderr, done.stderr[-3000:]
+        urls = [json.loads((stack_dir(d) / STATE_FILE).read_text())["api_url"] for d in dirs]
+        assert urls[0] != urls[1]
+        for url in urls:
+            runs = httpx.post(f"{url}/flow_runs/filter", json={}, timeout=30).json()
+            assert len(runs) == 1 and runs[0]["state_type"] == "COMPLETED", runs
+            wanted = {"resource": {"id": [f"prefect.flow-run.{runs[0]['id']}"]}}
+
+            def names(url: str = url, wanted: dict = wanted) -> set[str]:
+                found = httpx.post(f"{url}/events/filter", json={"filter": wanted}, timeout=30).json()
+                return {event["event"] for event in found["events"]}
+
+            # the server stores events in batches (Prefect's event persister): not at once
+            _eventually(lambda names=names: "prefect.flow-run.Completed" in names(), f"{url}'s run events")
+    finally:
+        for data in dirs:
+            down(data, echo=False)
