@@ -13,7 +13,7 @@ from pathlib import Path
 
 from unichunk.chunking.ids import sha256_hex
 from unichunk.chunking.models import Chunk, Document
-from unichunk.chunking.segments import segment_batch
+from unichunk.chunking.segments import segment_batch, segment_chunk
 from unichunk.index.run import index_settings
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.graph.backends import GraphBackend
@@ -98,25 +98,14 @@ def test_chunks_get_what_reading_them_whole_gives_and_each_piece_is_read_once(
     assert merged.payload == by_chunk.payload
     per_chunk = SpacyExtractor().extract(chunks)
     composed = [
-        merge_extractions(c.chunk_id, SpacyExtractor().extract([_piece(segments.texts[i]) for i in own]))
+        merge_extractions(
+            c.chunk_id, SpacyExtractor().extract([segment_chunk(segments.texts[i]) for i in own])
+        )
         for c, own in zip(chunks, segments.members, strict=True)
     ]
     for chunk_wise, piece_wise in zip(per_chunk, composed, strict=True):
         assert _summary(piece_wise) == _summary(chunk_wise)
     assert merged.stats["extracted_chunks"] + merged.stats["reused_chunks"] == len(chunks)
-
-
-def _piece(text: str) -> Chunk:
-    return Chunk(
-        chunk_id="p",
-        document_id="p",
-        chunk_index=0,
-        content=text,
-        start_char=0,
-        end_char=len(text),
-        token_count=0,
-        content_hash=sha256_hex(text),
-    )
 
 
 def test_a_second_prepare_reads_nothing_and_whole_chunks_stay_a_setting(
