@@ -14,7 +14,7 @@ the top hits cut to a budget) with `auto` only, no baselines, each variant as th
 questions; the `vectors` and `hybrid` retrievers' recall at 1,000 / 2,000 / 4,000 characters, and the
 difference to torch fp32 in points.
 
-Variants: `torch` (sentence-transformers, fp32) and the names of `unichunk.sinks.vectors.onnx_export.VARIANTS`
+Variants: `torch` (sentence-transformers, fp32), `torch-bf16` (its weights in bfloat16) and the names of `unichunk.sinks.vectors.onnx_export.VARIANTS`
 (ONNX Runtime fp32 with and without ONNX Runtime's BERT fusions; int8 recipes of `quantize_dynamic`).
 """
 
@@ -52,9 +52,12 @@ def corpus_texts(limit: int) -> list[str]:
     return texts[::step][:limit]
 
 
+TORCH_VARIANTS = ("torch", "torch-bf16")  # sentence-transformers in fp32, and with bfloat16 weights
+
+
 def make(variant: str, cache_dir: Path) -> MiniLMEmbedder:
-    if variant == "torch":
-        return MiniLMEmbedder(backend="torch")
+    if variant in TORCH_VARIANTS:
+        return MiniLMEmbedder(backend=variant)  # type: ignore[arg-type]
     return MiniLMEmbedder(variant=variant, cache_dir=cache_dir)
 
 
@@ -140,7 +143,7 @@ def _load() -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
-                        help=f"comma-separated: torch and any of {', '.join(VARIANTS)}")  # fmt: skip
+                        help=f"comma-separated: torch, torch-bf16 and any of {', '.join(VARIANTS)}")  # fmt: skip
     parser.add_argument("--texts", type=int, default=400, help="texts embedded per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-retrieval", action="store_true", help="throughput and cosine only")
@@ -149,9 +152,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
     names = ["torch", *(v for v in args.variants.split(",") if v and v != "torch")]
-    unknown = [n for n in names if n != "torch" and n not in VARIANTS]
+    unknown = [n for n in names if n not in TORCH_VARIANTS and n not in VARIANTS]
     if unknown:
-        raise SystemExit(f"unknown variants {unknown}: want torch or one of {', '.join(VARIANTS)}")
+        raise SystemExit(
+            f"unknown variants {unknown}: want torch, torch-bf16 or one of {', '.join(VARIANTS)}"
+        )
     logging.getLogger("unichunk.sinks.vectors.sink").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="bench_onnx_") as tmp:
         cache = args.cache_dir or Path(tmp)

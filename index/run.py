@@ -35,11 +35,12 @@ def index_settings(settings: SinkSettings) -> dict[str, object]:
     """The sink settings that change what gets stored (with the chunking settings: an index generation).
 
     MiniLM's backend counts only where it changes the vectors: torch and ONNX fp32 give the same vectors
-    (cosine 1.0000), so an index built with either is the same generation; int8 adds a key, so switching
+    (cosine 1.0000), so an index built with either is the same generation; int8 or bf16 adds a key, so switching
     to it (or back) builds a new generation explicitly. Absent otherwise, so existing fingerprints stay.
     Models reading segments (`SinkSettings.model_input`) store other vectors and extractions than whole
     chunks give, so that names itself too where it applies."""
-    variant = {"embedding_variant": "int8"} if settings.embedding_variant_suffix() else {}
+    suffix = settings.embedding_variant_suffix()
+    variant = {"embedding_variant": suffix.removeprefix("+")} if suffix else {}
     if settings.segmented_vectors() or settings.segmented_extraction():
         variant["model_input"] = "segments"
     return variant | {

@@ -105,13 +105,15 @@ class SinkSettings(BaseSettings):
         "length-sorted texts pad least on CPU (measured: 256 per call in batches of 8 took 0.67x the "
         "time of one batch of 64 per call).",
     )
-    embedding_backend: Literal["onnx", "onnx-int8", "torch"] = Field(
+    embedding_backend: Literal["onnx", "onnx-int8", "torch", "torch-bf16"] = Field(
         "torch",
         description="How MiniLM runs: `torch` (sentence-transformers; on CUDA where `UNICHUNK_DEVICE` picks "
         "it), `onnx` (ONNX Runtime, fp32: torch's vectors, as fast as torch on a quiet 2-core CPU, slower on "
-        "16 cores, faster only on a busy machine; no torch import once exported) or `onnx-int8` (int8 "
-        "per-channel weights: faster on 2 cores, vectors at cosine 0.994, retrieval within about 1.3 points; "
-        "a distinct embedder, so an index rebuilds). `onnx*` falls back to torch, with one log line, where "
+        "16 cores, faster only on a busy machine; no torch import once exported), `onnx-int8` (int8 "
+        "per-channel weights: faster on 2 cores, vectors at cosine 0.994, retrieval within about 1.3 points) "
+        "or `torch-bf16` (torch with bfloat16 weights: about 1.5x torch on a CPU with bf16 instructions, "
+        "avx512_bf16 or AMX, slower without; vectors at cosine 0.9999); the last two are distinct embedders, "
+        "so an index rebuilds. `onnx*` falls back to torch, with one log line, where "
         'ONNX Runtime is missing or the export fails (benchmarks/README.md, "Embedder backends").',
     )
     model_input: Literal["segments", "chunks"] = Field(
@@ -199,8 +201,11 @@ class SinkSettings(BaseSettings):
 
     def embedding_variant_suffix(self) -> str:
         """'' where MiniLM's vectors are torch's (torch, ONNX fp32: the same embedder for an existing index),
-        '+int8' where they are the int8 model's (other vectors: a distinct embedder, an explicit rebuild)."""
-        return "+int8" if self.embedder == "minilm" and self.embedding_backend == "onnx-int8" else ""
+        '+int8' or '+bf16' where they are a lower precision's (other vectors: a distinct embedder, an explicit
+        rebuild)."""
+        if self.embedder != "minilm":
+            return ""
+        return {"onnx-int8": "+int8", "torch-bf16": "+bf16"}.get(self.embedding_backend, "")
 
     def segmented_vectors(self) -> bool:
         """Whether chunk vectors are composed from segments (`model_input`): MiniLM only, whose token

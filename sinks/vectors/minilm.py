@@ -20,6 +20,7 @@ the other core is busy each operation waits for the slower thread.
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -51,8 +52,19 @@ _models: dict[str, Any] = {}
 logger = logging.getLogger(__name__)
 
 
-def load_minilm(device: str = "cpu") -> Any:
-    """The process-wide SentenceTransformer on `device`, loaded from the package on first call."""
+def load_minilm(device: str = "cpu", *, bf16: bool = False) -> Any:
+    """The process-wide SentenceTransformer on `device` (with `bf16`, a copy in bfloat16), loaded from the
+    package on first call."""
+    key = f"{device}+bf16" if bf16 else device
+    with _load_lock:
+        if key in _models:
+            return _models[key]
+    if bf16:
+        import torch  # loaded with the model: a lookup
+
+        model = copy.deepcopy(load_minilm(device)).to(torch.bfloat16)
+        with _load_lock:
+            return _models.setdefault(key, model)
     with _load_lock:
         if device not in _models:
             try:
@@ -69,7 +81,7 @@ def load_minilm(device: str = "cpu") -> Any:
         return _models[device]
 
 
-Backend = Literal["onnx", "onnx-int8", "torch"]
+Backend = Literal["onnx", "onnx-int8", "torch", "torch-bf16"]
 # The int8 recipe `onnx-int8` runs (benchmarks.embedder_speed): per-channel weights of the linear layers
 # only, 3.8x torch at cosine 0.994; keeping the first and last layers fp32 (int8-skip-ends) was closer
 # (0.995) but hardly faster than fp32. Neither kept retrieval within 0.5 points at every budget, so
@@ -180,10 +192,13 @@ class _Runner:
 
 
 class _TorchRunner(_Runner):
-    def __init__(self, device: str) -> None:
-        self.kind, self.device = "torch", device
-        self.model = load_minilm(device)
-        self.fingerprint = model_fingerprint(None)
+    """sentence-transformers on `device`; with `bf16`, its weights and activations in bfloat16 (sums and
+    vectors are returned as float32, the sums added up in float32)."""
+
+    def __init__(self, device: str, *, bf16: bool = False) -> None:
+        self.kind, self.device, self.bf16 = ("torch-bf16" if bf16 else "torch"), device, bf16
+        self.model = load_minilm(device, bf16=bf16)
+        self.fingerprint = model_fingerprint(None) + ("+bf16" if bf16 else "")
 
     def encode(self, texts: list[str], batch_size: int, *, one_thread: bool, sums: bool) -> np.ndarray:
         with _one_torch_thread() if one_thread else nullcontext():
@@ -195,14 +210,18 @@ class _TorchRunner(_Runner):
                     convert_to_numpy=False,
                     show_progress_bar=False,
                 )
-                return np.stack([s.sum(dim=0).float().cpu().numpy() for s in states])
-            return self.model.encode(
+                return np.stack([s.float().sum(dim=0).cpu().numpy() for s in states])
+            vectors = self.model.encode(
                 texts,
                 batch_size=batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
+                normalize_embeddings=not self.bf16,
+                convert_to_tensor=True,
                 show_progress_bar=False,
             )
+            vectors = vectors.float().cpu().numpy()
+            if self.bf16:  # normalised in float32: in bfloat16 the norm is 1 to two decimals only
+                vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+            return vectors
 
 
 class _OnnxRunner(_Runner):
@@ -233,8 +252,8 @@ def load_backend(
         device = resolve_device(device_setting)
     except DeviceError as exc:
         raise EmbedderError(str(exc)) from exc
-    if backend == "torch" and variant_name is None:
-        return _TorchRunner(device)
+    if backend in ("torch", "torch-bf16") and variant_name is None:
+        return _TorchRunner(device, bf16=backend == "torch-bf16")
     variant = VARIANTS[variant_name or (INT8_VARIANT if backend == "onnx-int8" else "fp32")]
     try:
         runtime = import_runtime(runtime_module)
