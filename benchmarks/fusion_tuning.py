@@ -2,9 +2,12 @@
 
     python -m benchmarks.fusion_tuning [--corpora DIR] [--questions FILE] [--retrievers keywords,vectors]
         [--lists FILE] [--refresh] [--no-baselines] [--plots-dir DIR] [--cache-dir DIR]
+        [--model-input segments|chunks]
 
 1. The corpora are chunked as shipped (`auto`) and ingested through the real BM25 sink and Qdrant with
-   MiniLM (as `benchmarks.retrieval_quality` does); every question is ranked once per retriever
+   MiniLM (as `benchmarks.retrieval_quality` does), the models reading them as shipped (`model_input=
+   segments`: each piece between chunk boundaries once, a chunk's vector composed from its pieces'; the
+   baselines of step 4 embedded whole, as their frameworks would); every question is ranked once per retriever
    (`unichunk.retrieval.ranking.retrieve` in that retriever's mode) `LIST_DEPTH` deep, and the lists, with
    each hit's own score, are cached (`--lists`): fusing them again costs no store and no model.
 2. Every candidate of the grid (`candidates()`: reciprocal-rank fusion over rrf_k, the vectors' weight and
@@ -45,7 +48,14 @@ from qdrant_client import QdrantClient
 
 from benchmarks import evaldata, retrieval_quality
 from benchmarks.budget_metric import BUDGETS, GRID, paired_bootstrap, strict_grid
-from benchmarks.retrieval_quality import CachedEmbedder, Question, load_corpora, load_questions, ours
+from benchmarks.retrieval_quality import (
+    CachedEmbedder,
+    Question,
+    load_corpora,
+    load_questions,
+    model_input,
+    ours,
+)
 from benchmarks.strict_report import Results
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.retrieval import Readers
@@ -207,25 +217,41 @@ class Lists:
         return cls(questions, saved["doc_ids"], ranked)
 
 
-def lists_key(corpora_dir: Path, questions_file: Path, retrievers: Sequence[str]) -> str:
-    """What the cached lists depend on: the data, the retrievers, the depth, the chunking and the rankers'
-    constants as shipped."""
+def lists_key(
+    corpora_dir: Path, questions_file: Path, retrievers: Sequence[str], ours_input: str | None = None
+) -> str:
+    """What the cached lists depend on: the data, the retrievers, the depth, the chunking, what the models
+    read of it (`model_input`, `ours_input` or as shipped) and the rankers' constants as shipped."""
     digest = hashlib.sha256()
     for path in [*sorted(p for p in corpora_dir.iterdir() if p.is_file()), questions_file]:
         digest.update(path.name.encode() + path.read_bytes())
     rankers = [K1, B, asdict(GRAPH_SCORING)]  # BM25's constants and the graph list's rules, as shipped
     digest.update(
-        json.dumps([list(retrievers), LIST_DEPTH, ChunkStrategy().effective(), rankers], default=str).encode()
+        json.dumps(
+            [
+                list(retrievers),
+                LIST_DEPTH,
+                ChunkStrategy().effective(),
+                model_input(False, ours_input),
+                rankers,
+            ],
+            default=str,
+        ).encode()
     )
     return digest.hexdigest()
 
 
 def build_lists(
-    corpora_dir: Path, questions: list[Question], retrievers: Sequence[str], cache_dir: Path | None
+    corpora_dir: Path,
+    questions: list[Question],
+    retrievers: Sequence[str],
+    cache_dir: Path | None,
+    ours_input: str | None = None,
 ) -> Lists:
     """Every question ranked by each retriever alone over `auto`'s chunks in the real stores: BM25 and
     Qdrant always; with `graph` among `retrievers`, the knowledge graph too (spaCy extraction into an
-    embedded FalkorDB under a temporary data dir, stopped after), ranked by the read path's `rankers`."""
+    embedded FalkorDB under a temporary data dir, stopped after), ranked by the read path's `rankers`.
+    MiniLM and spaCy read the chunks as `ours_input` says (`model_input`; None: as shipped, segments)."""
     unknown = set(retrievers) - {"keywords", "vectors", "graph"}
     if unknown:
         raise SystemExit(f"this build has no retriever {sorted(unknown)} to rank with")
@@ -234,7 +260,12 @@ def build_lists(
     chunker = ours(ChunkStrategy(), embedder.embed)
     ranked: list[dict[str, list[ScoredChunk]]] = []
     with tempfile.TemporaryDirectory(prefix="bench_fusion_") as tmp:
-        settings = SinkSettings(data_dir=Path(tmp), qdrant_collection="fusion", graph_name="fusion")
+        settings = SinkSettings(
+            data_dir=Path(tmp),
+            qdrant_collection="fusion",
+            graph_name="fusion",
+            model_input=model_input(False, ours_input),
+        )
         stores = {
             "keywords": BM25Sink(settings, path=Path(tmp) / "bm25.sqlite"),
             "vectors": QdrantSink(settings, embedder=embedder, client=QdrantClient(":memory:")),
@@ -494,6 +525,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--plots-dir", default=str(Path("benchmarks") / "results"),
                         help="where the report half's plot is written ('' to skip)")  # fmt: skip
     parser.add_argument("--top", type=int, default=15, help="tune-half candidates printed")
+    parser.add_argument("--model-input", choices=("segments", "chunks"), default=None,
+                        help="what MiniLM and spaCy read of auto's chunks (default: as shipped, segments); "
+                        "the baselines' chunks are always read whole")  # fmt: skip
     return parser
 
 
@@ -508,11 +542,13 @@ def main(argv: list[str] | None = None) -> None:
     parsed = read_questions(questions_file)  # the same order; the halves by the shipped split
     position = {q.id: i for i, q in enumerate(parsed)}
     tune, report = ([position[q.id] for q in half] for half in split_halves(parsed))
-    key = lists_key(corpora_dir, questions_file, retrievers)
+    key = lists_key(corpora_dir, questions_file, retrievers, args.model_input)
     lists = None if args.refresh else Lists.load(args.lists, key, questions)
     if lists is None:
-        lists = build_lists(corpora_dir, questions, retrievers, cache)
+        lists = build_lists(corpora_dir, questions, retrievers, cache, args.model_input)
         lists.save(args.lists, key)
+    print(f"auto's chunks read by the models as {model_input(False, args.model_input)} (model_input); "
+          "the baselines' whole")  # fmt: skip
 
     choice = tune_half(lists, tune, report, retrievers, args.top)
     now = shipped(retrievers)
@@ -526,7 +562,9 @@ def main(argv: list[str] | None = None) -> None:
     base: dict[str, np.ndarray] = {}
     if not args.no_baselines:
         with retrieval_quality._truncation_warnings_off():
-            results = retrieval_quality.run(corpora_dir, questions_file, False, cache, "auto", half="report")
+            results = retrieval_quality.run(
+                corpora_dir, questions_file, False, cache, "auto", half="report", ours_input=args.model_input
+            )
         base = dict(baseline_rows(results))
         stores = results.strict[(results.configs[0], "hybrid", "chars")][:, IDX, 0].mean(axis=0)
         offline = recall_grid(lists, report, now, BUDGETS).mean(axis=0)

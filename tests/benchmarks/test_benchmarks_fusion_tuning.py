@@ -119,6 +119,7 @@ def test_a_whole_run_tunes_on_one_half_and_reports_the_other(tmp_path, capsys, m
     out = capsys.readouterr().out
     assert "### tune half (4 questions)" in out and "### report half (4 questions" in out
     assert "(chosen)" in out and "old default" in out and "keywords alone" in out
+    assert "auto's chunks read by the models as segments" in out  # as shipped
     assert (tmp_path / "plots" / "fusion_report_half.png").stat().st_size > 0
     saved = json.loads(lists.read_text())
     assert len(saved["ranked"]) == 8 and set(saved["ranked"][0]) == {"keywords", "vectors"}
