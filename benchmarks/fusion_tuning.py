@@ -12,7 +12,7 @@
    each hit's own score, are cached (`--lists`): fusing them again costs no store and no model.
 2. Every candidate of the grid (`candidates()`: reciprocal-rank fusion over rrf_k, the vectors' weight and
    the candidate depth per retriever; normalised-score fusion, min-max or z-score, over convex weights and
-   depth) fuses each question's lists (the shipped `rrf_fuse`, or `score_fuse` here), keeps the
+   depth) fuses each question's lists (the shipped `rrf_fuse` or `score_fuse`), keeps the
    first `HITS` (as `unichunk eval` does) and is scored with the strict metric at 1,000 / 2,000 / 4,000
    characters on the **tune** half of `split_halves` only.
 3. The choice: the highest mean recall over the three budgets; among candidates within `TIE` of it, the one
@@ -61,7 +61,7 @@ from unichunk.chunking.config import ChunkStrategy
 from unichunk.retrieval import Readers
 from unichunk.retrieval.evaluation.questions import load_questions as read_questions
 from unichunk.retrieval.evaluation.questions import split_halves
-from unichunk.retrieval.fusion import Hit, rrf_fuse
+from unichunk.retrieval.fusion import Hit, rrf_fuse, score_fuse
 from unichunk.retrieval.graph_search import GRAPH_SCORING
 from unichunk.retrieval.ranking import RetrievalSettings, retrieve
 from unichunk.sinks.base import ScoredChunk
@@ -79,44 +79,6 @@ TIE = 0.0025  # recall: candidates within a quarter of a point of the best count
 TARGETS = {1000: 0.70, 2000: 0.87, 4000: 0.95}  # issue 27: the shipped search on the report half
 LEAD = 0.02  # issue 27: ahead of every baseline at every budget by at least 2 points
 IDX = [GRID.index(b) for b in BUDGETS]
-
-
-def score_fuse(
-    rankings: Mapping[str, Sequence[ScoredChunk]],
-    k: int = 10,
-    weights: Mapping[str, float] | None = None,
-    normalise: str = "minmax",
-) -> list[Hit]:
-    """The other family measured (Weaviate's relative-score fusion is its min-max form): per list, scores
-    mapped to a common scale (`minmax`: the list's best 1, its last 0; `zscore`: standard deviations from
-    the list's mean), then summed with `weights`. A chunk a list does not hold counts as that list's lowest
-    value, so being missing never beats being listed last. Ties break as in `rrf_fuse`. It lives here, not
-    in `unichunk.retrieval.fusion`, because the measurement did not choose it."""
-    hits: dict[str, Hit] = {}
-    for retriever, ranked in rankings.items():
-        weight = 1.0 if weights is None else weights.get(retriever, 1.0)
-        firsts: dict[str, tuple[int, ScoredChunk]] = {}
-        for rank, found in enumerate(ranked, start=1):
-            firsts.setdefault(found.chunk_id, (rank, found))
-        if not firsts:
-            continue
-        raw = np.array([float(found.score) for _, found in firsts.values()])
-        if normalise == "minmax":
-            spread = raw.max() - raw.min()
-            scaled = (raw - raw.min()) / spread if spread > 0 else np.ones_like(raw)
-        else:
-            std = raw.std()
-            scaled = (raw - raw.mean()) / std if std > 0 else np.zeros_like(raw)
-        floor = float(scaled.min())
-        for (rank, found), value in zip(firsts.values(), scaled.tolist(), strict=True):
-            hit = hits.get(found.chunk_id)
-            if hit is None:
-                hit = hits[found.chunk_id] = Hit(found)
-            hit.ranks[retriever] = rank
-            hit.scores[retriever] = float(found.score)
-            hit.score += weight * (value - floor)
-    ordered = sorted(hits.values(), key=lambda h: (-h.score, min(h.ranks.values()), h.chunk_id))
-    return ordered[:k]
 
 
 @dataclass(frozen=True)
@@ -161,7 +123,7 @@ def shipped(retrievers: Sequence[str]) -> Candidate:
     """The fusion `RetrievalSettings` ships now, read from its defaults (the one place they are written)."""
     settings = RetrievalSettings()
     weights = tuple((r, float(settings.weights.get(r, 0.0 if r == "graph" else 1.0))) for r in retrievers)
-    method = getattr(settings, "fusion", "rrf")
+    method = settings.fusion
     return Candidate(method, weights, HITS, settings.rrf_k if method == "rrf" else None)
 
 

@@ -3,7 +3,7 @@
 
 The graph's list (`unichunk.retrieval.graph_search.GraphSearch`: the chunks of the entities a query names)
 is a mode of its own, `graph`, and joins hybrid when its weight (`GRAPH_WEIGHT`) is above 0 and a graph
-store is present. The top-n lists are fused by reciprocal-rank fusion (`unichunk.retrieval.fusion.rrf_fuse`).
+store is present. The top-n lists are fused as `RetrievalSettings.fusion` says (`unichunk.retrieval.fusion.fuse`).
 Optional FTS-first routing: when the best BM25 score clears `route_threshold`, the query is answered by keywords alone and
 the vector query (an embedding on CPU, the costly half) is skipped; `Retrieval.route` says which route
 answered. BM25 scores are not normalised, so the threshold is corpus-dependent and routing is off by
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from unichunk.chunking.errors import UnichunkError
-from unichunk.retrieval.fusion import RRF_K, Hit, rrf_fuse
+from unichunk.retrieval.fusion import RRF_K, Fusion, Hit, fuse
 from unichunk.sinks.base import ChunkSearch, ScoredChunk, SearchFilter
 
 Mode = Literal["hybrid", "keywords", "vectors", "graph"]
@@ -49,7 +49,8 @@ class RetrievalSettings:
     weights and min-max or z-score fusion of the raw scores; benchmarks/README.md has the held-out figures."""
 
     mode: Mode = "hybrid"
-    rrf_k: int = RRF_K
+    fusion: Fusion = "rrf"
+    rrf_k: int = RRF_K  # when `fusion` is rrf
     weights: Mapping[str, float] = field(
         default_factory=lambda: {"keywords": 1.0, "vectors": 0.75, "graph": GRAPH_WEIGHT}
     )
@@ -128,5 +129,5 @@ def retrieve(
     if len(rankings) == 1:
         ((name, found),) = rankings.items()
         return Retrieval(query, _as_hits(found, name, k), name, top)  # type: ignore[arg-type]
-    hits = rrf_fuse(rankings, k=k, weights=settings.weights, rrf_k=settings.rrf_k)
+    hits = fuse(rankings, k=k, weights=settings.weights, method=settings.fusion, rrf_k=settings.rrf_k)
     return Retrieval(query, hits, "hybrid", top)

@@ -1,10 +1,11 @@
-"""Reciprocal-rank fusion on hand-made rankings, independent of the stores, through `retrieve`."""
+"""Reciprocal-rank and normalised-score fusion on hand-made rankings, independent of the stores, through
+`retrieve`."""
 
 from __future__ import annotations
 
 import pytest
 
-from unichunk.retrieval.fusion import rrf_fuse
+from unichunk.retrieval.fusion import fuse, rrf_fuse, score_fuse
 from unichunk.retrieval.ranking import RetrievalSettings, retrieve
 from unichunk.sinks.base import ScoredChunk
 
@@ -74,3 +75,29 @@ def test_hybrid_search_asks_each_retriever_for_more_candidates_than_k():
     assert keywords.calls == [20] and vectors.calls == [20]
     with pytest.raises(ValueError, match="needs a 'keywords' or 'vectors' sink"):
         retrieve({"graph": object()}, "q")  # type: ignore[dict-item]
+
+
+def test_minmax_fusion_through_retrieve_scales_each_lists_scores():
+    # _Ranked scores 10, 9, 8: min-max gives 1, .5, 0 in each list. keywords a b c, vectors c d a:
+    # a 0.4 * 1 + 0.6 * 0 = .4; c .4 * 0 + .6 * 1 = .6; b .4 * .5 = .2; d .6 * .5 = .3
+    settings = RetrievalSettings(fusion="minmax", weights={"keywords": 0.4, "vectors": 0.6})
+    rankings = {"keywords": _Ranked(["a", "b", "c"]), "vectors": _Ranked(["c", "d", "a"])}
+    hits = retrieve(rankings, "q", k=4, settings=settings).hits
+    assert [h.chunk_id for h in hits] == ["c", "a", "d", "b"]
+    assert [h.score for h in hits] == pytest.approx([0.6, 0.4, 0.3, 0.2])
+    assert hits[0].ranks == {"keywords": 3, "vectors": 1} and hits[0].scores == {
+        "keywords": 8.0,
+        "vectors": 10.0,
+    }
+
+
+def test_fuse_runs_the_method_it_is_named():
+    rankings = {"keywords": [_Found("a", 5), _Found("b", 1)], "vectors": [_Found("b", 0.9), _Found("a", 0.1)]}
+    weights = {"keywords": 0.6, "vectors": 0.4}
+    assert fuse(rankings, weights=weights, method="rrf", rrf_k=60) == rrf_fuse(
+        rankings, weights=weights, rrf_k=60
+    )
+    for method in ("minmax", "zscore"):
+        fused = fuse(rankings, weights=weights, method=method)
+        assert fused == score_fuse(rankings, weights=weights, normalise=method)
+        assert [h.chunk_id for h in fused] == ["a", "b"]  # keywords weigh more
