@@ -18,6 +18,10 @@ import numpy as np
 from unichunk.sinks.base import ScoredChunk
 
 Fusion = Literal["rrf", "minmax", "zscore"]
+# How search fuses, chosen by measurement (issue 27, `benchmarks.fusion_tuning`, benchmarks/README.md):
+# re-tuned on the tune half once vectors were composed from segments (`model_input=segments`), min-max
+# score fusion led RRF k=0 by 0.8 mean points there, beyond the 0.25-point tie of the rule set beforehand.
+FUSION: Fusion = "minmax"
 # The RRF constant when `rrf` fuses: 0 ranks by 1/rank, so the lists' top places decide, where the classic
 # 60 flattens them (issue 27, benchmarks/README.md).
 RRF_K = 0

@@ -30,7 +30,7 @@ def test_rrf_fusion_order_on_a_hand_made_case():
     # keywords: a b c   vectors: c d a  -> rrf_k=60:
     # a: 1/61 + 1/63 = .032266   c: 1/63 + 1/61 (same as a)   b: 1/62   d: 1/62
     # a and c tie on score; a's best single rank is 1 as is c's, so the chunk ID decides: a first.
-    textbook = RetrievalSettings(rrf_k=60, weights={"keywords": 1.0, "vectors": 1.0})
+    textbook = RetrievalSettings(fusion="rrf", rrf_k=60, weights={"keywords": 1.0, "vectors": 1.0})
     hits = retrieve(
         {"keywords": _Ranked(["a", "b", "c"]), "vectors": _Ranked(["c", "d", "a"])},
         "q",
@@ -43,12 +43,22 @@ def test_rrf_fusion_order_on_a_hand_made_case():
     assert hits[2].score == pytest.approx(1 / 62)
 
 
-def test_the_shipped_fusion_lets_keywords_lead_and_agreement_rise():
-    # The measured defaults (issue 27: rrf_k 0, vectors at 0.75): each list's first two before their
-    # thirds, keywords' before vectors' at equal rank; a chunk both rank second (y: 1/2 + 0.75/2) passes
-    # vectors' first (0.75) but not keywords' (1).
+def test_the_shipped_fusion_weighs_scores_and_lets_agreement_rise():
+    # The measured defaults (issue 27, on segment vectors: min-max, keywords 0.4, vectors 0.6). Scores 10,
+    # 9, 8 in each list scale to 1, .5, 0: v1 .6; y, second in both, .4 * .5 + .6 * .5 = .5, above keywords'
+    # first (.4); each list's last 0, tied, by rank then ID.
     hits = retrieve(
         {"keywords": _Ranked(["k1", "y", "k3"]), "vectors": _Ranked(["v1", "y", "v3"])}, "q", k=5
+    ).hits
+    assert [h.chunk_id for h in hits] == ["v1", "y", "k1", "k3", "v3"]
+    assert [h.score for h in hits] == pytest.approx([0.6, 0.5, 0.4, 0.0, 0.0])
+    # the RRF measured before (rrf_k 0, vectors 0.75) stays a setting: keywords lead, agreement rises
+    rrf = RetrievalSettings(fusion="rrf", rrf_k=0, weights={"keywords": 1.0, "vectors": 0.75})
+    hits = retrieve(
+        {"keywords": _Ranked(["k1", "y", "k3"]), "vectors": _Ranked(["v1", "y", "v3"])},
+        "q",
+        k=5,
+        settings=rrf,
     ).hits
     assert [h.chunk_id for h in hits] == ["k1", "y", "v1", "k3", "v3"]
     assert hits[1].score == pytest.approx(1 / 2 + 0.75 / 2)
