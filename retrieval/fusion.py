@@ -99,7 +99,8 @@ def score_fuse(
     """Fuse ranked lists by their scores: per list, scores mapped to a common scale (`minmax`: the list's
     best 1, its last 0; `zscore`: standard deviations from the list's mean), then summed with `weights`.
     A chunk a list does not hold counts as that list's lowest value, so being missing never beats being
-    listed last. Ties break as in `rrf_fuse`: best single rank, then ID."""
+    listed last; where a list's scores are all level (a keyword found in one chunk), each listed chunk
+    counts as its best, not as its last. Ties break as in `rrf_fuse`: best single rank, then ID."""
     hits: dict[str, Hit] = {}
     for retriever, ranked in rankings.items():
         weight = 1.0 if weights is None else weights.get(retriever, 1.0)
@@ -109,13 +110,14 @@ def score_fuse(
         if not firsts:
             continue
         raw = np.array([float(found.score) for _, found in firsts.values()])
-        if normalise == "minmax":
-            spread = raw.max() - raw.min()
-            scaled = (raw - raw.min()) / spread if spread > 0 else np.ones_like(raw)
+        if raw.max() == raw.min():  # one hit, or all level: each is the list's best (1), a missing one 0
+            scaled, floor = np.ones_like(raw), 0.0
+        elif normalise == "minmax":
+            scaled = (raw - raw.min()) / (raw.max() - raw.min())
+            floor = 0.0
         else:
-            std = raw.std()
-            scaled = (raw - raw.mean()) / std if std > 0 else np.zeros_like(raw)
-        floor = float(scaled.min())
+            scaled = (raw - raw.mean()) / raw.std()
+            floor = float(scaled.min())
         for (rank, found), value in zip(firsts.values(), scaled.tolist(), strict=True):
             hit = hits.get(found.chunk_id)
             if hit is None:

@@ -111,3 +111,27 @@ def test_fuse_runs_the_method_it_is_named():
         fused = fuse(rankings, weights=weights, method=method)
         assert fused == score_fuse(rankings, weights=weights, normalise=method)
         assert [h.chunk_id for h in fused] == ["a", "b"]  # keywords weigh more
+
+
+def test_a_lone_or_level_list_counts_its_chunks_as_its_best():
+    # BM25 finds a rare word in one chunk only: that chunk is keywords' best (1), not its last (0), so it
+    # is not left to the vectors' order alone
+    rankings = {
+        "keywords": [_Found("rare", 3.2)],
+        "vectors": [_Found("v1", 0.9), _Found("v2", 0.5), _Found("rare", 0.1)],
+    }
+    for method in ("minmax", "zscore"):
+        fused = score_fuse(rankings, weights={"keywords": 0.4, "vectors": 0.6}, normalise=method)
+        assert fused[0].chunk_id in {"rare", "v1"} and fused[0].score == pytest.approx(
+            max(h.score for h in fused)
+        )
+    minmax = score_fuse(rankings, weights={"keywords": 0.4, "vectors": 0.6})
+    assert [(h.chunk_id, h.score) for h in minmax] == [
+        ("v1", pytest.approx(0.6)),
+        ("rare", pytest.approx(0.4)),
+        ("v2", pytest.approx(0.3)),
+    ]
+    level = score_fuse(
+        {"keywords": [_Found("a", 1.0), _Found("b", 1.0)], "vectors": [_Found("c", 0.9), _Found("d", 0.1)]}
+    )
+    assert [h.score for h in level] == pytest.approx([1.0, 1.0, 1.0, 0.0])  # a, b level with vectors' best
