@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
         made |= composed(chunks, pieces, states[first : first + len(pieces)])
     whole = np.asarray(embedder.embed(chunk_texts), dtype=np.float64)
     queries = np.asarray(embedder.embed([q.text for q in questions]), dtype=np.float64)
-    ways = {"whole chunks (shipped)": whole}
+    ways = {"whole chunks (model_input=chunks)": whole}
     for n, label in enumerate(("composed: token states summed", "composed: segment vectors averaged")):
         ways[label] = np.stack([made[c.chunk_id][n] for c in all_chunks])
         cosines = np.sum(ways[label] * whole, axis=1)

@@ -2,14 +2,17 @@
 
     python -m benchmarks.fusion_tuning [--corpora DIR] [--questions FILE] [--retrievers keywords,vectors]
         [--lists FILE] [--refresh] [--no-baselines] [--plots-dir DIR] [--cache-dir DIR]
+        [--model-input segments|chunks]
 
 1. The corpora are chunked as shipped (`auto`) and ingested through the real BM25 sink and Qdrant with
-   MiniLM (as `benchmarks.retrieval_quality` does); every question is ranked once per retriever
+   MiniLM (as `benchmarks.retrieval_quality` does), the models reading them as shipped (`model_input=
+   segments`: each piece between chunk boundaries once, a chunk's vector composed from its pieces'; the
+   baselines of step 4 embedded whole, as their frameworks would); every question is ranked once per retriever
    (`unichunk.retrieval.ranking.retrieve` in that retriever's mode) `LIST_DEPTH` deep, and the lists, with
    each hit's own score, are cached (`--lists`): fusing them again costs no store and no model.
 2. Every candidate of the grid (`candidates()`: reciprocal-rank fusion over rrf_k, the vectors' weight and
    the candidate depth per retriever; normalised-score fusion, min-max or z-score, over convex weights and
-   depth) fuses each question's lists (the shipped `rrf_fuse`, or `score_fuse` here), keeps the
+   depth) fuses each question's lists (the shipped `rrf_fuse` or `score_fuse`), keeps the
    first `HITS` (as `unichunk eval` does) and is scored with the strict metric at 1,000 / 2,000 / 4,000
    characters on the **tune** half of `split_halves` only.
 3. The choice: the highest mean recall over the three budgets; among candidates within `TIE` of it, the one
@@ -45,13 +48,20 @@ from qdrant_client import QdrantClient
 
 from benchmarks import evaldata, retrieval_quality
 from benchmarks.budget_metric import BUDGETS, GRID, paired_bootstrap, strict_grid
-from benchmarks.retrieval_quality import CachedEmbedder, Question, load_corpora, load_questions, ours
+from benchmarks.retrieval_quality import (
+    CachedEmbedder,
+    Question,
+    load_corpora,
+    load_questions,
+    model_input,
+    ours,
+)
 from benchmarks.strict_report import Results
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.retrieval import Readers
 from unichunk.retrieval.evaluation.questions import load_questions as read_questions
 from unichunk.retrieval.evaluation.questions import split_halves
-from unichunk.retrieval.fusion import Hit, rrf_fuse
+from unichunk.retrieval.fusion import Hit, rrf_fuse, score_fuse
 from unichunk.retrieval.graph_search import GRAPH_SCORING
 from unichunk.retrieval.ranking import RetrievalSettings, retrieve
 from unichunk.sinks.base import ScoredChunk
@@ -69,44 +79,6 @@ TIE = 0.0025  # recall: candidates within a quarter of a point of the best count
 TARGETS = {1000: 0.70, 2000: 0.87, 4000: 0.95}  # issue 27: the shipped search on the report half
 LEAD = 0.02  # issue 27: ahead of every baseline at every budget by at least 2 points
 IDX = [GRID.index(b) for b in BUDGETS]
-
-
-def score_fuse(
-    rankings: Mapping[str, Sequence[ScoredChunk]],
-    k: int = 10,
-    weights: Mapping[str, float] | None = None,
-    normalise: str = "minmax",
-) -> list[Hit]:
-    """The other family measured (Weaviate's relative-score fusion is its min-max form): per list, scores
-    mapped to a common scale (`minmax`: the list's best 1, its last 0; `zscore`: standard deviations from
-    the list's mean), then summed with `weights`. A chunk a list does not hold counts as that list's lowest
-    value, so being missing never beats being listed last. Ties break as in `rrf_fuse`. It lives here, not
-    in `unichunk.retrieval.fusion`, because the measurement did not choose it."""
-    hits: dict[str, Hit] = {}
-    for retriever, ranked in rankings.items():
-        weight = 1.0 if weights is None else weights.get(retriever, 1.0)
-        firsts: dict[str, tuple[int, ScoredChunk]] = {}
-        for rank, found in enumerate(ranked, start=1):
-            firsts.setdefault(found.chunk_id, (rank, found))
-        if not firsts:
-            continue
-        raw = np.array([float(found.score) for _, found in firsts.values()])
-        if normalise == "minmax":
-            spread = raw.max() - raw.min()
-            scaled = (raw - raw.min()) / spread if spread > 0 else np.ones_like(raw)
-        else:
-            std = raw.std()
-            scaled = (raw - raw.mean()) / std if std > 0 else np.zeros_like(raw)
-        floor = float(scaled.min())
-        for (rank, found), value in zip(firsts.values(), scaled.tolist(), strict=True):
-            hit = hits.get(found.chunk_id)
-            if hit is None:
-                hit = hits[found.chunk_id] = Hit(found)
-            hit.ranks[retriever] = rank
-            hit.scores[retriever] = float(found.score)
-            hit.score += weight * (value - floor)
-    ordered = sorted(hits.values(), key=lambda h: (-h.score, min(h.ranks.values()), h.chunk_id))
-    return ordered[:k]
 
 
 @dataclass(frozen=True)
@@ -151,7 +123,7 @@ def shipped(retrievers: Sequence[str]) -> Candidate:
     """The fusion `RetrievalSettings` ships now, read from its defaults (the one place they are written)."""
     settings = RetrievalSettings()
     weights = tuple((r, float(settings.weights.get(r, 0.0 if r == "graph" else 1.0))) for r in retrievers)
-    method = getattr(settings, "fusion", "rrf")
+    method = settings.fusion
     return Candidate(method, weights, HITS, settings.rrf_k if method == "rrf" else None)
 
 
@@ -207,25 +179,41 @@ class Lists:
         return cls(questions, saved["doc_ids"], ranked)
 
 
-def lists_key(corpora_dir: Path, questions_file: Path, retrievers: Sequence[str]) -> str:
-    """What the cached lists depend on: the data, the retrievers, the depth, the chunking and the rankers'
-    constants as shipped."""
+def lists_key(
+    corpora_dir: Path, questions_file: Path, retrievers: Sequence[str], ours_input: str | None = None
+) -> str:
+    """What the cached lists depend on: the data, the retrievers, the depth, the chunking, what the models
+    read of it (`model_input`, `ours_input` or as shipped) and the rankers' constants as shipped."""
     digest = hashlib.sha256()
     for path in [*sorted(p for p in corpora_dir.iterdir() if p.is_file()), questions_file]:
         digest.update(path.name.encode() + path.read_bytes())
     rankers = [K1, B, asdict(GRAPH_SCORING)]  # BM25's constants and the graph list's rules, as shipped
     digest.update(
-        json.dumps([list(retrievers), LIST_DEPTH, ChunkStrategy().effective(), rankers], default=str).encode()
+        json.dumps(
+            [
+                list(retrievers),
+                LIST_DEPTH,
+                ChunkStrategy().effective(),
+                model_input(False, ours_input),
+                rankers,
+            ],
+            default=str,
+        ).encode()
     )
     return digest.hexdigest()
 
 
 def build_lists(
-    corpora_dir: Path, questions: list[Question], retrievers: Sequence[str], cache_dir: Path | None
+    corpora_dir: Path,
+    questions: list[Question],
+    retrievers: Sequence[str],
+    cache_dir: Path | None,
+    ours_input: str | None = None,
 ) -> Lists:
     """Every question ranked by each retriever alone over `auto`'s chunks in the real stores: BM25 and
     Qdrant always; with `graph` among `retrievers`, the knowledge graph too (spaCy extraction into an
-    embedded FalkorDB under a temporary data dir, stopped after), ranked by the read path's `rankers`."""
+    embedded FalkorDB under a temporary data dir, stopped after), ranked by the read path's `rankers`.
+    MiniLM and spaCy read the chunks as `ours_input` says (`model_input`; None: as shipped, segments)."""
     unknown = set(retrievers) - {"keywords", "vectors", "graph"}
     if unknown:
         raise SystemExit(f"this build has no retriever {sorted(unknown)} to rank with")
@@ -234,7 +222,12 @@ def build_lists(
     chunker = ours(ChunkStrategy(), embedder.embed)
     ranked: list[dict[str, list[ScoredChunk]]] = []
     with tempfile.TemporaryDirectory(prefix="bench_fusion_") as tmp:
-        settings = SinkSettings(data_dir=Path(tmp), qdrant_collection="fusion", graph_name="fusion")
+        settings = SinkSettings(
+            data_dir=Path(tmp),
+            qdrant_collection="fusion",
+            graph_name="fusion",
+            model_input=model_input(False, ours_input),
+        )
         stores = {
             "keywords": BM25Sink(settings, path=Path(tmp) / "bm25.sqlite"),
             "vectors": QdrantSink(settings, embedder=embedder, client=QdrantClient(":memory:")),
@@ -494,6 +487,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--plots-dir", default=str(Path("benchmarks") / "results"),
                         help="where the report half's plot is written ('' to skip)")  # fmt: skip
     parser.add_argument("--top", type=int, default=15, help="tune-half candidates printed")
+    parser.add_argument("--model-input", choices=("segments", "chunks"), default=None,
+                        help="what MiniLM and spaCy read of auto's chunks (default: as shipped, segments); "
+                        "the baselines' chunks are always read whole")  # fmt: skip
     return parser
 
 
@@ -508,11 +504,13 @@ def main(argv: list[str] | None = None) -> None:
     parsed = read_questions(questions_file)  # the same order; the halves by the shipped split
     position = {q.id: i for i, q in enumerate(parsed)}
     tune, report = ([position[q.id] for q in half] for half in split_halves(parsed))
-    key = lists_key(corpora_dir, questions_file, retrievers)
+    key = lists_key(corpora_dir, questions_file, retrievers, args.model_input)
     lists = None if args.refresh else Lists.load(args.lists, key, questions)
     if lists is None:
-        lists = build_lists(corpora_dir, questions, retrievers, cache)
+        lists = build_lists(corpora_dir, questions, retrievers, cache, args.model_input)
         lists.save(args.lists, key)
+    print(f"auto's chunks read by the models as {model_input(False, args.model_input)} (model_input); "
+          "the baselines' whole")  # fmt: skip
 
     choice = tune_half(lists, tune, report, retrievers, args.top)
     now = shipped(retrievers)
@@ -526,7 +524,9 @@ def main(argv: list[str] | None = None) -> None:
     base: dict[str, np.ndarray] = {}
     if not args.no_baselines:
         with retrieval_quality._truncation_warnings_off():
-            results = retrieval_quality.run(corpora_dir, questions_file, False, cache, "auto", half="report")
+            results = retrieval_quality.run(
+                corpora_dir, questions_file, False, cache, "auto", half="report", ours_input=args.model_input
+            )
         base = dict(baseline_rows(results))
         stores = results.strict[(results.configs[0], "hybrid", "chars")][:, IDX, 0].mean(axis=0)
         offline = recall_grid(lists, report, now, BUDGETS).mean(axis=0)

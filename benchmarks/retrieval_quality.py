@@ -2,9 +2,14 @@
 
     python -m benchmarks.retrieval_quality [--corpora DIR] [--questions FILE] [--quick] [--half all|tune|report]
         [--configs default,sweep,auto,semantic,sentence:390/58,...] [--plots-dir DIR] [--json FILE]
+        [--model-input segments|chunks]
 
 Each corpus is ingested as one document through the real sinks (BM25Sink on a temp file, QdrantSink on an
-in-memory Qdrant client with the default MiniLM embedder), and every question is ranked by:
+in-memory Qdrant client with the default MiniLM embedder). Our chunkings'
+vectors are made as the shipped pipeline makes them (`model_input=segments`: each piece between chunk
+boundaries embedded once, a chunk's vector the normalised sum of its pieces' token states; `--model-input
+chunks` embeds them whole); a baseline's chunks are always embedded whole, as its framework would. Every
+question is then ranked by:
 
 - **fixed-bm25**, the headline: one fixed BM25 (`budget_metric.FixedBM25`) over each configuration's chunk
   spans, so its figures differ only by where the boundaries are;
@@ -26,7 +31,8 @@ first for comparison with earlier runs.
 The corpora and questions are the evaluation data found by `benchmarks.evaldata` (UNICHUNK_EVAL_DIR, else
 ../shared/eval); `--corpora` and `--questions` name others. Without either, it stops with a message
 saying where it looked. Embeddings (chunks, sentence windows of `semantic`, chonkie's semantic baseline)
-are cached by sha256 of the text in memory and under `--cache-dir`, so a warm run embeds nothing.
+and segments' token sums are cached by sha256 of the text in memory and under `--cache-dir`, so a warm
+run embeds nothing.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,12 +102,17 @@ HALVES = ("tune", "report")  # `--half`: split_halves' order
 
 
 class CachedEmbedder(Embedder):
-    """Wraps an embedder with a sha256(text) -> vector cache in memory and, optionally, SQLite on disk."""
+    """Wraps an embedder with a sha256(text) cache in memory and, optionally, SQLite on disk: of its vectors
+    (`embed`) and, apart from them, of its token-state sums (`embed_sums`, where the inner embedder
+    `composes`), so a sink given it composes chunk vectors from segments exactly as the shipped sink does
+    with the inner embedder."""
 
     def __init__(self, inner: Embedder, cache_dir: Path | None = None) -> None:
         self.inner, self.name, self.max_tokens = inner, inner.name, inner.max_tokens
+        self.composes = inner.composes  # the vector sink composes from segments only where this holds
         self.memory: dict[str, list[float]] = {}
-        self.embedded = 0
+        self.sums_memory: dict[str, list[float]] = {}
+        self.embedded = 0  # distinct texts the inner embedder was asked for, vectors and sums alike
         self.db = None
         if cache_dir is not None:
             cache_dir.mkdir(parents=True, exist_ok=True)
@@ -109,36 +120,65 @@ class CachedEmbedder(Embedder):
             key = re.sub(r"[^\w.@+-]", "_", getattr(inner, "fingerprint", inner.name))
             self.db = sqlite3.connect(cache_dir / f"{key}.sqlite")
             self.db.execute("CREATE TABLE IF NOT EXISTS v (sha TEXT PRIMARY KEY, vec BLOB NOT NULL)")
+            # token sums: another table, as a text's sum is not its vector
+            self.db.execute("CREATE TABLE IF NOT EXISTS s (sha TEXT PRIMARY KEY, vec BLOB NOT NULL)")
 
     @property
     def dimension(self) -> int:
         return self.inner.dimension
 
+    @property
+    def fingerprint(self) -> str:
+        return self.inner.fingerprint
+
     def count_tokens(self, texts: list[str]) -> list[int]:
         return self.inner.count_tokens(texts)
 
     def embed(self, texts: list[str]) -> list[list[float]]:
+        return self._cached(texts, "v", self.memory, self.inner.embed)
+
+    def embed_sums(self, texts: list[str]) -> list[list[float]]:
+        return self._cached(texts, "s", self.sums_memory, self.inner.embed_sums)
+
+    def _cached(
+        self,
+        texts: list[str],
+        table: str,
+        memory: dict[str, list[float]],
+        compute: Callable[[list[str]], list[list[float]]],
+    ) -> list[list[float]]:
+        """`compute` of each text, from `memory`, then the disk `table`, then `compute` for the rest (each
+        distinct text once), which both then keep."""
         keys = [sha256_hex(t) for t in texts]
-        missing = [k for k in dict.fromkeys(keys) if k not in self.memory]
+        missing = [k for k in dict.fromkeys(keys) if k not in memory]
         if missing and self.db is not None:
             marks = ",".join("?" * len(missing))
-            for sha, blob in self.db.execute(f"SELECT sha, vec FROM v WHERE sha IN ({marks})", missing):
-                self.memory[sha] = np.frombuffer(blob, dtype=np.float32).tolist()
-            missing = [k for k in missing if k not in self.memory]
+            for sha, blob in self.db.execute(f"SELECT sha, vec FROM {table} WHERE sha IN ({marks})", missing):
+                memory[sha] = np.frombuffer(blob, dtype=np.float32).tolist()
+            missing = [k for k in missing if k not in memory]
         if missing:
             text_of = dict(zip(keys, texts, strict=True))
-            vectors = self.inner.embed([text_of[k] for k in missing])
+            vectors = compute([text_of[k] for k in missing])
             self.embedded += len(missing)
             for sha, vec in zip(missing, vectors, strict=True):
-                self.memory[sha] = vec
+                memory[sha] = vec
             if self.db is not None:
                 rows = [
                     (s, np.asarray(v, dtype=np.float32).tobytes())
                     for s, v in zip(missing, vectors, strict=True)
                 ]
-                self.db.executemany("INSERT OR REPLACE INTO v VALUES (?, ?)", rows)
+                self.db.executemany(f"INSERT OR REPLACE INTO {table} VALUES (?, ?)", rows)
                 self.db.commit()
-        return [self.memory[k] for k in keys]
+        return [memory[k] for k in keys]
+
+
+def model_input(baseline: bool, ours_: str | None = None) -> str:
+    """What the vector sink's model reads for a configuration (`SinkSettings.model_input`): a baseline's
+    chunks whole, as its framework would embed them; ours as `ours_` says, by default as shipped
+    (`segments`: each piece between chunk boundaries once, a chunk's vector composed from its pieces')."""
+    if baseline:
+        return "chunks"
+    return ours_ or SinkSettings.model_fields["model_input"].default
 
 
 # -- data ------------------------------------------------------------------------------------------------
@@ -329,6 +369,7 @@ class Setting:
     client: QdrantClient
     tmp: Path
     headline_only: bool = False
+    ours_input: str | None = None  # `model_input` of our configurations (None: as shipped)
 
 
 def score_config(setting: Setting, number: int, label: str, baseline: bool, chunked: dict[str, list[Chunk]],
@@ -340,7 +381,11 @@ def score_config(setting: Setting, number: int, label: str, baseline: bool, chun
                       [c.content for c in all_chunks])  # fmt: skip
     keywords = searchers = None
     if not setting.headline_only:
-        settings = SinkSettings(data_dir=setting.tmp, qdrant_collection=f"bench_{number}")
+        settings = SinkSettings(
+            data_dir=setting.tmp,
+            qdrant_collection=f"bench_{number}",
+            model_input=model_input(baseline, setting.ours_input),
+        )
         keywords = BM25Sink(settings, path=setting.tmp / f"bm25_{number}.sqlite")
         vectors = QdrantSink(settings, embedder=setting.embedder, client=setting.client)
         for name, doc in corpora.items():
@@ -390,9 +435,11 @@ def run(
     embedder: Embedder | None = None,
     with_baselines: bool = True,
     half: str = "all",
+    ours_input: str | None = None,
 ) -> Results:
     """Every configuration scored; `embedder` (default: MiniLM as configured by default) embeds chunks
-    and questions; `half`: all questions, or the `tune` or `report` half."""
+    and questions; `half`: all questions, or the `tune` or `report` half; `ours_input`: what the model
+    reads of our chunkings (`model_input`: None as shipped), the baselines' chunks always whole."""
     corpora = load_corpora(corpora_dir)
     questions = load_questions(questions_file, corpora, half)
     if quick:
@@ -406,7 +453,8 @@ def run(
     seen: dict[tuple, str] = {}
     with tempfile.TemporaryDirectory(prefix="bench_retrieval_") as tmp:
         setting = Setting(questions, {name: d.document_id for name, d in corpora.items()}, TokenMeter(starts),
-                          results.token_grid, embedder, QdrantClient(":memory:"), Path(tmp), headline_only)  # fmt: skip
+                          results.token_grid, embedder, QdrantClient(":memory:"), Path(tmp), headline_only,
+                          ours_input)  # fmt: skip
         for number, (label, baseline, chunker) in enumerate(
             configurations(quick, spec, embedder.embed, with_baselines)
         ):
@@ -417,9 +465,14 @@ def run(
             results.configs.append(label)
             results.baseline[label] = baseline
             results.info[label] = {"chunks": len(all_chunks), "chunking_seconds": chunking_seconds,
-                                   "chunk_tokens": float(np.mean([c.token_count for c in all_chunks] or [0]))}  # fmt: skip
-            signature = tuple((c.start_char, c.end_char) for c in all_chunks)
-            if signature in seen:  # same chunks, same scores (e.g. markdown on heading-less text = auto)
+                                   "chunk_tokens": float(np.mean([c.token_count for c in all_chunks] or [0])),
+                                   "model_input": model_input(baseline, ours_input)}  # fmt: skip
+            # same chunks read the same way, same scores (e.g. markdown on heading-less text = auto)
+            signature = (
+                model_input(baseline, ours_input),
+                tuple((c.start_char, c.end_char) for c in all_chunks),
+            )
+            if signature in seen:
                 twin = seen[signature]
                 results.info[label]["same_as"] = twin
                 results.rows += [r | {"config": label, "baseline": baseline} for r in results.rows
@@ -513,6 +566,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--half", choices=("all", *HALVES), default="all",
                         help="all questions, or one half of the deterministic split (split_halves): fusion "
                         "is tuned on `tune`, figures reported on `report`")  # fmt: skip
+    parser.add_argument("--model-input", choices=("segments", "chunks"), default=None,
+                        help="what MiniLM reads of our chunkings (default: as shipped, segments); the "
+                        "baselines' chunks are always embedded whole, as their frameworks do")  # fmt: skip
     args = parser.parse_args(argv)
     if args.configs:
         parse_configs(args.configs, lambda texts: [], args.quick)  # fail on a typo before loading anything
@@ -521,7 +577,8 @@ def main(argv: list[str] | None = None) -> None:
     corpora = args.corpora or evaldata.corpora_dir("retrieval_quality")
     questions = args.questions or evaldata.questions_file("retrieval_quality")
     with _truncation_warnings_off():
-        results = run(corpora, questions, args.quick, cache, args.configs, args.headline_only, half=args.half)
+        results = run(corpora, questions, args.quick, cache, args.configs, args.headline_only, half=args.half,
+                      ours_input=args.model_input)  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps(strict_report.as_json(results), indent=1))
     if not args.strict_only and results.rows:

@@ -1,19 +1,29 @@
-"""Hybrid retrieval: keyword and vector hits fused by reciprocal-rank fusion (Cormack et al., 2009).
+"""Hybrid retrieval: keyword, vector (and graph) hits fused into one ranking.
 
-RRF uses ranks only, so BM25 scores and cosine similarities never need calibrating against each other;
-this works because both stores hold the same chunks under the same IDs, so a chunk found by both simply
-collects two contributions. score(c) = sum over retrievers r of weight_r / (rrf_k + rank_r(c)).
+Both stores hold the same chunks under the same IDs, so a chunk found by several lists collects a
+contribution from each. Two families: reciprocal-rank fusion (Cormack et al., 2009; `rrf_fuse`), which
+uses ranks only, score(c) = sum over retrievers r of weight_r / (rrf_k + rank_r(c)); and normalised-score
+fusion (`score_fuse`; Weaviate's relative-score fusion is its min-max form), which maps each list's raw
+scores to a common scale per query and sums them weighted. `fuse` runs the one `method` names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
 
 from unichunk.sinks.base import ScoredChunk
 
-# The RRF constant search uses, chosen by measurement (issue 27, benchmarks/README.md): 0 ranks by 1/rank,
-# so the lists' top places decide, where the classic 60 flattens them.
+Fusion = Literal["rrf", "minmax", "zscore"]
+# How search fuses, chosen by measurement (issue 27, `benchmarks.fusion_tuning`, benchmarks/README.md):
+# re-tuned on the tune half once vectors were composed from segments (`model_input=segments`), min-max
+# score fusion led RRF k=0 by 0.8 mean points there, beyond the 0.25-point tie of the rule set beforehand.
+FUSION: Fusion = "minmax"
+# The RRF constant when `rrf` fuses: 0 ranks by 1/rank, so the lists' top places decide, where the classic
+# 60 flattens them (issue 27, benchmarks/README.md).
 RRF_K = 0
 
 
@@ -78,3 +88,56 @@ def rrf_fuse(
             hit.score += weight / (rrf_k + rank)
     ordered = sorted(hits.values(), key=lambda h: (-h.score, min(h.ranks.values()), h.chunk_id))
     return ordered[:k]
+
+
+def score_fuse(
+    rankings: Mapping[str, Sequence[ScoredChunk]],
+    k: int = 10,
+    weights: Mapping[str, float] | None = None,
+    normalise: Literal["minmax", "zscore"] = "minmax",
+) -> list[Hit]:
+    """Fuse ranked lists by their scores: per list, scores mapped to a common scale (`minmax`: the list's
+    best 1, its last 0; `zscore`: standard deviations from the list's mean), then summed with `weights`.
+    A chunk a list does not hold counts as that list's lowest value, so being missing never beats being
+    listed last; where a list's scores are all level (a keyword found in one chunk), each listed chunk
+    counts as its best, not as its last. Ties break as in `rrf_fuse`: best single rank, then ID."""
+    hits: dict[str, Hit] = {}
+    for retriever, ranked in rankings.items():
+        weight = 1.0 if weights is None else weights.get(retriever, 1.0)
+        firsts: dict[str, tuple[int, ScoredChunk]] = {}
+        for rank, found in enumerate(ranked, start=1):
+            firsts.setdefault(found.chunk_id, (rank, found))  # a chunk listed twice counts at its best rank
+        if not firsts:
+            continue
+        raw = np.array([float(found.score) for _, found in firsts.values()])
+        if raw.max() == raw.min():  # one hit, or all level: each is the list's best (1), a missing one 0
+            scaled, floor = np.ones_like(raw), 0.0
+        elif normalise == "minmax":
+            scaled = (raw - raw.min()) / (raw.max() - raw.min())
+            floor = 0.0
+        else:
+            scaled = (raw - raw.mean()) / raw.std()
+            floor = float(scaled.min())
+        for (rank, found), value in zip(firsts.values(), scaled.tolist(), strict=True):
+            hit = hits.get(found.chunk_id)
+            if hit is None:
+                hit = hits[found.chunk_id] = Hit(found)
+            hit.ranks[retriever] = rank
+            hit.scores[retriever] = float(found.score)
+            hit.score += weight * (value - floor)
+    ordered = sorted(hits.values(), key=lambda h: (-h.score, min(h.ranks.values()), h.chunk_id))
+    return ordered[:k]
+
+
+def fuse(
+    rankings: Mapping[str, Sequence[ScoredChunk]],
+    k: int = 10,
+    weights: Mapping[str, float] | None = None,
+    method: Fusion = "rrf",
+    rrf_k: int = RRF_K,
+) -> list[Hit]:
+    """The top `k` of `rankings` fused by `method`: `rrf` (with `rrf_k`), or `minmax` / `zscore` score
+    fusion."""
+    if method == "rrf":
+        return rrf_fuse(rankings, k=k, weights=weights, rrf_k=rrf_k)
+    return score_fuse(rankings, k=k, weights=weights, normalise=method)

@@ -3,7 +3,7 @@
 
 The graph's list (`unichunk.retrieval.graph_search.GraphSearch`: the chunks of the entities a query names)
 is a mode of its own, `graph`, and joins hybrid when its weight (`GRAPH_WEIGHT`) is above 0 and a graph
-store is present. The top-n lists are fused by reciprocal-rank fusion (`unichunk.retrieval.fusion.rrf_fuse`).
+store is present. The top-n lists are fused as `RetrievalSettings.fusion` says (`unichunk.retrieval.fusion.fuse`).
 Optional FTS-first routing: when the best BM25 score clears `route_threshold`, the query is answered by keywords alone and
 the vector query (an embedding on CPU, the costly half) is skipped; `Retrieval.route` says which route
 answered. BM25 scores are not normalised, so the threshold is corpus-dependent and routing is off by
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from unichunk.chunking.errors import UnichunkError
-from unichunk.retrieval.fusion import RRF_K, Hit, rrf_fuse
+from unichunk.retrieval.fusion import FUSION, RRF_K, Fusion, Hit, fuse
 from unichunk.sinks.base import ChunkSearch, ScoredChunk, SearchFilter
 
 Mode = Literal["hybrid", "keywords", "vectors", "graph"]
@@ -40,18 +40,19 @@ class RetrievalError(UnichunkError, ValueError):
 
 @dataclass(frozen=True)
 class RetrievalSettings:
-    """How to rank: which retrievers, RRF constants and weights, candidate depth, routing threshold.
+    """How to rank: which retrievers, the fusion and its weights, candidate depth, routing threshold.
 
-    The fusion constants were chosen by measurement (issue 27, `benchmarks.fusion_tuning`: picked on one
-    half of the evaluation questions, reported on the other; benchmarks/README.md): rrf_k 0 with vectors
-    at 0.75 of keywords' weight is nearly an interleaving of the two lists that lets BM25 lead, where a
-    chunk both retrievers find rises. On the half it was chosen on it beat the textbook RRF 60 with equal
-    weights and min-max or z-score fusion of the raw scores; benchmarks/README.md has the held-out figures."""
+    The fusion was chosen by measurement (issue 27, `benchmarks.fusion_tuning`: picked on one half of the
+    evaluation questions, reported on the other; benchmarks/README.md): min-max score fusion, keywords 0.4
+    and vectors 0.6 (each list's scores scaled to its best 1 and its last 0 per query, then summed), once
+    vectors were composed from segments; before that, RRF with rrf_k 0 and vectors at 0.75 of keywords'
+    weight (still `fusion="rrf"`, `rrf_k=0`, those weights). benchmarks/README.md has the held-out figures."""
 
     mode: Mode = "hybrid"
-    rrf_k: int = RRF_K
+    fusion: Fusion = FUSION
+    rrf_k: int = RRF_K  # when `fusion` is rrf
     weights: Mapping[str, float] = field(
-        default_factory=lambda: {"keywords": 1.0, "vectors": 0.75, "graph": GRAPH_WEIGHT}
+        default_factory=lambda: {"keywords": 0.4, "vectors": 0.6, "graph": GRAPH_WEIGHT}
     )
     candidates: int | None = None  # per retriever; default max(4k, 20)
     route_threshold: float | None = None  # BM25 score that answers alone; None = always fuse
@@ -128,5 +129,5 @@ def retrieve(
     if len(rankings) == 1:
         ((name, found),) = rankings.items()
         return Retrieval(query, _as_hits(found, name, k), name, top)  # type: ignore[arg-type]
-    hits = rrf_fuse(rankings, k=k, weights=settings.weights, rrf_k=settings.rrf_k)
+    hits = fuse(rankings, k=k, weights=settings.weights, method=settings.fusion, rrf_k=settings.rrf_k)
     return Retrieval(query, hits, "hybrid", top)

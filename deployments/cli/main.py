@@ -393,7 +393,7 @@ def search(
     ] = "hybrid",
     as_json: JsonOption = False,
 ) -> None:
-    """Hybrid search: BM25 and vector hits fused by reciprocal rank (--mode: one retriever alone). With
+    """Hybrid search: BM25 and vector hits fused by their scores (--mode: one retriever alone). With
     --json, the whole result (`unichunk.results.SearchResult`, as `GET /search` serves it)."""
     text = " ".join(query)
     check_query(text)  # blank or too long: exit 2 before any service or store is asked

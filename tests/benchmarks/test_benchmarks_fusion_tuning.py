@@ -119,6 +119,7 @@ def test_a_whole_run_tunes_on_one_half_and_reports_the_other(tmp_path, capsys, m
     out = capsys.readouterr().out
     assert "### tune half (4 questions)" in out and "### report half (4 questions" in out
     assert "(chosen)" in out and "old default" in out and "keywords alone" in out
+    assert "auto's chunks read by the models as segments" in out  # as shipped
     assert (tmp_path / "plots" / "fusion_report_half.png").stat().st_size > 0
     saved = json.loads(lists.read_text())
     assert len(saved["ranked"]) == 8 and set(saved["ranked"][0]) == {"keywords", "vectors"}
@@ -126,8 +127,10 @@ def test_a_whole_run_tunes_on_one_half_and_reports_the_other(tmp_path, capsys, m
     again = capsys.readouterr().out
     assert "ranked 1/" not in again
     assert again.split("### tune half")[1].split("\n\n")[1] == out.split("### tune half")[1].split("\n\n")[1]
-    shipped = RetrievalSettings()
-    assert f"RRF k={shipped.rrf_k}" in out.split("RetrievalSettings` ships:")[1]
+    now = RetrievalSettings()  # what search ships, as the run reads it
+    ships = out.split("RetrievalSettings` ships:")[1].splitlines()[0]
+    assert f"{now.fusion if now.fusion != 'rrf' else f'RRF k={now.rrf_k}'}" in ships
+    assert f"vectors {now.weights['vectors']:g}" in ships
 
 
 def test_retrieval_quality_reads_either_half_of_the_questions(tmp_path):

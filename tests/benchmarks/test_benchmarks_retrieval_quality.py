@@ -81,6 +81,10 @@ def test_bench_runs_end_to_end_on_other_data(tmp_path, capsys, monkeypatch):
         > 0
     )
     assert "### lenient top-k" in capsys.readouterr().out
+    # ours embedded as the pipeline embeds them (segments composed), every baseline's chunks whole
+    assert {c: saved["info"][c]["model_input"] for c in configs} == {
+        r["config"]: "chunks" if r["baseline"] else "segments" for r in rows
+    }
     assert not list(tmp_path.glob("*.sqlite")) and not (tmp_path / ".unichunk").exists()  # cache disabled
     assert not list(tmp_path.rglob("*.png"))  # --plots-dir '' writes no plot
 

@@ -15,7 +15,7 @@ from unichunk.chunking.models import Document
 from unichunk.chunking.service import ChunkingService
 from unichunk.chunking.tokenizer import TokenCounter
 from unichunk.retrieval.context import CHUNK_BOUNDARY, assemble_context, merge_pieces, pieces_for_hits
-from unichunk.retrieval.fusion import rrf_fuse
+from unichunk.retrieval.fusion import fuse, rrf_fuse
 from unichunk.retrieval.graph_context import graph_context
 from unichunk.retrieval.ranking import RetrievalSettings, retrieve
 from unichunk.retrieval.readers import Readers
@@ -66,22 +66,26 @@ def stores(tmp_path_factory: pytest.TempPathFactory, corpus, strategy, minilm):
     vectors.close()
 
 
-def test_hybrid_order_is_rrf_of_both_rankings(stores):
+def test_hybrid_order_is_the_shipped_fusion_of_both_rankings(stores):
     sinks, _ = stores
     query = "which officers inspect ship manifests at the harbour"
     found = retrieve(sinks, query, k=5, settings=RetrievalSettings(candidates=20))
     assert found.route == "hybrid" and len(found.hits) == 5
     bm25 = sinks["keywords"].search(query, 20)
     dense = sinks["vectors"].search(query, 20)
-    shipped = RetrievalSettings()  # the measured defaults (issue 27): rrf_k and weights
-    expected = rrf_fuse(
-        {"keywords": bm25, "vectors": dense}, k=5, weights=shipped.weights, rrf_k=shipped.rrf_k
-    )
+    shipped = RetrievalSettings()  # the measured defaults (issue 27): min-max, keywords 0.4, vectors 0.6
+    assert shipped.fusion == "minmax"
+    expected = fuse({"keywords": bm25, "vectors": dense}, k=5, weights=shipped.weights, method=shipped.fusion)
     assert [h.chunk_id for h in found.hits] == [h.chunk_id for h in expected]
-    # Scores are exactly sum(weight / (rrf_k + rank)) over the retrievers that found the chunk, best first.
+    # Scores are exactly sum(weight * (score - list's lowest) / (list's highest - lowest)) over the lists
+    # that found the chunk, best first.
+    raw = {name: [float(h.score) for h in hits] for name, hits in (("keywords", bm25), ("vectors", dense))}
     for hit in found.hits:
         assert hit.score == pytest.approx(
-            sum(shipped.weights[name] / (shipped.rrf_k + r) for name, r in hit.ranks.items())
+            sum(
+                shipped.weights[name] * (score - min(raw[name])) / (max(raw[name]) - min(raw[name]))
+                for name, score in hit.scores.items()
+            )
         )
     assert [h.score for h in found.hits] == sorted((h.score for h in found.hits), reverse=True)
     assert "Customs officers" in found.hits[0].content

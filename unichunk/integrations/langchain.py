@@ -46,7 +46,7 @@ class UnichunkRetriever(BaseRetriever):
     Each `Document` has `page_content` = the chunk text, `id` = its chunk ID and metadata `chunk_id`,
     `document_id`, `title`, `source_system`, `source_id` and `path` (to cite the file), `start_char`,
     `end_char` (exact: the document's text[start_char:end_char] is
-    the content), `heading_chain`, `score` (fused RRF for hybrid, else the single retriever's), `rank`,
+    the content), `heading_chain`, `score` (fused for hybrid, else the single retriever's), `rank`,
     `ranks` and `scores` (per retriever). Without `pipeline`, one is built from the `UNICHUNK_*` settings;
     call `retriever.pipeline.close()` when done (a local-mode Qdrant folder admits one client at a time).
     """

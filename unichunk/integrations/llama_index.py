@@ -182,7 +182,7 @@ class UnichunkRetriever(BaseRetriever):
     offsets in its document, a SOURCE relationship to the unichunk document ID, and metadata
     `document_id`, `title`, `source_system`, `source_id` and `path` (to cite the file), `heading_chain`,
     `rank`, `ranks` and `scores` (per retriever); the score is the
-    fused RRF score (hybrid) or the single retriever's. Without `pipeline`, one is built from the
+    fused score (hybrid) or the single retriever's. Without `pipeline`, one is built from the
     `UNICHUNK_*` settings; call `retriever.pipeline.close()` when done (a local-mode Qdrant folder admits
     one client at a time). `principal`, or `token` (from `unichunk tokens create`): whom it searches as,
     seeing only what that caller may read (default: the Pipeline's own principal, the owner).
