@@ -6,7 +6,9 @@ chunks reads every character twice. Cutting a document at every chunk boundary g
 model's per-segment results (MiniLM's token states, spaCy's entities) can be summed or merged per chunk
 (benchmarks/README.md, "Overlapping chunks embedded once per character").
 
-A batch's segments are deduplicated by text: a heading chain many chunks share, or a passage two documents
+Only boundaries between two sentences or lines cut (`between_sentences`: where `auto` cuts); a boundary
+inside a sentence, as fixed windows place them, would have spaCy miss a name cut in two and MiniLM read
+half-words, so a chunk keeps that stretch whole. A batch's segments are deduplicated by text: a heading chain many chunks share, or a passage two documents
 share, is one segment. Whitespace-only pieces are left out (a model sees nothing in them). A document whose
 chunks do not sit at their offsets (a chunk not equal to `document.text[start:end]`) keeps each chunk as
 its own segment, so the result is never built from text the chunk does not hold.
@@ -14,7 +16,8 @@ its own segment, so the result is never built from text the chunk does not hold.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -61,17 +64,40 @@ def segment_batch(batch: Sequence[tuple[Document, Sequence[Chunk]]], *, headings
 
 
 def _pieces(document: Document, chunks: Sequence[Chunk]) -> list[list[str]]:
-    """Each chunk's content cut at every boundary of the document's chunks that falls inside it."""
+    """Each chunk's content cut at every boundary of the document's chunks that falls inside it between
+    two sentences or lines (`between_sentences`); a boundary inside a sentence (fixed windows cut anywhere)
+    is not a cut, so no model reads half a name or half a sentence it would have read whole."""
     text = document.text
     if any(text[c.start_char : c.end_char] != c.content for c in chunks):
         return [[c.content] for c in chunks]
-    cuts = sorted({c.start_char for c in chunks} | {c.end_char for c in chunks})
+    cuts = sorted(
+        b for b in {c.start_char for c in chunks} | {c.end_char for c in chunks} if between_sentences(text, b)
+    )
     out = []
     for chunk in chunks:
-        first = bisect_left(cuts, chunk.start_char)
-        last = bisect_left(cuts, chunk.end_char)
-        out.append([text[s:e] for s, e in pairwise(cuts[first : last + 1])])
+        inside = cuts[bisect_right(cuts, chunk.start_char) : bisect_left(cuts, chunk.end_char)]
+        out.append([text[s:e] for s, e in pairwise([chunk.start_char, *inside, chunk.end_char])])
     return out
+
+
+_ENDS_SENTENCE = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]]*$")
+
+
+def between_sentences(text: str, at: int) -> bool:
+    """Whether position `at` of `text` lies in the whitespace between two lines, or after a sentence's end
+    (`.`, `!`, `?` or an ellipsis, closing quotes or brackets allowed): where `auto` cuts, and where a
+    sentence-by-sentence reader and an embedder lose nothing by starting afresh."""
+    if at <= 0 or at >= len(text):
+        return True
+    left, right = at, at
+    while left > 0 and text[left - 1].isspace():
+        left -= 1
+    while right < len(text) and text[right].isspace():
+        right += 1
+    gap = text[left:right]
+    if not gap:  # between two visible characters: inside a word
+        return False
+    return "\n" in gap or left == 0 or bool(_ENDS_SENTENCE.search(text[max(0, left - 4) : left]))
 
 
 def first_users(members: Sequence[tuple[int, ...]], keys: Sequence[str], fresh: Collection[str]) -> int:

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import fmean, pstdev
 from typing import Literal
-
-import numpy as np
 
 from unichunk.sinks.base import ScoredChunk
 
@@ -109,16 +108,17 @@ def score_fuse(
             firsts.setdefault(found.chunk_id, (rank, found))  # a chunk listed twice counts at its best rank
         if not firsts:
             continue
-        raw = np.array([float(found.score) for _, found in firsts.values()])
-        if raw.max() == raw.min():  # one hit, or all level: each is the list's best (1), a missing one 0
-            scaled, floor = np.ones_like(raw), 0.0
+        raw = [float(found.score) for _, found in firsts.values()]
+        low, high = min(raw), max(raw)
+        if high == low:  # one hit, or all level: each is the list's best (1), a missing one 0
+            scaled, floor = [1.0] * len(raw), 0.0
         elif normalise == "minmax":
-            scaled = (raw - raw.min()) / (raw.max() - raw.min())
-            floor = 0.0
+            scaled, floor = [(x - low) / (high - low) for x in raw], 0.0
         else:
-            scaled = (raw - raw.mean()) / raw.std()
-            floor = float(scaled.min())
-        for (rank, found), value in zip(firsts.values(), scaled.tolist(), strict=True):
+            mean, spread = fmean(raw), pstdev(raw)
+            scaled = [(x - mean) / spread for x in raw]
+            floor = min(scaled)
+        for (rank, found), value in zip(firsts.values(), scaled, strict=True):
             hit = hits.get(found.chunk_id)
             if hit is None:
                 hit = hits[found.chunk_id] = Hit(found)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from unichunk.chunking.models import Chunk, Document
-from unichunk.chunking.segments import heading_text, segment_batch
+from unichunk.chunking.segments import between_sentences, heading_text, segment_batch
 
 
 def chunk_of(document: Document, index: int, start: int, end: int, chain: tuple[str, ...] = ()) -> Chunk:
@@ -50,12 +50,16 @@ def test_a_chunk_is_its_segments_and_no_chunk_splits_one(case: tuple[Document, l
     segments = segment_batch([(document, chunks)], headings=False)
     assert len(segments.members) == len(chunks)
     assert len(set(segments.texts)) == len(segments.texts)  # one segment per distinct text
-    cuts = {c.start_char for c in chunks} | {c.end_char for c in chunks}
+    boundaries = {c.start_char for c in chunks} | {c.end_char for c in chunks}
     for chunk, own in zip(chunks, segments.members, strict=True):
         pieces = [segments.texts[i] for i in own]
+        # where a piece may start or end: the chunk's own ends, and boundaries between two sentences
+        cuts = {chunk.start_char, chunk.end_char} | {
+            b for b in boundaries if between_sentences(document.text, b)
+        }
         if chunk.content.strip():
             # the pieces, in order, cover the chunk but for whitespace-only pieces left out; each runs
-            # from one boundary to the next
+            # from one cut to the next
             assert all(p.strip() for p in pieces)
             at = chunk.start_char
             for piece in pieces:
@@ -89,12 +93,32 @@ def test_a_heading_chain_is_a_segment_of_its_own_first(case: tuple[Document, lis
 
 
 def test_half_overlapping_chunks_share_their_middle_segments() -> None:
-    text = "aaaa bbbb cccc dddd eeee"
+    text = "Aaa a. Bbb b! Ccc c?\nDdd d. Eee e."
     document = Document(document_id="d", text=text)
-    chunks = [chunk_of(document, 0, 0, 10), chunk_of(document, 1, 5, 15), chunk_of(document, 2, 10, 24)]
+    chunks = [chunk_of(document, 0, 0, 13), chunk_of(document, 1, 7, 20), chunk_of(document, 2, 14, 34)]
     segments = segment_batch([(document, chunks)], headings=False)
-    assert segments.texts == ["aaaa ", "bbbb ", "cccc ", "dddd eeee"]
+    assert segments.texts == ["Aaa a. ", "Bbb b!", "Ccc c?", "\nDdd d. Eee e."]  # " " alone is left out
     assert segments.members == [(0, 1), (1, 2), (2, 3)]
+
+
+def test_a_boundary_inside_a_sentence_or_a_word_does_not_cut() -> None:
+    text = "The crane is old. Alice Moreau maintains the crane schedule. Bruno Lindqvist inspects row R."
+    document = Document(document_id="d", text=text)
+    name = text.index("Moreau")
+    # fixed windows: one ends inside "Moreau", the next starts inside "Alice", a third after a sentence
+    after_first = text.index("Alice")
+    chunks = [
+        chunk_of(document, 0, 0, name + 3),
+        chunk_of(document, 1, after_first + 2, len(text)),
+        chunk_of(document, 2, 0, len(text)),
+    ]
+    segments = segment_batch([(document, chunks)], headings=False)
+    # the first chunk's end and the second's start fall inside "Moreau" and "Alice": neither cuts, so
+    # the whole text is one piece and "Alice Moreau" is read whole
+    assert [segments.texts[i] for i in segments.members[2]] == [text]
+    assert [segments.texts[i] for i in segments.members[0]] == [text[: name + 3]]
+    assert between_sentences(text, after_first) and not between_sentences(text, name + 3)
+    assert not between_sentences(text, text.index(" Moreau"))  # between two words of one sentence
 
 
 def test_two_documents_with_one_passage_embed_it_once_and_headings_are_shared() -> None:

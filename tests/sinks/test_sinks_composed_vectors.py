@@ -46,14 +46,11 @@ class CountingMiniLM(MiniLMEmbedder):
 
 
 def _chunks(document: Document) -> list[Chunk]:
-    """Three chunks overlapping by half, under one heading, and a fourth holding all the text."""
-    quarter = len(document.text) // 4
-    spans = [
-        (0, 2 * quarter),
-        (quarter, 3 * quarter),
-        (2 * quarter, len(document.text)),
-        (0, len(document.text)),
-    ]
+    """Three chunks of two sentences each, overlapping by one, under one heading, and a fourth holding all
+    the text: every boundary falls between two sentences, where `auto` cuts."""
+    starts = [0, *(i + 2 for i, c in enumerate(document.text) if c == "." and i + 2 < len(document.text))]
+    ends = [*(s - 1 for s in starts[1:]), len(document.text)]
+    spans = [(starts[0], ends[1]), (starts[1], ends[2]), (starts[2], ends[3]), (0, len(document.text))]
     return [
         Chunk(
             chunk_id=f"c{i}",
