@@ -11,63 +11,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from overlapping import TEXT, CountingMiniLM, overlapping_chunks
 from qdrant_client import QdrantClient
 
 from benchmarks.fusion_tuning import lists_key
 from benchmarks.retrieval_quality import CachedEmbedder, model_input
-from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.models import Document
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.vectors.minilm import MiniLMEmbedder
 from unichunk.sinks.vectors.qdrant import QdrantSink
 from unichunk.sinks.vectors.sink import open_vector_sink
 
-TEXT = (
-    "Ownership is a set of rules that govern how a Rust program manages memory. "
-    "Some languages have garbage collection that regularly looks for no-longer-used memory. "
-    "Rust uses a third approach: memory is managed through a system of ownership. "
-    "None of the features of ownership will slow down your program while it is running."
-)
-
-
-class CountingMiniLM(MiniLMEmbedder):
-    """The real embedder, remembering every text the model was given."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: list[str] = []
-
-    def embed(self, texts: list[str]) -> list[list[float]]:
-        self.seen += texts
-        return super().embed(texts)
-
-    def embed_sums(self, texts: list[str]) -> list[list[float]]:
-        self.seen += texts
-        return super().embed_sums(texts)
-
-
-def _chunks(document: Document) -> list[Chunk]:
-    """Three chunks overlapping by half (as `auto`'s do), under one heading."""
-    quarter = len(document.text) // 4
-    spans = [(0, 2 * quarter), (quarter, 3 * quarter), (2 * quarter, len(document.text))]
-    return [
-        Chunk(
-            chunk_id=f"c{i}",
-            document_id=document.document_id,
-            chunk_index=i,
-            content=document.text[s:e],
-            start_char=s,
-            end_char=e,
-            token_count=0,
-            content_hash=f"h{i}",
-            heading_chain=("The Rust Book", "Ownership"),
-        )
-        for i, (s, e) in enumerate(spans)
-    ]
-
 
 def test_ours_are_composed_as_the_pipeline_composes_them_and_baselines_are_whole(tmp_path: Path) -> None:
     document = Document(document_id="d", text=TEXT)
-    chunks = _chunks(document)
+    chunks = overlapping_chunks(document)
     with open_vector_sink(SinkSettings(data_dir=tmp_path / "shipped"), MiniLMEmbedder()) as sink:
         shipped = sink.prepare([(document, chunks)]).payload  # the pipeline's own sink and embedder
     cached = CachedEmbedder(CountingMiniLM(), tmp_path / "cache")

@@ -13,58 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from overlapping import TEXT, CountingMiniLM, overlapping_chunks
 
-from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.models import Document
 from unichunk.chunking.segments import segment_batch
 from unichunk.index.run import index_settings
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.vectors.minilm import MiniLMEmbedder
 from unichunk.sinks.vectors.sink import open_vector_sink
-
-TEXT = (
-    "Ownership is a set of rules that govern how a Rust program manages memory. "
-    "Some languages have garbage collection that regularly looks for no-longer-used memory. "
-    "Rust uses a third approach: memory is managed through a system of ownership. "
-    "None of the features of ownership will slow down your program while it is running."
-)
-
-
-class CountingMiniLM(MiniLMEmbedder):
-    """The real embedder, remembering every text the model was given."""
-
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.seen: list[str] = []
-
-    def embed(self, texts: list[str]) -> list[list[float]]:
-        self.seen += texts
-        return super().embed(texts)
-
-    def embed_sums(self, texts: list[str]) -> list[list[float]]:
-        self.seen += texts
-        return super().embed_sums(texts)
-
-
-def _chunks(document: Document) -> list[Chunk]:
-    """Three chunks of two sentences each, overlapping by one, under one heading, and a fourth holding all
-    the text: every boundary falls between two sentences, where `auto` cuts."""
-    starts = [0, *(i + 2 for i, c in enumerate(document.text) if c == "." and i + 2 < len(document.text))]
-    ends = [*(s - 1 for s in starts[1:]), len(document.text)]
-    spans = [(starts[0], ends[1]), (starts[1], ends[2]), (starts[2], ends[3]), (0, len(document.text))]
-    return [
-        Chunk(
-            chunk_id=f"c{i}",
-            document_id=document.document_id,
-            chunk_index=i,
-            content=document.text[s:e],
-            start_char=s,
-            end_char=e,
-            token_count=0,
-            content_hash=f"h{i}",
-            heading_chain=("The Rust Book", "Ownership") if i < 3 else (),
-        )
-        for i, (s, e) in enumerate(spans)
-    ]
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
@@ -74,7 +30,7 @@ def _unit(v: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("backend", ["torch", "onnx"])
 def test_each_segment_is_embedded_once_and_chunks_are_their_sums(tmp_path: Path, backend: str) -> None:
     document = Document(document_id="d", text=TEXT)
-    chunks = _chunks(document)
+    chunks = overlapping_chunks(document, whole=True)
     embedder = CountingMiniLM(backend=backend)
     settings = SinkSettings(data_dir=tmp_path)
     with open_vector_sink(settings, embedder) as sink:
@@ -102,7 +58,7 @@ def test_each_segment_is_embedded_once_and_chunks_are_their_sums(tmp_path: Path,
 
 def test_whole_chunk_vectors_stay_a_setting_and_a_generation_of_their_own(tmp_path: Path) -> None:
     document = Document(document_id="d", text=TEXT)
-    chunks = _chunks(document)
+    chunks = overlapping_chunks(document, whole=True)
     embedder = CountingMiniLM()
     settings = SinkSettings(data_dir=tmp_path, model_input="chunks")
     with open_vector_sink(settings, embedder) as sink:
@@ -119,7 +75,7 @@ def test_whole_chunk_vectors_stay_a_setting_and_a_generation_of_their_own(tmp_pa
 
 def test_a_second_prepare_reuses_every_segment(tmp_path: Path) -> None:
     document = Document(document_id="d", text=TEXT)
-    chunks = _chunks(document)
+    chunks = overlapping_chunks(document, whole=True)
     settings = SinkSettings(data_dir=tmp_path)
     with open_vector_sink(settings, CountingMiniLM()) as sink:
         first = sink.prepare([(document, chunks)])
