@@ -99,10 +99,14 @@ def score_fuse(
     best 1, its last 0; `zscore`: standard deviations from the list's mean), then summed with `weights`.
     A chunk a list does not hold counts as that list's lowest value, so being missing never beats being
     listed last; where a list's scores are all level (a keyword found in one chunk), each listed chunk
-    counts as its best, not as its last. Ties break as in `rrf_fuse`: best single rank, then ID."""
+    counts as its best, not as its last. A list weighted 0 takes no part: its chunks would tie with the
+    other lists' last ones (scaled to 0) and win the tie by their own rank. Ties break as in `rrf_fuse`:
+    best single rank, then ID."""
     hits: dict[str, Hit] = {}
     for retriever, ranked in rankings.items():
         weight = 1.0 if weights is None else weights.get(retriever, 1.0)
+        if weight == 0:
+            continue
         firsts: dict[str, tuple[int, ScoredChunk]] = {}
         for rank, found in enumerate(ranked, start=1):
             firsts.setdefault(found.chunk_id, (rank, found))  # a chunk listed twice counts at its best rank

@@ -135,3 +135,15 @@ def test_a_lone_or_level_list_counts_its_chunks_as_its_best():
         {"keywords": [_Found("a", 1.0), _Found("b", 1.0)], "vectors": [_Found("c", 0.9), _Found("d", 0.1)]}
     )
     assert [h.score for h in level] == pytest.approx([1.0, 1.0, 1.0, 0.0])  # a, b level with vectors' best
+
+
+def test_a_list_weighted_zero_takes_no_part_in_score_fusion():
+    # keywords: a (10) b (9): scaled 1 and 0; vectors: c d, weighted 0. Were c counted, it would tie with b
+    # at 0 and win the tie by its vector rank 1: a keywords-only weighting must give the keywords' order.
+    rankings = {
+        "keywords": [_Found("a", 10.0), _Found("b", 9.0)],
+        "vectors": [_Found("c", 0.9), _Found("d", 0.8)],
+    }
+    for method in ("minmax", "zscore"):
+        hits = score_fuse(rankings, k=4, weights={"keywords": 1.0, "vectors": 0.0}, normalise=method)
+        assert [h.chunk_id for h in hits] == ["a", "b"], method
