@@ -4,12 +4,12 @@
 chunks reads every character twice. Cutting a document at every chunk boundary gives non-overlapping
 *segments*; each chunk is exactly the concatenation of the segments between its own boundaries, so a
 model's per-segment results (MiniLM's token states, spaCy's entities) can be summed or merged per chunk
-(benchmarks/README.md, "Overlapping chunks embedded once per character").
+(benchmarks/README.md, "Overlapping chunks read once, as shipped").
 
 Only boundaries between two sentences or lines cut (`between_sentences`: where `auto` cuts); a boundary
 inside a sentence, as fixed windows place them, would have spaCy miss a name cut in two and MiniLM read
-half-words, so a chunk keeps that stretch whole. A batch's segments are deduplicated by text: a heading chain many chunks share, or a passage two documents
-share, is one segment. Whitespace-only pieces are left out (a model sees nothing in them). A document whose
+half-words, so a chunk keeps that stretch whole. A batch's segments are deduplicated by text: a heading
+chain many chunks share, or a passage two documents share, is one segment. Whitespace-only pieces are left out (a model sees nothing in them). A document whose
 chunks do not sit at their offsets (a chunk not equal to `document.text[start:end]`) keeps each chunk as
 its own segment, so the result is never built from text the chunk does not hold.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -61,6 +61,15 @@ def segment_batch(batch: Sequence[tuple[Document, Sequence[Chunk]]], *, headings
                 own = [index(chunk.embed_text if headings else chunk.content)]
             members.append(tuple(own))
     return Segments(texts, members)
+
+
+def segment_grouped(
+    documents: Sequence[Document], chunks: Mapping[str, Sequence[Chunk]], *, headings: bool
+) -> Segments:
+    """`segment_batch` of a batch as `unichunk.sinks.base.group_batch` splits it (documents, and chunks by
+    document ID, in the order the chunks are listed); a document listed twice is taken as last listed."""
+    by_id = {d.document_id: d for d in documents}
+    return segment_batch([(by_id[i], own) for i, own in chunks.items()], headings=headings)
 
 
 def _pieces(document: Document, chunks: Sequence[Chunk]) -> list[list[str]]:

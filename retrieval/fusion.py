@@ -77,16 +77,8 @@ def rrf_fuse(
     for retriever, ranked in rankings.items():
         weight = 1.0 if weights is None else weights.get(retriever, 1.0)
         for rank, found in enumerate(ranked, start=1):
-            hit = hits.get(found.chunk_id)
-            if hit is None:
-                hit = hits[found.chunk_id] = Hit(found)
-            if retriever in hit.ranks:  # a retriever listing a chunk twice counts once, at its best rank
-                continue
-            hit.ranks[retriever] = rank
-            hit.scores[retriever] = float(found.score)
-            hit.score += weight / (rrf_k + rank)
-    ordered = sorted(hits.values(), key=lambda h: (-h.score, min(h.ranks.values()), h.chunk_id))
-    return ordered[:k]
+            _count(hits, retriever, rank, found, weight / (rrf_k + rank))
+    return _best(hits, k)
 
 
 def score_fuse(
@@ -123,14 +115,26 @@ def score_fuse(
             scaled = [(x - mean) / spread for x in raw]
             floor = min(scaled)
         for (rank, found), value in zip(firsts.values(), scaled, strict=True):
-            hit = hits.get(found.chunk_id)
-            if hit is None:
-                hit = hits[found.chunk_id] = Hit(found)
-            hit.ranks[retriever] = rank
-            hit.scores[retriever] = float(found.score)
-            hit.score += weight * (value - floor)
-    ordered = sorted(hits.values(), key=lambda h: (-h.score, min(h.ranks.values()), h.chunk_id))
-    return ordered[:k]
+            _count(hits, retriever, rank, found, weight * (value - floor))
+    return _best(hits, k)
+
+
+def _count(hits: dict[str, Hit], retriever: str, rank: int, found: ScoredChunk, contribution: float) -> None:
+    """Add `retriever`'s `contribution` for `found` at `rank`; a retriever listing a chunk twice counts
+    once, at its best (first) rank."""
+    hit = hits.get(found.chunk_id)
+    if hit is None:
+        hit = hits[found.chunk_id] = Hit(found)
+    if retriever in hit.ranks:
+        return
+    hit.ranks[retriever] = rank
+    hit.scores[retriever] = float(found.score)
+    hit.score += contribution
+
+
+def _best(hits: dict[str, Hit], k: int) -> list[Hit]:
+    """The top `k` by fused score; ties break by best single rank, then chunk ID."""
+    return sorted(hits.values(), key=lambda h: (-h.score, min(h.ranks.values()), h.chunk_id))[:k]
 
 
 def fuse(

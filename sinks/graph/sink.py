@@ -25,7 +25,7 @@ from typing import Any
 from unichunk.chunking.access_labels import document_labels, normalise_labels
 from unichunk.chunking.ids import sha256_hex
 from unichunk.chunking.models import Chunk, Document
-from unichunk.chunking.segments import first_users, segment_batch, segment_chunk
+from unichunk.chunking.segments import first_users, segment_chunk, segment_grouped
 from unichunk.sinks.base import (
     NO_CONTENT_HASH,
     DocumentChunks,
@@ -132,8 +132,7 @@ class KnowledgeGraphSink(Sink):
         everything = [c for doc_chunks in chunks.values() for c in doc_chunks]
         if self.segments and self.extractor.composes:
             # each piece between chunk boundaries read once, each chunk its pieces' merged extraction
-            by_id = {d.document_id: d for d in documents}  # a document twice in a batch: its last
-            segments = segment_batch([(by_id[i], own) for i, own in chunks.items()], headings=False)
+            segments = segment_grouped(documents, chunks, headings=False)
             pieces = [segment_chunk(text) for text in segments.texts]
             made, fresh = self._extract(pieces)
             extractions = [

@@ -32,7 +32,7 @@ import numpy as np
 from unichunk.chunking.access_labels import document_labels, normalise_labels
 from unichunk.chunking.ids import sha256_hex
 from unichunk.chunking.models import Chunk, Document
-from unichunk.chunking.segments import first_users, segment_batch
+from unichunk.chunking.segments import first_users, segment_grouped
 from unichunk.sinks import progress as work_progress
 from unichunk.sinks.base import (
     NO_CONTENT_HASH,
@@ -212,8 +212,7 @@ class VectorSink(Sink):
             all_chunks = [c for doc_chunks in chunks.values() for c in doc_chunks]
             composed = self.settings.segmented_vectors() and self.embedder.composes
             if composed:
-                by_id = {d.document_id: d for d in documents}  # a document twice in a batch: its last
-                segments = segment_batch([(by_id[i], own) for i, own in chunks.items()], headings=True)
+                segments = segment_grouped(documents, chunks, headings=True)
                 texts, members = segments.texts, segments.members
                 cache, embed = self.sums_cache(), self.embedder.embed_sums
             else:
