@@ -114,7 +114,7 @@ def retrieval(embedders: dict[str, MiniLMEmbedder]) -> dict[str, dict[str, list[
 
 
 def report(speed: dict[str, dict], quality: dict[str, dict[str, list[float]]] | None, texts: int) -> None:
-    print(f"\n### MiniLM backends: {texts} texts (auto chunks of the eval corpora), load {_load()}\n")
+    print(f"\n### MiniLM backends: {texts} texts (auto chunks of the eval corpora), load {machine_load()}\n")
     print("| variant | runs | texts/s | × torch fp32 (median of rounds) | cosine to torch mean / min |")
     print("|---|---|---|---|---|")
     for name, row in speed.items():
@@ -135,7 +135,7 @@ def report(speed: dict[str, dict], quality: dict[str, dict[str, list[float]]] | 
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 
-def _load() -> str:
+def machine_load() -> str:
     one, five, fifteen = os.getloadavg()
     return f"{one:.1f} / {five:.1f} / {fifteen:.1f} on {os.cpu_count()} CPUs"
 
@@ -162,11 +162,11 @@ def main(argv: list[str] | None = None) -> None:
         cache = args.cache_dir or Path(tmp)
         embedders = {name: make(name, cache) for name in names}
         texts = corpus_texts(args.texts)
-        print(f"load before: {_load()}", file=sys.stderr)
+        print(f"load before: {machine_load()}", file=sys.stderr)
         speed = throughput(embedders, texts, args.rounds)
         quality = None if args.no_retrieval else retrieval(embedders)
     report(speed, quality, len(texts))
-    print(f"\nload after: {_load()}")
+    print(f"\nload after: {machine_load()}")
     if args.json:
         args.json.write_text(json.dumps({"throughput": speed, "retrieval": quality}, indent=1))
 

@@ -35,18 +35,47 @@ POLL_SECONDS = 0.2  # how often a wait for a prepare task looks at the flag
 
 
 class RunInterrupted(UnichunkError):
-    """The run stopped because it was asked to (`signum`: SIGINT, SIGTERM): what it wrote stays, recorded;
-    what it did not write is left `pending` for the next run."""
+    """The run stopped because it was asked to (`signum`: SIGINT, SIGTERM; `by`: who asked, where the signal
+    carried out a cancel from Prefect): what it wrote stays, recorded; what it did not write is left
+    `pending` for the next run."""
 
-    def __init__(self, signum: int | None, written: int | None = None) -> None:
+    def __init__(self, signum: int | None, written: int | None = None, by: str | None = None) -> None:
         self.signum = signum
         self.written = written
-        name = asked_by(signum)
+        self.by = by
         done = "" if written is None else f"{written} document(s) written by this run; "
-        super().__init__(f"stopped by {name}: {done}the documents not written are done by the next run")
+        super().__init__(
+            f"{by or f'stopped by {asked_by(signum)}'}: {done}the documents not written are done by the next run"
+        )
+
+    def counting(self, written: int) -> RunInterrupted:
+        """The same stop, saying how many documents the run wrote before it."""
+        return RunInterrupted(self.signum, written, self.by)
 
     def __reduce__(self) -> tuple[Any, ...]:  # the flow's Cancelled state carries it
-        return (type(self), (self.signum, self.written))
+        return (type(self), (self.signum, self.written, self.by))
+
+
+CANCELLED_IN_PREFECT = "cancelled from Prefect"
+
+
+def cancelling_in_prefect() -> bool:
+    """Whether this flow run is Cancelling in Prefect (Cancel in the UI, `prefect flow-run cancel`): then
+    the SIGTERM that stopped it was serve's runner carrying the cancel out. False outside a flow run, and
+    where the API does not answer (the stop goes on, named by its signal)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+    from prefect.context import FlowRunContext
+
+    context = FlowRunContext.get()
+    if context is None or context.flow_run is None:
+        return False
+    try:
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(context.flow_run.id).state
+    except Exception:  # only the wording of the message depends on it
+        return False
+    return state is not None and state.type == StateType.CANCELLING
 
 
 def stopping() -> bool:
@@ -55,7 +84,10 @@ def stopping() -> bool:
 
 
 def interrupted() -> RunInterrupted:
-    return RunInterrupted(STOP.signum)
+    """The stop asked of this process, as the run's exception (a SIGTERM carrying out a cancel from
+    Prefect says so)."""
+    by = CANCELLED_IN_PREFECT if STOP.signum == signal.SIGTERM and cancelling_in_prefect() else None
+    return RunInterrupted(STOP.signum, by=by)
 
 
 def wait_or_stop(future: PrefectFuture[Any]) -> None:

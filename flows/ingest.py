@@ -8,6 +8,7 @@ from prefect.states import State
 
 from unichunk.engine.batches import finish, run_stores, timed_summary
 from unichunk.engine.params import IngestParams, IngestSummary
+from unichunk.engine.reports import publish_ingest
 from unichunk.engine.run_names import ingest_run_name
 from unichunk.engine.shards import cancel_shard_runs
 from unichunk.engine.sources import list_sources, sync_in_shards, sync_listed
@@ -27,6 +28,7 @@ def sync_source(flow_name: str, params: IngestParams) -> tuple[IngestSummary, Ru
         dry_run=params.dry_run,
     )
     problems: list[str] = []
+    stopped: RunInterrupted | None = None
     with timed_summary(summary, flow_name, flow_metrics()):
         listed = list_sources(params.source, run.settings, record=not params.dry_run)
         summary.listed = sum(len(entry.items) for entry in listed)
@@ -45,7 +47,10 @@ def sync_source(flow_name: str, params: IngestParams) -> tuple[IngestSummary, Ru
                         delete=params.delete_missing,
                     )
         except RunInterrupted as exc:  # with what this run wrote before it stopped
-            raise RunInterrupted(exc.signum, summary.processed) from None
+            stopped = exc.counting(summary.processed)
+    if stopped is not None:  # its artifacts too, the duration counted up to the stop
+        publish_ingest(summary, f"Cancelled: {stopped}")
+        raise stopped
     return summary, run, problems
 
 

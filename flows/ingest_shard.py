@@ -117,7 +117,7 @@ def ingest_shard(params: ShardParams) -> IngestSummary | State:
         except (
             RunInterrupted
         ) as exc:  # stored no summary: the parent starts the shard again (unless it stopped)
-            raise RunInterrupted(exc.signum, summary.processed) from None
+            raise exc.counting(summary.processed) from None
     if not records.finish(params.parent, params.shard, params.attempt, summary.model_dump_json()):
         logger.warning("a later attempt of this shard has begun: its summary, not this one's, counts")
     # No artifacts: the parent publishes the run's, with every shard's counts in them.

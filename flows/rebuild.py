@@ -67,7 +67,7 @@ def _sync(
         try:
             sync_listed(listed, run, summary, stores, batch_size=batch_size, dry_run=False, delete=True)
         except RunInterrupted as exc:
-            raise RunInterrupted(exc.signum, written_before + summary.processed) from None
+            raise exc.counting(written_before + summary.processed) from None
     return summary
 
 

@@ -138,8 +138,10 @@ def test_the_live_generation_is_resolved_in_one_module() -> None:
 # version alone that a CPU build has no CUDA), Prefect and the flows (`unichunk.pipeline` loads them when a write runs one, so reads and the CLI's
 # start-up do not pay for them; `unichunk.deployments.cli.flow_runs` configures Prefect's logging first),
 # Prefect in the stop and crash-marking helpers (`unichunk.engine.stop`, `unichunk.engine.run_records`: the CLI's
-# signal handlers and `Pipeline.status` import them, and load Prefect only when a run or a dead run needs it).
+# signal handlers and `Pipeline.status` import them, and load Prefect only when a run or a dead run needs it),
+# Prefect's logging set-up in `unichunk.run_logs` (`unichunk.pipeline` imports it; it loads when a flow runs).
 LAZY_IMPORTERS = {
+    "unichunk.run_logs",
     "unichunk.engine.stop",
     "unichunk.engine.run_records",
     "unichunk.pipeline",

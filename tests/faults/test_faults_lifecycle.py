@@ -382,3 +382,50 @@ def test_serve_stopped_mid_run_exits_within_10_s_and_the_next_run_completes(
     assert all(rows[d].last_success_at for d in in_flight)  # what was in flight is done now
     assert len(assert_converged(fault_env)) == DOCS
     print(f"stopped mid-run in {took:.1f} s with {len(done)} done, {len(in_flight)} in flight")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_served_run_cancelled_from_prefect_says_so_and_the_next_run_converges(
+    fault_env: Path, tmp_path: Path, own_prefect: servers.Server
+) -> None:
+    """Cancel in the Prefect UI sets the run Cancelling; serve's runner then sends its process SIGTERM.
+    The run ends Cancelled within seconds, its message saying it was cancelled from Prefect (not a bare
+    signal name), with what it wrote counted, and the next run completes the rest."""
+    api = own_prefect.url
+    corpus = tmp_path / "corpus"
+    make_corpus(corpus, DOCS)
+    parameters = {"params": {"source": {"kind": "directory", "root": str(corpus)}, "batch_size": 10}}
+    status = live_status(SinkSettings(data_dir=fault_env))
+    served = Served(tmp_path, api)
+    try:
+        deployment = served.start()
+        first = start_run(api, deployment, parameters)
+
+        def mid_batch() -> bool:
+            state = run_state(api, first)
+            assert state not in FINAL, f"the run ended ({state}) before the cancel:\n{tail(served.log)}"
+            counts = status.counts()
+            return state == "RUNNING" and counts["processed"] >= 10 and counts["processing"] > 0
+
+        wait("the run to be writing a batch", mid_batch, 300, served.log)
+        response = httpx.post(  # what the UI's Cancel button sends
+            f"{api}/flow_runs/{first}/set_state",
+            json={"state": {"type": "CANCELLING", "name": "Cancelling"}},
+            timeout=15,
+        )
+        assert response.json()["status"] == "ACCEPT", response.text
+        wait("the run to end", lambda: run_state(api, first) in FINAL, 120, served.log)
+        state = httpx.get(f"{api}/flow_runs/{first}", timeout=10).json()["state"]
+        assert state["type"] == "CANCELLED", state
+        assert state["message"].startswith("cancelled from Prefect: "), state["message"]
+        assert "document(s) written by this run" in state["message"], state["message"]
+
+        second = start_run(api, deployment, parameters)
+        final = wait(
+            "the next run to finish", lambda: (s := run_state(api, second)) in FINAL and s, 600, served.log
+        )
+        assert final == "COMPLETED", f"next run {final}:\n{tail(served.log)}"
+    finally:
+        served.close()
+    assert len(assert_converged(fault_env)) == DOCS

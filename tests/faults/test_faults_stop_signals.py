@@ -111,6 +111,17 @@ def _task_runs(flow_run_id: str) -> list[dict]:
     ]
 
 
+def _summary_artifact(flow_run_id: str) -> str:
+    """The markdown of the run's summary artifact, from the real Prefect API."""
+    api = os.environ["PREFECT_API_URL"]
+    found = httpx.post(
+        f"{api}/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [flow_run_id]}}}
+    ).json()
+    summaries = [a["data"] for a in found if a["key"] == "ingest-summary"]
+    assert summaries, f"no summary artifact: {[a['key'] for a in found]}"
+    return summaries[0]
+
+
 def _next_run_converges(corpus: Path, data_dir: Path) -> None:
     state = ingest(IngestParams(source=SourceParams(root=str(corpus)), batch_size=BATCH), return_state=True)
     assert state.is_completed(), state.message
@@ -146,6 +157,10 @@ def test_first_signal_mid_embedding_stops_cancelled_and_the_next_run_converges(
     counts = status.counts()
     assert not counts.get("processing") and not counts.get("failed"), counts
     assert counts.get("processed", 0) < DOCS  # it did stop early
+    # what the stopped run did is in the UI too: its summary, headed Cancelled, counting what it wrote
+    summary = _summary_artifact(run["id"])
+    assert summary.startswith(f"### ingest: Cancelled\\: stopped by {signum.name}\\: "), summary
+    assert f"| processed | {counts.get('processed', 0)} (" in summary, summary
     assert_converged(fault_env)  # verify: what was written is whole, nothing half-written
     _next_run_converges(corpus, fault_env)
 
