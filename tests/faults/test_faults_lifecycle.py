@@ -330,28 +330,41 @@ def test_serve_whose_output_pipe_closed_still_stops_on_sigint(
         served.close()
 
 
+def _corpus_parameters(tmp_path: Path) -> dict[str, Any]:
+    """An `ingest` run's parameters over a fresh corpus of `DOCS` documents, in batches of 10."""
+    corpus = tmp_path / "corpus"
+    make_corpus(corpus, DOCS)
+    return {"params": {"source": {"kind": "directory", "root": str(corpus)}, "batch_size": 10}}
+
+
+def _run_until_mid_batch(
+    served: Served, deployment: str, parameters: dict[str, Any], status: StatusStore
+) -> str:
+    """Start a served run and wait until it has written a batch and is writing the next; its id."""
+    run = start_run(served.api, deployment, parameters)
+
+    def mid_batch() -> bool:
+        state = run_state(served.api, run)
+        assert state not in FINAL, f"the run ended ({state}) before the stop:\n{tail(served.log)}"
+        counts = status.counts()
+        return state == "RUNNING" and counts["processed"] >= 10 and counts["processing"] > 0
+
+    wait("the run to be writing a batch", mid_batch, 300, served.log)
+    return run
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_serve_stopped_mid_run_exits_within_10_s_and_the_next_run_completes(
     fault_env: Path, tmp_path: Path, own_prefect: servers.Server
 ) -> None:
     api, own_server = own_prefect.url, own_prefect.process.pid
-    corpus = tmp_path / "corpus"
-    make_corpus(corpus, DOCS)
-    parameters = {"params": {"source": {"kind": "directory", "root": str(corpus)}, "batch_size": 10}}
+    parameters = _corpus_parameters(tmp_path)
     status = live_status(SinkSettings(data_dir=fault_env))
     served = Served(tmp_path, api)
     try:
         deployment = served.start()
-        first = start_run(api, deployment, parameters)
-
-        def mid_batch() -> bool:
-            state = run_state(api, first)
-            assert state not in FINAL, f"the run ended ({state}) before the stop:\n{tail(served.log)}"
-            counts = status.counts()
-            return state == "RUNNING" and counts["processed"] >= 10 and counts["processing"] > 0
-
-        wait("the run to be writing a batch", mid_batch, 300, served.log)
+        first = _run_until_mid_batch(served, deployment, parameters, status)
         took = served.stop_with(signal.SIGTERM)
         assert _processes_of(fault_env, besides=own_server) == {}, "a flow-run process outlived serve"
         # The interrupted run is recorded as ended, not left Running for ever.
@@ -393,22 +406,13 @@ def test_a_served_run_cancelled_from_prefect_says_so_and_the_next_run_converges(
     The run ends Cancelled within seconds, its message saying it was cancelled from Prefect (not a bare
     signal name), with what it wrote counted, and the next run completes the rest."""
     api = own_prefect.url
-    corpus = tmp_path / "corpus"
-    make_corpus(corpus, DOCS)
-    parameters = {"params": {"source": {"kind": "directory", "root": str(corpus)}, "batch_size": 10}}
-    status = live_status(SinkSettings(data_dir=fault_env))
+    parameters = _corpus_parameters(tmp_path)
     served = Served(tmp_path, api)
     try:
         deployment = served.start()
-        first = start_run(api, deployment, parameters)
-
-        def mid_batch() -> bool:
-            state = run_state(api, first)
-            assert state not in FINAL, f"the run ended ({state}) before the cancel:\n{tail(served.log)}"
-            counts = status.counts()
-            return state == "RUNNING" and counts["processed"] >= 10 and counts["processing"] > 0
-
-        wait("the run to be writing a batch", mid_batch, 300, served.log)
+        first = _run_until_mid_batch(
+            served, deployment, parameters, live_status(SinkSettings(data_dir=fault_env))
+        )
         response = httpx.post(  # what the UI's Cancel button sends
             f"{api}/flow_runs/{first}/set_state",
             json={"state": {"type": "CANCELLING", "name": "Cancelling"}},
