@@ -57,6 +57,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 SINKS = ["keywords", "graph"]
 DOCS = 200
+# Documents of the sharded runs no worker takes: a document's shard is a hash of its ID, which names the
+# corpus's absolute path, so a corpus of 20 left one of 3 shards empty (11, 9, 0) about once in a thousand
+# runs, and the parent then made 2 shard runs where these tests wait for 3; with 60, about once in 1e10.
+UNSTARTED_DOCS = 60
 WORKERS = 3
 START_TIMEOUT = 120.0
 
@@ -399,7 +403,7 @@ def test_stopping_the_parent_cancels_its_shard_runs(
     """No worker polls the pool here, so the shard runs wait, Scheduled: Ctrl-C on the parent (a CLI-style
     run in a subprocess) cancels them; the `on_cancellation` hook cancels a parent's open shard runs."""
     corpus = tmp_path / "corpus"
-    make_corpus(corpus, 20)
+    make_corpus(corpus, UNSTARTED_DOCS)
     log = tmp_path / "parent.log"
     code = (
         "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
@@ -451,7 +455,7 @@ def test_ctrl_c_on_a_cli_sharded_run_cancels_its_shards_and_exits_130(
     """The CLI's own Ctrl-C handler only asks the run to stop (`unichunk.stopping`): the parent, waiting
     for shards no worker takes, sees the stop at its next poll, cancels them and exits 130, Cancelled."""
     corpus = tmp_path / "corpus"
-    make_corpus(corpus, 20)
+    make_corpus(corpus, UNSTARTED_DOCS)
     log = tmp_path / "parent.log"
     sinks = [option for sink in SINKS for option in ("--sink", sink)]
     earlier = (_children_of_latest(prefect_api_url, 3) or [{"parent": None}])[0]["parent"]
