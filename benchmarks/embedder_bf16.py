@@ -12,7 +12,10 @@ states summed over each text's real tokens (what `embed_sums` returns), normalis
 - `bf16`: the weights in bfloat16 (the shipped `torch-bf16` backend);
 - `bf16-compiled`: the same, compiled by `torch.compile` (inductor, weights frozen, dynamic shapes); not
   shipped: its compile time is printed, paid again by every process that loads it, and it needs a C
-  compiler at run time.
+  compiler at run time;
+- `bf16-aot`: the same graph compiled ahead of time (`torch.export` with dynamic batch and length, then
+  AOTInductor's `aoti_compile_and_package`, weights frozen) into a package file, and loaded from it: the
+  compiling is paid once (as the ONNX export is), a process only loads the package. Not shipped either.
 
 Each round runs every variant in turn on the same texts; a variant's ratio is fp32's seconds over its own
 in the same round (median of the rounds, each in brackets), so a load change touches all alike. Cosine:
@@ -26,6 +29,7 @@ import argparse
 import copy
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -104,7 +108,32 @@ def variants(compiled: bool) -> dict[str, Forward]:
         inductor.freezing = True
         model = torch.compile(_States(copy.deepcopy(transformer).to(torch.bfloat16)), dynamic=True)
         out["bf16-compiled"] = lambda f: model(**f)
+        out["bf16-aot"] = _ahead_of_time(_States(copy.deepcopy(transformer).to(torch.bfloat16)).eval())
     return out
+
+
+def _ahead_of_time(model: torch.nn.Module) -> Forward:
+    """`model` exported with a dynamic batch and length, compiled by AOTInductor into a package in a
+    temporary folder and loaded back; prints the compile and load seconds."""
+    example = {
+        name: torch.ones((8, 64), dtype=torch.long)
+        for name in ("input_ids", "attention_mask", "token_type_ids")
+    }
+    batch, length = torch.export.Dim("batch", min=1, max=256), torch.export.Dim("length", min=2, max=256)
+    shapes = {name: {0: batch, 1: length} for name in example}
+    folder = tempfile.mkdtemp(prefix="bench_aoti_")
+    started = time.perf_counter()
+    with torch.no_grad():
+        exported = torch.export.export(model, (), kwargs=example, dynamic_shapes=shapes)
+        package = torch._inductor.aoti_compile_and_package(
+            exported, package_path=f"{folder}/minilm_bf16.pt2", inductor_configs={"freezing": True}
+        )
+    compiled = time.perf_counter() - started
+    started = time.perf_counter()
+    loaded = torch._inductor.aoti_load_package(package)
+    print(f"bf16-aot: exported and compiled in {compiled:.1f} s, package loaded in "
+          f"{time.perf_counter() - started:.2f} s", flush=True)  # fmt: skip
+    return lambda f: loaded(**f)
 
 
 def main(argv: list[str] | None = None) -> None:
