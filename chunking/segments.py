@@ -9,9 +9,10 @@ model's per-segment results (MiniLM's token states, spaCy's entities) can be sum
 Only boundaries between two sentences or lines cut (`between_sentences`: where `auto` cuts); a boundary
 inside a sentence, as fixed windows place them, would have spaCy miss a name cut in two and MiniLM read
 half-words, so a chunk keeps that stretch whole. A batch's segments are deduplicated by text: a heading
-chain many chunks share, or a passage two documents share, is one segment. Whitespace-only pieces are left out (a model sees nothing in them). A document whose
-chunks do not sit at their offsets (a chunk not equal to `document.text[start:end]`) keeps each chunk as
-its own segment, so the result is never built from text the chunk does not hold.
+chain many chunks share, or a passage two documents share, is one segment. Whitespace-only pieces are
+left out (a model sees nothing in them). A document whose chunks do not sit at their offsets (a chunk not
+equal to `document.text[start:end]`) keeps each chunk as its own segment, so the result is never built
+from text the chunk does not hold.
 """
 
 from __future__ import annotations

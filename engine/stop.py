@@ -61,17 +61,19 @@ CANCELLED_IN_PREFECT = "cancelled from Prefect"
 
 def cancelling_in_prefect() -> bool:
     """Whether this flow run is Cancelling in Prefect (Cancel in the UI, `prefect flow-run cancel`): then
-    the SIGTERM that stopped it was serve's runner carrying the cancel out. False outside a flow run, and
-    where the API does not answer (the stop goes on, named by its signal)."""
+    the SIGTERM that stopped it was its runner (serve's, a worker's) carrying the cancel out. Asked only in
+    a served run's process (no command installed a stop handler: a CLI run is no runner's to cancel), with
+    a short timeout; False outside a flow run and where the API does not answer (the stop goes on, named
+    by its signal)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.objects import StateType
     from prefect.context import FlowRunContext
 
     context = FlowRunContext.get()
-    if context is None or context.flow_run is None:
+    if STOP.handler is not None or context is None or context.flow_run is None:
         return False
     try:
-        with get_client(sync_client=True) as client:
+        with get_client(httpx_settings={"timeout": 3.0}, sync_client=True) as client:
             state = client.read_flow_run(context.flow_run.id).state
     except Exception:  # only the wording of the message depends on it
         return False

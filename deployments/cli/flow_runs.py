@@ -26,6 +26,7 @@ from unichunk import local_stack as stack
 from unichunk.deployments.cli.console import err_console
 from unichunk.deployments.cli.failures import debug
 from unichunk.errors import Unreachable, UsageError
+from unichunk.run_logs import RUN_LOGGERS
 from unichunk.settings import SinkSettings
 
 
@@ -48,7 +49,6 @@ class _FlowWarnings(logging.Handler):
 
 
 _FLOW_WARNINGS = _FlowWarnings()
-RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
 # Prefect's background senders of events and logs say "Still processing items: N items remaining..." as a
 # WARNING while they drain at exit, after the command's last line: progress, not a problem.
 DRAINING_LOGGERS = ("EventsWorker", "APILogWorker")
