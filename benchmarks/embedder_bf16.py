@@ -15,7 +15,9 @@ states summed over each text's real tokens (what `embed_sums` returns), normalis
   compiler at run time;
 - `bf16-aot`: the same graph compiled ahead of time (`torch.export` with dynamic batch and length, then
   AOTInductor's `aoti_compile_and_package`, weights frozen) into a package file, and loaded from it: the
-  compiling is paid once (as the ONNX export is), a process only loads the package. Not shipped either.
+  compiling is paid once (as the ONNX export is), a process only loads the package. Shipped: `torch-bf16`,
+  `auto`'s choice on a CPU with bf16 instructions (`unichunk.sinks.vectors.aot_package`, whose
+  `compile_package` this calls; `benchmarks.default_embedder` measures the shipped embedder itself).
 
 Each round runs every variant in turn on the same texts; a variant's ratio is fp32's seconds over its own
 in the same round (median of the rounds, each in brackets), so a load change touches all alike. Cosine:
@@ -34,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -43,6 +46,7 @@ from benchmarks.embedder_speed import machine_load
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.chunking.segments import segment_batch
 from unichunk.chunking.service import ChunkingService
+from unichunk.sinks.vectors.aot_package import HiddenStates, aoti_load_package, compile_package
 from unichunk.sinks.vectors.minilm import load_minilm
 
 Forward = Callable[[dict[str, torch.Tensor]], torch.Tensor]
@@ -83,59 +87,32 @@ def summed(forward: Forward, prepared: list[dict[str, torch.Tensor]]) -> torch.T
     return torch.nn.functional.normalize(torch.cat(out), dim=1)
 
 
-class _States(torch.nn.Module):
-    """The transformer's last hidden states, its inputs by keyword (as `torch.compile` traces it)."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
-    ) -> torch.Tensor:
-        return self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            return_dict=False,
-        )[0]
-
-
 def variants(compiled: bool) -> dict[str, Forward]:
     transformer = load_minilm("cpu")[0].auto_model.eval()
-    fp32 = _States(copy.deepcopy(transformer))
-    bf16 = _States(copy.deepcopy(transformer).to(torch.bfloat16))
+    fp32 = HiddenStates(copy.deepcopy(transformer))
+    bf16 = HiddenStates(copy.deepcopy(transformer).to(torch.bfloat16))
     out: dict[str, Forward] = {"fp32": lambda f: fp32(**f), "bf16": lambda f: bf16(**f)}
     if compiled:
         import torch._inductor.config as inductor  # the one switch for frozen weights; benchmark only
 
         inductor.freezing = True
-        model = torch.compile(_States(copy.deepcopy(transformer).to(torch.bfloat16)), dynamic=True)
+        model = torch.compile(HiddenStates(copy.deepcopy(transformer).to(torch.bfloat16)), dynamic=True)
         out["bf16-compiled"] = lambda f: model(**f)
-        out["bf16-aot"] = _ahead_of_time(_States(copy.deepcopy(transformer).to(torch.bfloat16)).eval())
+        out["bf16-aot"] = _ahead_of_time(copy.deepcopy(transformer).to(torch.bfloat16))
     return out
 
 
 def _ahead_of_time(model: torch.nn.Module) -> Forward:
-    """`model` exported with a dynamic batch and length, compiled by AOTInductor into a package in a
+    """`model` compiled as the shipped backend compiles it (`aot_package.compile_package`) into a
     temporary folder (removed at exit) and loaded back; prints the compile and load seconds."""
-    example = {
-        name: torch.ones((8, 64), dtype=torch.long)
-        for name in ("input_ids", "attention_mask", "token_type_ids")
-    }
-    batch, length = torch.export.Dim("batch", min=1, max=256), torch.export.Dim("length", min=2, max=256)
-    shapes = {name: {0: batch, 1: length} for name in example}
     folder = tempfile.mkdtemp(prefix="bench_aoti_")
     atexit.register(shutil.rmtree, folder, True)
+    target = Path(folder) / "minilm_bf16.pt2"
     started = time.perf_counter()
-    with torch.no_grad():
-        exported = torch.export.export(model, (), kwargs=example, dynamic_shapes=shapes)
-        package = torch._inductor.aoti_compile_and_package(
-            exported, package_path=f"{folder}/minilm_bf16.pt2", inductor_configs={"freezing": True}
-        )
+    compile_package(model, target)
     compiled = time.perf_counter() - started
     started = time.perf_counter()
-    loaded = torch._inductor.aoti_load_package(package)
+    loaded = aoti_load_package(str(target))
     print(f"bf16-aot: exported and compiled in {compiled:.1f} s, package loaded in "
           f"{time.perf_counter() - started:.2f} s", flush=True)  # fmt: skip
     return lambda f: loaded(**f)

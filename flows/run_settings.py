@@ -23,6 +23,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from unichunk.chunking.config import ChunkStrategy, default_strategy
+from unichunk.index.generations import settled_backend
 from unichunk.index.metrics import MetricsSettings
 from unichunk.sinks.config import SinkSettings
 
@@ -54,9 +55,10 @@ def caller_settings(
 
 def flow_settings() -> SinkSettings:
     """The caller's settings, or, for a run started in its own process, the environment's (read here, once
-    per run: the flow's entry point)."""
+    per run: the flow's entry point); an `auto` MiniLM backend settled by the live index
+    (`unichunk.index.generations.settled_backend`)."""
     caller = _CALLER.get()
-    return caller.settings if caller is not None else SinkSettings()
+    return settled_backend(caller.settings if caller is not None else SinkSettings())
 
 
 def flow_strategy(given: ChunkStrategy | None = None) -> ChunkStrategy:

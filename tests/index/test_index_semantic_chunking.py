@@ -21,7 +21,8 @@ def test_a_semantic_batch_is_cut_with_the_configured_embedder(tmp_path: Path) ->
     harbour, garden = " ".join(TOPICS), " ".join(GARDEN)
     (folder / "two.txt").write_text(f"{harbour}\n\n{garden}\n", encoding="utf-8")
     run = RunConfig(ChunkStrategy(name="semantic"), SinkSettings(data_dir=tmp_path / "data"))
-    assert run.strategy.semantic_model == "all-MiniLM-L6-v2"
+    assert run.strategy.semantic_model == run.settings.embedder_identity()  # "+bf16" where auto picks it
+    assert run.strategy.semantic_model.startswith("all-MiniLM-L6-v2")
     result = chunk_items(DirectorySource(folder).list(), run)
     assert result.failed == {} and len(result.chunked) == 1
     document, chunks = run.chunk_cache().load(result.keys[0])

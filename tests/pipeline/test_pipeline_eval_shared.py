@@ -15,12 +15,18 @@ from typer.testing import CliRunner
 
 from unichunk import Pipeline
 from unichunk.deployments.cli.main import app
+from unichunk.sinks.config import SinkSettings
 
 # benchmarks/README.md, strict metric, hybrid with the fusion measured for issue 27 on segment vectors (min-max,
 # keywords 0.4, vectors 0.6; BM25 k1 1.2: `benchmarks.ranker_tuning`), `auto (markdown 176/88, fitted)`, vectors
 # composed from segments (`model_input=segments`, "Overlapping chunks read once"): recall at each budget, all
-# 276 questions (`benchmarks.fusion_tuning`'s lists fused the same way give the same 72.6 / 86.7 / 94.0).
-BENCHMARK_AUTO_HYBRID = {"1000": 0.726, "2000": 0.867, "4000": 0.940}
+# 276 questions (`benchmarks.fusion_tuning`'s lists fused the same way give the same 72.6 / 86.7 / 94.0), with
+# MiniLM in fp32; in bfloat16 (`auto`'s backend on a CPU with bf16 instructions) 72.2 / 86.7 / 94.0
+# (`benchmarks.default_embedder`, "Embedder backends").
+BENCHMARK_AUTO_HYBRID = {
+    "torch": {"1000": 0.726, "2000": 0.867, "4000": 0.940},
+    "torch-bf16": {"1000": 0.722, "2000": 0.867, "4000": 0.940},
+}
 
 
 def test_eval_of_the_shared_set_gives_the_benchmarks_figures(
@@ -33,6 +39,7 @@ def test_eval_of_the_shared_set_gives_the_benchmarks_figures(
     assert report["unlocated"] == []
     overall = report["overall"]["live"]
     assert overall["questions"] == overall["scored"] == 276
-    measured = {budget: overall["chars"][budget]["recall"] for budget in BENCHMARK_AUTO_HYBRID}
-    for budget, expected in BENCHMARK_AUTO_HYBRID.items():
+    figures = BENCHMARK_AUTO_HYBRID[SinkSettings().minilm_backend()]
+    measured = {budget: overall["chars"][budget]["recall"] for budget in figures}
+    for budget, expected in figures.items():
         assert abs(measured[budget] - expected) <= 0.005, (budget, measured)

@@ -18,6 +18,7 @@ import pytest
 from falkordb import FalkorDB
 from typer.testing import CliRunner
 
+from unichunk import Pipeline
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.chunking.ids import derive_document_id
 from unichunk.chunking.models import Document
@@ -35,6 +36,7 @@ from unichunk.index.run import RunConfig
 from unichunk.retrieval.ranking import retrieve
 from unichunk.sinks.base import SINK_NAMES
 from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.device import cpu_has_bf16
 from unichunk.sinks.pool import get_sinks
 
 A = ChunkStrategy(name="token_window")
@@ -269,3 +271,29 @@ def test_changed_settings_without_a_rebuild_are_refused_not_skipped_or_mixed(pip
     refused = CliRunner().invoke(app, ["generations", "drop", gen_a], env={"COLUMNS": "250"})
     assert refused.exit_code == 2 and "is live" in refused.output  # the live index is never dropped
     assert _held(gen_a) == dict.fromkeys(SINK_NAMES, ids_a)
+
+
+def test_auto_keeps_the_live_indexs_embedder_and_a_new_index_gets_the_machines(
+    pipeline_env, corpus, tmp_path
+):
+    """`UNICHUNK_EMBEDDING_BACKEND=auto` (the default) never turns an existing index into a mismatch: an
+    index of torch's fp32 vectors takes updates and answers queries as fp32 where this machine would choose
+    bfloat16; a new data dir gets this machine's choice (bf16 on a CPU with bf16 instructions)."""
+    with Pipeline(SinkSettings(embedding_backend="torch")) as pipeline:
+        first = pipeline.ingest(corpus)
+    assert first.processed == len(TOPICS) and not first.failed
+    (live,) = _registry().all()
+    assert "embedding_variant" not in live.description
+    (corpus / "note_0.txt").write_text("Qdrant keeps the vectors of every chunk.\n", encoding="utf-8")
+    with Pipeline() as pipeline:  # auto
+        edited = pipeline.ingest(corpus)
+        hits = pipeline.search("Qdrant vectors", k=3)
+    assert (edited.processed, edited.skipped, edited.failed) == (1, len(TOPICS) - 1, [])
+    assert [g.generation_id for g in _registry().all()] == [live.generation_id]
+    assert hits.hits and reading_settings(SinkSettings()).minilm_backend() == "torch"
+
+    fresh = SinkSettings(data_dir=tmp_path / "fresh", graph_name=f"fresh_{live.generation_id}")
+    with Pipeline(fresh) as pipeline:
+        assert pipeline.ingest(corpus).processed == len(TOPICS)
+    variant = GenerationRegistry.of(fresh).live().description.get("embedding_variant")
+    assert variant == ("bf16" if cpu_has_bf16() else None)

@@ -1,14 +1,21 @@
-"""MiniLM with bfloat16 weights (`UNICHUNK_EMBEDDING_BACKEND=torch-bf16`): the real model, vectors within
-cosine 0.999 of torch fp32's (sums too), and a distinct embedder, so an index never mixes the two."""
+"""MiniLM in bfloat16 (`UNICHUNK_EMBEDDING_BACKEND=torch-bf16`, `auto`'s choice on a CPU with bf16
+instructions): compiled ahead of time into a cached package, or uncompiled; vectors and sums within cosine
+0.999 of torch fp32's either way; a distinct embedder, so an index never mixes the two."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from unichunk.index.run import index_settings
-from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.config import SinkSettings, machine_backend
+from unichunk.sinks.device import cpu_has_bf16
+from unichunk.sinks.vectors import aot_package
 from unichunk.sinks.vectors.minilm import MiniLMEmbedder
 
 TEXTS = [
@@ -17,26 +24,86 @@ TEXTS = [
     "word " * 300,
     "",
     "naïve café ½ 🦀 — `&mut T` borrows",
+    "A second, longer text, so that the batches of two pad texts of other lengths to their longest one.",
 ]
 
 
-def test_bf16_vectors_and_sums_are_torchs_to_three_decimals_yet_not_the_same_embedder() -> None:
-    fp32, bf16 = MiniLMEmbedder(backend="torch"), MiniLMEmbedder(backend="torch-bf16")
-    exact, low = np.asarray(fp32.embed(TEXTS)), np.asarray(bf16.embed(TEXTS))
+@pytest.fixture(scope="module")
+def torch_vectors() -> np.ndarray:
+    return np.asarray(MiniLMEmbedder(backend="torch").embed(TEXTS))
+
+
+def _close_to_torch(embedder: MiniLMEmbedder, exact: np.ndarray) -> np.ndarray:
+    low = np.asarray(embedder.embed(TEXTS))
     assert low.dtype == np.float64 and low.shape == (len(TEXTS), 384)
-    cosines = np.sum(exact * low, axis=1)
-    assert cosines.min() > 0.999, cosines
-    assert not np.array_equal(exact, low)  # other arithmetic: other digits
+    assert np.sum(exact * low, axis=1).min() > 0.999
     assert np.allclose(np.linalg.norm(low, axis=1), 1.0, atol=1e-6)  # unit vectors, as torch's
-    sums = np.asarray(bf16.embed_sums(TEXTS))
-    composed = sums / np.linalg.norm(sums, axis=1, keepdims=True)
-    assert np.sum(composed * exact, axis=1).min() > 0.999
-    assert bf16.runs.startswith("torch-bf16 on ")
-    assert bf16.fingerprint == fp32.fingerprint + "+bf16"
+    sums = np.asarray(embedder.embed_sums(TEXTS))
+    assert np.sum(sums / np.linalg.norm(sums, axis=1, keepdims=True) * exact, axis=1).min() > 0.999
+    query = np.asarray(embedder.embed_query(TEXTS[0]))  # one text, one thread
+    assert float(query @ exact[0]) > 0.999
+    return low
+
+
+def test_compiled_and_uncompiled_bf16_are_torchs_vectors_to_three_decimals_yet_another_embedder(
+    tmp_path: Path, torch_vectors: np.ndarray
+) -> None:
+    # model batches of 2: texts of other lengths share a batch, so padding and sorting are exercised
+    compiled = MiniLMEmbedder(backend="torch-bf16", cache_dir=tmp_path, model_batch_size=2)
+    uncompiled = MiniLMEmbedder(backend="torch-bf16", compiled=False, model_batch_size=2)
+    assert compiled.runs == "torch-bf16:compiled on cpu" and uncompiled.runs == "torch-bf16 on cpu"
+    fast = _close_to_torch(compiled, torch_vectors)
+    plain = _close_to_torch(uncompiled, torch_vectors)
+    assert not np.array_equal(fast, torch_vectors)  # other arithmetic: other digits
+    assert np.sum(fast * plain, axis=1).min() > 0.9995  # the same bfloat16 model, fused or not
+    fp32 = MiniLMEmbedder(backend="torch")
+    assert compiled.fingerprint == uncompiled.fingerprint == fp32.fingerprint + "+bf16"
+
+
+def test_the_package_is_compiled_once_reused_and_compiled_again_when_unreadable(tmp_path: Path) -> None:
+    before = aot_package.BUILDS.get("bf16", 0)
+    MiniLMEmbedder(backend="torch-bf16", cache_dir=tmp_path).embed(TEXTS[:1])
+    (package,) = tmp_path.glob("all-MiniLM-L6-v2.bf16-aot.*.pt2")  # no temporary file left beside it
+    assert aot_package.BUILDS["bf16"] == before + 1
+    again = MiniLMEmbedder(backend="torch-bf16", cache_dir=tmp_path)
+    assert again.runs == "torch-bf16:compiled on cpu" and aot_package.BUILDS["bf16"] == before + 1
+    package.write_bytes(package.read_bytes()[:1000])  # truncated, as a full disk could leave a copy
+    third = MiniLMEmbedder(backend="torch-bf16", cache_dir=tmp_path)
+    assert third.runs == "torch-bf16:compiled on cpu" and aot_package.BUILDS["bf16"] == before + 2
+    assert package.stat().st_size > 1_000_000
+
+
+def test_without_a_cpp_compiler_bf16_runs_uncompiled_with_one_warning(tmp_path: Path) -> None:
+    script = (
+        "import logging, numpy as np\n"
+        "logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(message)s')\n"
+        "from unichunk.sinks.vectors.minilm import MiniLMEmbedder\n"
+        f"e = MiniLMEmbedder(backend='torch-bf16', cache_dir=__import__('pathlib').Path({str(tmp_path)!r}))\n"
+        "v = np.asarray(e.embed(['Ownership rules']))\n"
+        "print('RUNS', e.runs, round(float(np.linalg.norm(v)), 4))\n"
+    )
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-c++")}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "RUNS torch-bf16 on cpu 1.0" in done.stdout
+    warnings = [line for line in done.stderr.splitlines() if "running bfloat16 uncompiled" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("WARNING"), done.stderr[-3000:]
+    assert not list(tmp_path.glob("*.pt2"))  # nothing half-built left in the cache
+
+
+def test_auto_is_bf16_exactly_where_the_cpu_computes_in_it(tmp_path: Path) -> None:
+    expected = "torch-bf16" if cpu_has_bf16() else "torch"
+    assert machine_backend("cpu") == expected
+    assert MiniLMEmbedder(device="cpu").backend == expected
+    auto = SinkSettings(data_dir=tmp_path, device="cpu")
+    assert auto.embedding_backend == "auto" and auto.minilm_backend() == expected
+    assert index_settings(auto) == index_settings(SinkSettings(data_dir=tmp_path, embedding_backend=expected))
 
 
 def test_bf16_is_a_generation_of_its_own(tmp_path: Path) -> None:
-    plain = SinkSettings(data_dir=tmp_path)
+    plain = SinkSettings(data_dir=tmp_path, embedding_backend="torch")
     bf16 = SinkSettings(data_dir=tmp_path, embedding_backend="torch-bf16")
     assert index_settings(bf16) == index_settings(plain) | {"embedding_variant": "bf16"}
     assert bf16.embedder_identity() == plain.embedder_identity() + "+bf16"

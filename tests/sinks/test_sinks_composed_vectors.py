@@ -27,8 +27,10 @@ def _unit(v: np.ndarray) -> np.ndarray:
     return v / np.linalg.norm(v)
 
 
-@pytest.mark.parametrize("backend", ["torch", "onnx"])
+@pytest.mark.parametrize("backend", ["torch", "onnx", "torch-bf16"])
 def test_each_segment_is_embedded_once_and_chunks_are_their_sums(tmp_path: Path, backend: str) -> None:
+    # ONNX fp32 is checked against torch's sums (the same vectors); bfloat16 against its own
+    reference = MiniLMEmbedder(backend="torch-bf16" if backend == "torch-bf16" else "torch")
     document = Document(document_id="d", text=TEXT)
     chunks = overlapping_chunks(document, whole=True)
     embedder = CountingMiniLM(backend=backend)
@@ -41,18 +43,17 @@ def test_each_segment_is_embedded_once_and_chunks_are_their_sums(tmp_path: Path,
     assert sum(len(t) for t in embedder.seen) < sum(len(c.embed_text) for c in chunks)
     assert prepared.stats["embedded_chunks"] + prepared.stats["reused_chunks"] == len(chunks)
     sums = {
-        t: np.asarray(v)
-        for t, v in zip(segments.texts, MiniLMEmbedder().embed_sums(segments.texts), strict=True)
+        t: np.asarray(v) for t, v in zip(segments.texts, reference.embed_sums(segments.texts), strict=True)
     }
     for chunk, own in zip(chunks, segments.members, strict=True):
         expected = _unit(sum(sums[segments.texts[i]] for i in own))
         assert np.allclose(prepared.payload[chunk.chunk_id], expected, atol=1e-4)
     # a segment's sum, normalised, is the text's own vector: so is a chunk that is one segment
-    whole = np.asarray(MiniLMEmbedder().embed(segments.texts))
+    whole = np.asarray(reference.embed(segments.texts))
     composed_alone = np.stack([_unit(sums[t]) for t in segments.texts])
     assert np.allclose(composed_alone, whole, atol=1e-4)
     # composed and whole vectors of an overlapping chunk agree in direction, not in every digit
-    own_whole = np.asarray(MiniLMEmbedder().embed([chunks[1].embed_text]))[0]
+    own_whole = np.asarray(reference.embed([chunks[1].embed_text]))[0]
     assert 0.8 < float(np.dot(prepared.payload["c1"], own_whole)) < 0.9999
 
 

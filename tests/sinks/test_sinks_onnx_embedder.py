@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from unichunk.index.run import index_settings
-from unichunk.sinks.config import SinkSettings
+from unichunk.sinks.config import SinkSettings, machine_backend
 from unichunk.sinks.device import DeviceError, onnx_cuda_available, resolve_device, torch_cuda_available
 from unichunk.sinks.vectors import onnx_export
 from unichunk.sinks.vectors.base import EmbedderError
@@ -68,10 +68,10 @@ def test_onnx_fp32_gives_torchs_vectors_in_order(cache_dir: Path, torch_vectors:
     assert float(query @ torch_vectors[0]) >= 0.999
 
 
-def test_the_default_backend_is_within_its_measured_bound(cache_dir: Path, torch_vectors: np.ndarray) -> None:
+def test_the_default_backend_is_within_its_measured_bound(torch_vectors: np.ndarray) -> None:
     default = SinkSettings.model_fields["embedding_backend"].default
-    embedder = MiniLMEmbedder(cache_dir=cache_dir)
-    assert embedder.backend == default
+    embedder = MiniLMEmbedder()  # the default cache, as a user's run has it
+    assert embedder.backend == (machine_backend("auto") if default == "auto" else default)
     cosines = _cosines(np.asarray(embedder.embed(TEXTS)), torch_vectors)
     if default == "onnx-int8":
         assert np.delete(cosines, EMPTY).min() >= INT8_MIN_COSINE and cosines[EMPTY] >= INT8_EMPTY_COSINE

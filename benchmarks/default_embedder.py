@@ -1,0 +1,129 @@
+"""The default embedder against torch fp32, the issue 25 targets: >= 2x the throughput, retrieval within 0.5 points.
+
+    python -m benchmarks.default_embedder [--rounds 3] [--no-pipeline]
+
+Throughput: the texts the default pipeline embeds for the evaluation corpora (../shared/eval), the
+segments `model_input=segments` reads once each (`benchmarks.embedder_bf16.pipeline_texts`), through the
+shipped `MiniLMEmbedder.embed_sums` of each backend: torch fp32, bfloat16 uncompiled, and the default
+(`auto`, what it resolves to on this machine). Each round runs every backend in turn on the same texts;
+a backend's ratio is torch's seconds over its own in the same round (median of the rounds, each in
+brackets), so a load change touches all alike. Cosine: each text's normalised sum against torch's.
+
+Retrieval (unless `--no-pipeline`): the shipped pipeline ingests the eval corpora into a fresh data dir
+with `UNICHUNK_EMBEDDING_BACKEND=torch` and with the default (`benchmarks.model_input.measure`: all three
+sinks, `auto` chunks, timed), then scores the shipped search (`Pipeline.eval`, strict character recall at
+1,000 / 2,000 / 4,000 characters); the default minus torch, paired by question, per half (tune, report,
+all 276) with its 95 % bootstrap interval, and each retriever alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks import evaldata
+from benchmarks.embedder_bf16 import pipeline_texts
+from benchmarks.embedder_speed import machine_load
+from benchmarks.model_input import measure, recall
+from unichunk.retrieval.evaluation.metric import BUDGETS
+from unichunk.retrieval.evaluation.paired import paired_bootstrap
+from unichunk.retrieval.evaluation.questions import load_questions, split_halves
+from unichunk.sinks.vectors.minilm import MiniLMEmbedder
+
+
+def backends() -> dict[str, MiniLMEmbedder]:
+    return {
+        "torch fp32": MiniLMEmbedder(backend="torch"),
+        "bf16 uncompiled": MiniLMEmbedder(backend="torch-bf16", compiled=False),
+        "default (auto)": MiniLMEmbedder(),
+    }
+
+
+def throughput(rounds: int) -> None:
+    texts = pipeline_texts()["segments"]
+    embedders = backends()
+    for embedder in embedders.values():  # load, compile or read the package, first call
+        embedder.embed_sums(texts[:8])
+    seconds: dict[str, list[float]] = {name: [] for name in embedders}
+    sums: dict[str, np.ndarray] = {}
+    print(f"load before: {machine_load()}", flush=True)
+    for number in range(rounds):
+        for name, embedder in embedders.items():
+            started = time.perf_counter()
+            sums[name] = np.asarray(embedder.embed_sums(texts))
+            seconds[name].append(time.perf_counter() - started)
+        print(
+            f"round {number + 1}: " + ", ".join(f"{n} {s[-1]:.2f} s" for n, s in seconds.items()), flush=True
+        )
+    unit = {name: s / np.linalg.norm(s, axis=1, keepdims=True) for name, s in sums.items()}
+    print(f"\n{len(texts)} segments of the eval corpora, embed_sums, load after: {machine_load()}\n")
+    print("| backend | runs | seconds (median) | x torch fp32 (rounds) | cosine to torch, mean / min |")
+    print("|---|---|---:|---:|---|")
+    for name, embedder in embedders.items():
+        ratios = [t / s for t, s in zip(seconds["torch fp32"], seconds[name], strict=True)]
+        cosine = (unit[name] * unit["torch fp32"]).sum(axis=1)
+        print(
+            f"| {name} | {embedder.runs} | {statistics.median(seconds[name]):.2f} | "
+            f"{statistics.median(ratios):.2f} ({', '.join(f'{r:.2f}' for r in ratios)}) | "
+            f"{cosine.mean():.5f} / {cosine.min():.5f} |"
+        )
+
+
+def retrieval() -> None:
+    corpora = evaldata.corpora_dir("benchmarks.default_embedder")
+    questions_file = evaldata.questions_file("benchmarks.default_embedder")
+    questions = load_questions(questions_file)
+    tune, report = split_halves(questions)
+    with tempfile.TemporaryDirectory(prefix="unichunk-default-embedder-") as work:
+        runs = {
+            backend: measure("segments", corpora, questions_file, Path(work) / backend, backend)
+            for backend in ("torch", "auto")
+        }
+    base, default = runs["torch"]["scores"], runs["auto"]["scores"]
+    print(f"\ningest of the eval corpora (all sinks): torch {runs['torch']['seconds']:.1f} s, default "
+          f"{runs['auto']['seconds']:.1f} s: {runs['auto']['seconds'] / runs['torch']['seconds']:.2f}x\n")  # fmt: skip
+    halves = {
+        "tune": [q.id for q in tune],
+        "report": [q.id for q in report],
+        "all": [q.id for q in questions],
+    }
+    halves = {
+        name: [i for i in ids if i in base and base[i]["live"]["chars"]] for name, ids in halves.items()
+    }
+    print(f"strict recall (%) at {' / '.join(f'{b:,}' for b in BUDGETS)} characters")
+    print("| retriever | half | torch fp32 | default | default - torch (fused: 95 % interval) |")
+    print("|---|---|---|---|---|")
+    for label in base[halves["all"][0]]:
+        for half, ids in halves.items():
+            cells = [
+                " / ".join(f"{recall(scores, ids, label, b).mean():.1f}" for b in BUDGETS)
+                for scores in (base, default)
+            ]
+            deltas = []
+            for b in BUDGETS:
+                paired = paired_bootstrap(recall(default, ids, label, b), recall(base, ids, label, b))
+                shown = f"{paired.mean:+.1f}"
+                if label == "live":
+                    shown += f" [{paired.low:+.1f}, {paired.high:+.1f}]"
+                deltas.append(shown)
+            name = "fused (shipped search)" if label == "live" else label.removeprefix("live:") + " alone"
+            print(f"| {name} | {half} | {cells[0]} | {cells[1]} | {' / '.join(deltas)} |", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-pipeline", action="store_true", help="throughput only")
+    args = parser.parse_args(argv)
+    throughput(args.rounds)
+    if not args.no_pipeline:
+        retrieval()
+
+
+if __name__ == "__main__":
+    main()

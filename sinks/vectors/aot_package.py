@@ -1,0 +1,123 @@
+"""MiniLM in bfloat16, compiled ahead of time (AOTInductor) into a package file: built once, into a cache.
+
+Eager bfloat16 stops near 1.7x torch fp32 on a CPU with bf16 instructions, because CPU flash attention is
+slower in bfloat16 than in fp32; compiled, the kernels around it fuse and the model reaches about 2x
+(benchmarks/README.md, "Embedder backends"). `torch.compile` would pay its compile (about 27 s) in every
+process; a package is compiled once (about 17 s, with a C++ compiler) and loaded in a twentieth of a second.
+
+The package is the transformer only (its last hidden states, batch and length dynamic); pooling stays in
+the runner, so vectors and unpooled sums come from one call. Its file name carries a key over everything
+that decides its bytes or whether it runs: the weights' sha256, the torch version, the machine and the
+CPU's instruction set (generated code for AVX-512 must never run on a CPU without it, as a cache shared
+between machines would), and `PACKAGE_VERSION`. Written to a temporary name and renamed, as the ONNX
+export is; a package that does not load is compiled again. `torch._inductor.aoti_compile_and_package` and
+`aoti_load_package` are the entry points torch's AOTInductor guide documents (torch is pinned). Imported
+only where the compiled model runs (`unichunk.sinks.vectors.minilm`): torch's inductor takes a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import platform
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch._inductor import aoti_compile_and_package, aoti_load_package
+
+from unichunk.sinks.device import cpu_flags
+from unichunk.sinks.vectors.onnx_export import weights_sha256
+
+logger = logging.getLogger(__name__)
+
+# Bumped when what is compiled changes, so no older package is reused.
+PACKAGE_VERSION = 1
+_MAX_BATCH = 2048  # the settings' largest model batch (`embedding_model_batch_size`)
+_MAX_LENGTH = 256  # MiniLM's word pieces, [CLS] and [SEP] included
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+
+# Builds per process: tests read it to prove a second load reuses the file.
+BUILDS: dict[str, int] = {}
+_build_lock = threading.Lock()
+
+States = Callable[..., Any]
+
+
+class HiddenStates(torch.nn.Module):
+    """A transformer's last hidden states, its inputs by keyword (as `torch.export` traces it)."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+        return self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            return_dict=False,
+        )[0]
+
+
+def cache_key() -> str:
+    """What decides the package's bytes and where it may run, hashed."""
+    parts = [
+        weights_sha256(),
+        f"torch={torch.__version__}",
+        f"machine={platform.machine()}",
+        f"capability={torch.backends.cpu.get_cpu_capability()}",
+        "flags=" + " ".join(sorted(cpu_flags())),
+        f"package={PACKAGE_VERSION}",
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def package_file(cache_dir: Path) -> Path:
+    return cache_dir / f"all-MiniLM-L6-v2.bf16-aot.{cache_key()}.pt2"
+
+
+def load_states(cache_dir: Path, transformer: Callable[[], Any]) -> States:
+    """MiniLM's transformer in bfloat16, compiled: from the cache, or compiled into it first from what
+    `transformer()` gives (a Hugging Face BERT in bfloat16, loaded only then). Called with the tokenizer's
+    tensors by keyword, it returns the last hidden states."""
+    target = package_file(cache_dir)
+    with _build_lock:  # one build per process, however many embedders load at once
+        if target.is_file():
+            try:
+                return aoti_load_package(str(target))
+            except Exception as exc:  # truncated or foreign: build it again
+                logger.warning("compiled MiniLM %s does not load (%s); compiling it again", target, exc)
+        compile_package(transformer(), target)
+    return aoti_load_package(str(target))
+
+
+def compile_package(transformer: Any, target: Path) -> None:
+    """`transformer` exported with a dynamic batch and length and compiled, weights frozen, into the
+    package `target` (written beside it under a temporary name, then renamed)."""
+    example = {name: torch.ones((8, 64), dtype=torch.long) for name in INPUT_NAMES}
+    batch = torch.export.Dim("batch", min=1, max=_MAX_BATCH)
+    length = torch.export.Dim("length", min=2, max=_MAX_LENGTH)
+    logger.info("compiling MiniLM (bfloat16) ahead of time, once for this CPU and torch: about 20 s")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp.pt2")
+    os.close(fd)
+    try:
+        with torch.no_grad():
+            exported = torch.export.export(
+                HiddenStates(transformer).eval(),
+                (),
+                kwargs=example,
+                dynamic_shapes={name: {0: batch, 1: length} for name in INPUT_NAMES},
+            )
+            aoti_compile_and_package(exported, package_path=temporary, inductor_configs={"freezing": True})
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    BUILDS["bf16"] = BUILDS.get("bf16", 0) + 1
+    logger.info("compiled MiniLM (bfloat16) to %s", target)
