@@ -23,6 +23,7 @@ import os
 import platform
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -102,8 +103,10 @@ def compile_package(transformer: Any, target: Path) -> None:
     example = {name: torch.ones((8, 64), dtype=torch.long) for name in INPUT_NAMES}
     batch = torch.export.Dim("batch", min=1, max=_MAX_BATCH)
     length = torch.export.Dim("length", min=2, max=_MAX_LENGTH)
-    logger.info("compiling MiniLM (bfloat16) ahead of time, once for this CPU and torch: about 20 s")
+    # a warning, so the CLI shows why its first run waits (its bar cannot move meanwhile); once per CPU
+    logger.warning("compiling MiniLM in bfloat16 for this CPU, once (about 20 s), into %s", target.parent)
     target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned(target)
     fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp.pt2")
     os.close(fd)
     try:
@@ -121,3 +124,15 @@ def compile_package(transformer: Any, target: Path) -> None:
         raise
     BUILDS["bf16"] = BUILDS.get("bf16", 0) + 1
     logger.info("compiled MiniLM (bfloat16) to %s", target)
+
+
+def _remove_abandoned(target: Path, older_than: float = 600.0) -> None:
+    """Temporary packages a process left when it was stopped while compiling (a stop does not wait for
+    the compiler); younger ones may be another process's compile in progress."""
+    now = time.time()
+    for stale in target.parent.glob(f".{target.name}.*.tmp.pt2"):
+        try:
+            if now - stale.stat().st_mtime > older_than:
+                stale.unlink()
+        except OSError:  # gone meanwhile, or not ours to remove: nothing to do
+            continue

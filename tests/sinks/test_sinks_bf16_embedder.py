@@ -63,14 +63,21 @@ def test_compiled_and_uncompiled_bf16_are_torchs_vectors_to_three_decimals_yet_a
 def test_the_package_is_compiled_once_reused_and_compiled_again_when_unreadable(tmp_path: Path) -> None:
     before = aot_package.BUILDS.get("bf16", 0)
     MiniLMEmbedder(backend="torch-bf16", cache_dir=tmp_path).embed(TEXTS[:1])
-    (package,) = tmp_path.glob("all-MiniLM-L6-v2.bf16-aot.*.pt2")  # no temporary file left beside it
+    (package,) = tmp_path.iterdir()  # the package alone: no temporary file left beside it
+    assert package.name.startswith("all-MiniLM-L6-v2.bf16-aot.") and package.suffix == ".pt2"
     assert aot_package.BUILDS["bf16"] == before + 1
     again = MiniLMEmbedder(backend="torch-bf16", cache_dir=tmp_path)
     assert again.runs == "torch-bf16:compiled on cpu" and aot_package.BUILDS["bf16"] == before + 1
     package.write_bytes(package.read_bytes()[:1000])  # truncated, as a full disk could leave a copy
+    # what a process stopped while compiling leaves (a stop does not wait for the compiler), and what a
+    # process compiling right now has
+    abandoned, in_progress = (tmp_path / f".{package.name}.{n}.tmp.pt2" for n in ("old", "new"))
+    abandoned.write_bytes(b""), in_progress.write_bytes(b"")
+    os.utime(abandoned, (1_000_000_000, 1_000_000_000))
     third = MiniLMEmbedder(backend="torch-bf16", cache_dir=tmp_path)
     assert third.runs == "torch-bf16:compiled on cpu" and aot_package.BUILDS["bf16"] == before + 2
     assert package.stat().st_size > 1_000_000
+    assert not abandoned.exists() and in_progress.exists()
 
 
 def test_without_a_cpp_compiler_bf16_runs_uncompiled_with_one_warning(tmp_path: Path) -> None:
