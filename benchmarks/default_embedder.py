@@ -29,10 +29,8 @@ import numpy as np
 from benchmarks import evaldata
 from benchmarks.embedder_bf16 import pipeline_texts
 from benchmarks.embedder_speed import machine_load
-from benchmarks.model_input import measure, recall
-from unichunk.retrieval.evaluation.metric import BUDGETS
-from unichunk.retrieval.evaluation.paired import paired_bootstrap
-from unichunk.retrieval.evaluation.questions import load_questions, split_halves
+from benchmarks.model_input import measure, paired_table
+from unichunk.retrieval.evaluation.questions import load_questions
 from unichunk.sinks.vectors.minilm import MiniLMEmbedder
 
 
@@ -78,41 +76,14 @@ def retrieval() -> None:
     corpora = evaldata.corpora_dir("benchmarks.default_embedder")
     questions_file = evaldata.questions_file("benchmarks.default_embedder")
     questions = load_questions(questions_file)
-    tune, report = split_halves(questions)
     with tempfile.TemporaryDirectory(prefix="unichunk-default-embedder-") as work:
         runs = {
             backend: measure("segments", corpora, questions_file, Path(work) / backend, backend)
             for backend in ("torch", "auto")
         }
-    base, default = runs["torch"]["scores"], runs["auto"]["scores"]
     print(f"\ningest of the eval corpora (all sinks): torch {runs['torch']['seconds']:.1f} s, default "
           f"{runs['auto']['seconds']:.1f} s: {runs['auto']['seconds'] / runs['torch']['seconds']:.2f}x\n")  # fmt: skip
-    halves = {
-        "tune": [q.id for q in tune],
-        "report": [q.id for q in report],
-        "all": [q.id for q in questions],
-    }
-    halves = {
-        name: [i for i in ids if i in base and base[i]["live"]["chars"]] for name, ids in halves.items()
-    }
-    print(f"strict recall (%) at {' / '.join(f'{b:,}' for b in BUDGETS)} characters")
-    print("| retriever | half | torch fp32 | default | default - torch (fused: 95 % interval) |")
-    print("|---|---|---|---|---|")
-    for label in base[halves["all"][0]]:
-        for half, ids in halves.items():
-            cells = [
-                " / ".join(f"{recall(scores, ids, label, b).mean():.1f}" for b in BUDGETS)
-                for scores in (base, default)
-            ]
-            deltas = []
-            for b in BUDGETS:
-                paired = paired_bootstrap(recall(default, ids, label, b), recall(base, ids, label, b))
-                shown = f"{paired.mean:+.1f}"
-                if label == "live":
-                    shown += f" [{paired.low:+.1f}, {paired.high:+.1f}]"
-                deltas.append(shown)
-            name = "fused (shipped search)" if label == "live" else label.removeprefix("live:") + " alone"
-            print(f"| {name} | {half} | {cells[0]} | {cells[1]} | {' / '.join(deltas)} |", flush=True)
+    paired_table(runs["torch"]["scores"], runs["auto"]["scores"], questions, ("torch fp32", "default"))
 
 
 def main(argv: list[str] | None = None) -> None:

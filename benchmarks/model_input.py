@@ -23,7 +23,7 @@ from benchmarks import evaldata
 from unichunk import Pipeline
 from unichunk.retrieval.evaluation.metric import BUDGETS
 from unichunk.retrieval.evaluation.paired import paired_bootstrap
-from unichunk.retrieval.evaluation.questions import load_questions, split_halves
+from unichunk.retrieval.evaluation.questions import Question, load_questions, split_halves
 from unichunk.settings import SinkSettings
 
 WAYS = ("chunks", "segments")
@@ -52,7 +52,6 @@ def main(argv: list[str] | None = None) -> None:
     corpora = evaldata.corpora_dir("benchmarks.model_input")
     questions_file = evaldata.questions_file("benchmarks.model_input")
     questions = load_questions(questions_file)
-    tune, report = split_halves(questions)
     with tempfile.TemporaryDirectory(prefix="unichunk-model-input-") as work:
         runs = {
             way: measure(way, corpora, questions_file, Path(work), args.embedding_backend) for way in WAYS
@@ -60,30 +59,35 @@ def main(argv: list[str] | None = None) -> None:
     for way, run in runs.items():
         print(f"{way}: ingest {run['seconds']:.1f} s (all sinks, {run['embedded']} chunks embedded)")
     print(f"segments / chunks, ingest wall: {runs['segments']['seconds'] / runs['chunks']['seconds']:.2f}x\n")
-    scored = runs["chunks"]["scores"]
+    paired_table(runs["chunks"]["scores"], runs["segments"]["scores"], questions, ("chunks", "segments"))
+
+
+def paired_table(
+    base: dict[str, Any], other: dict[str, Any], questions: list[Question], names: tuple[str, str]
+) -> None:
+    """Strict recall of two runs' scores per retriever and half (tune, report, all), and `other` minus
+    `base` paired by question (the fused search with its 95 % bootstrap interval)."""
+    tune, report = split_halves(questions)
     halves = {
         "tune": [q.id for q in tune],
         "report": [q.id for q in report],
         "all": [q.id for q in questions],
     }
     halves = {
-        name: [i for i in ids if i in scored and scored[i]["live"]["chars"]] for name, ids in halves.items()
+        name: [i for i in ids if i in base and base[i]["live"]["chars"]] for name, ids in halves.items()
     }
-    budgets = " / ".join(f"{b:,}" for b in BUDGETS)
-    print(f"strict recall (%) at {budgets} characters")
-    print("| retriever | half | chunks | segments | segments - chunks (fused: 95 % interval) |")
+    print(f"strict recall (%) at {' / '.join(f'{b:,}' for b in BUDGETS)} characters")
+    print(f"| retriever | half | {names[0]} | {names[1]} | {names[1]} - {names[0]} (fused: 95 % interval) |")
     print("|---|---|---|---|---|")
-    for label in scored[halves["all"][0]]:
+    for label in base[halves["all"][0]]:
         for half, ids in halves.items():
-            cells, deltas = [], []
-            for way in WAYS:
-                cells.append(
-                    " / ".join(f"{recall(runs[way]['scores'], ids, label, b).mean():.1f}" for b in BUDGETS)
-                )
+            cells = [
+                " / ".join(f"{recall(scores, ids, label, b).mean():.1f}" for b in BUDGETS)
+                for scores in (base, other)
+            ]
+            deltas = []
             for b in BUDGETS:
-                paired = paired_bootstrap(
-                    recall(runs["segments"]["scores"], ids, label, b), recall(scored, ids, label, b)
-                )
+                paired = paired_bootstrap(recall(other, ids, label, b), recall(base, ids, label, b))
                 shown = f"{paired.mean:+.1f}"
                 if label == "live":
                     shown += f" [{paired.low:+.1f}, {paired.high:+.1f}]"
