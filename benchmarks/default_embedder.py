@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import evaldata
-from benchmarks.embedder_bf16 import pipeline_texts
+from benchmarks.embedder_bf16 import pipeline_texts, speedup
 from benchmarks.embedder_speed import machine_load
 from benchmarks.model_input import measure, paired_table
 from unichunk.retrieval.evaluation.questions import load_questions
@@ -63,12 +63,10 @@ def throughput(rounds: int) -> None:
     print("| backend | runs | seconds (median) | x torch fp32 (rounds) | cosine to torch, mean / min |")
     print("|---|---|---:|---:|---|")
     for name, embedder in embedders.items():
-        ratios = [t / s for t, s in zip(seconds["torch fp32"], seconds[name], strict=True)]
         cosine = (unit[name] * unit["torch fp32"]).sum(axis=1)
         print(
             f"| {name} | {embedder.runs} | {statistics.median(seconds[name]):.2f} | "
-            f"{statistics.median(ratios):.2f} ({', '.join(f'{r:.2f}' for r in ratios)}) | "
-            f"{cosine.mean():.5f} / {cosine.min():.5f} |"
+            f"{speedup(seconds['torch fp32'], seconds[name])} | {cosine.mean():.5f} / {cosine.min():.5f} |"
         )
 
 

@@ -118,6 +118,12 @@ def _ahead_of_time(model: torch.nn.Module) -> Forward:
     return lambda f: loaded(**f)
 
 
+def speedup(baseline: list[float], seconds: list[float]) -> str:
+    """The baseline's seconds over these, round by round: the median in bold, each round in brackets."""
+    ratios = [a / b for a, b in zip(baseline, seconds, strict=True)]
+    return f"**{statistics.median(ratios):.2f}** ({', '.join(f'{r:.2f}' for r in ratios)})"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -150,12 +156,10 @@ def main(argv: list[str] | None = None) -> None:
         print("| variant | seconds (median) | x fp32 (rounds) | cosine to fp32 mean / min | first call s |")
         print("|---|---:|---|---|---:|")
         for name in forwards:
-            ratios = [a / b for a, b in zip(seconds["fp32"], seconds[name], strict=True)]
             cosine = (vectors[name] * vectors["fp32"]).sum(dim=1)
             print(
-                f"| {name} | {statistics.median(seconds[name]):.2f} | **{statistics.median(ratios):.2f}** "
-                f"({', '.join(f'{r:.2f}' for r in ratios)}) | {float(cosine.mean()):.5f} / "
-                f"{float(cosine.min()):.5f} | {warm[name]:.1f} |"
+                f"| {name} | {statistics.median(seconds[name]):.2f} | {speedup(seconds['fp32'], seconds[name])} "
+                f"| {float(cosine.mean()):.5f} / {float(cosine.min()):.5f} | {warm[name]:.1f} |"
             )
     print(f"\nload after: {machine_load()}")
 
