@@ -24,9 +24,15 @@ import platform
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # Windows: no cross-process lock; two processes may both compile, the rename is atomic
+    fcntl = None  # type: ignore[assignment]
 
 import torch
 from torch._inductor import aoti_compile_and_package, aoti_load_package
@@ -87,14 +93,34 @@ def load_states(cache_dir: Path, transformer: Callable[[], Any]) -> States:
     `transformer()` gives (a Hugging Face BERT in bfloat16, loaded only then). Called with the tokenizer's
     tensors by keyword, it returns the last hidden states."""
     target = package_file(cache_dir)
-    with _build_lock:  # one build per process, however many embedders load at once
-        if target.is_file():
+    if target.is_file():
+        try:
+            return aoti_load_package(str(target))
+        except Exception:  # truncated or foreign: looked at again under the lock below
+            pass
+    with _compiling(target):
+        if target.is_file():  # another process may have compiled it while this one waited
             try:
                 return aoti_load_package(str(target))
-            except Exception as exc:  # truncated or foreign: build it again
+            except Exception as exc:
                 logger.warning("compiled MiniLM %s does not load (%s); compiling it again", target, exc)
         compile_package(transformer(), target)
     return aoti_load_package(str(target))
+
+
+@contextmanager
+def _compiling(target: Path) -> Iterator[None]:
+    """One compile of `target` at a time: in this process (embedders loading in several task threads) and,
+    where the platform has `flock`, across processes sharing the cache (shard workers or a service and a
+    CLI run starting together would each compile it otherwise)."""
+    with _build_lock:
+        if fcntl is None:
+            yield
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with (target.parent / f".{target.name}.lock").open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, or the process ends
+            yield
 
 
 def compile_package(transformer: Any, target: Path) -> None:

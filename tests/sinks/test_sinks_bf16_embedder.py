@@ -63,8 +63,9 @@ def test_compiled_and_uncompiled_bf16_are_torchs_vectors_to_three_decimals_yet_a
 def test_the_package_is_compiled_once_reused_and_compiled_again_when_unreadable(tmp_path: Path) -> None:
     before = aot_package.BUILDS.get("bf16", 0)
     MiniLMEmbedder(backend="torch-bf16", cache_dir=tmp_path).embed(TEXTS[:1])
-    (package,) = tmp_path.iterdir()  # the package alone: no temporary file left beside it
+    package, lock = sorted(tmp_path.iterdir(), key=lambda path: path.suffix == ".lock")
     assert package.name.startswith("all-MiniLM-L6-v2.bf16-aot.") and package.suffix == ".pt2"
+    assert lock.name == f".{package.name}.lock"  # and no temporary file left beside them
     assert aot_package.BUILDS["bf16"] == before + 1
     again = MiniLMEmbedder(backend="torch-bf16", cache_dir=tmp_path)
     assert again.runs == "torch-bf16:compiled on cpu" and aot_package.BUILDS["bf16"] == before + 1
@@ -78,6 +79,27 @@ def test_the_package_is_compiled_once_reused_and_compiled_again_when_unreadable(
     assert third.runs == "torch-bf16:compiled on cpu" and aot_package.BUILDS["bf16"] == before + 2
     assert package.stat().st_size > 1_000_000
     assert not abandoned.exists() and in_progress.exists()
+
+
+def test_two_processes_starting_together_compile_the_package_once(tmp_path: Path) -> None:
+    script = (
+        "from pathlib import Path\n"
+        "from unichunk.sinks.vectors import aot_package\n"
+        "from unichunk.sinks.vectors.minilm import MiniLMEmbedder\n"
+        f"e = MiniLMEmbedder(backend='torch-bf16', cache_dir=Path({str(tmp_path)!r}))\n"
+        "print('RUNS', e.runs, 'BUILDS', aot_package.BUILDS.get('bf16', 0))\n"
+    )
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    outputs = [process.communicate(timeout=600) for process in started]
+    assert all(process.returncode == 0 for process in started), [err[-2000:] for _, err in outputs]
+    lines = [out.strip().splitlines()[-1] for out, _ in outputs]
+    assert all(line.startswith("RUNS torch-bf16:compiled on cpu BUILDS ") for line in lines), lines
+    assert sorted(int(line.rsplit(" ", 1)[1]) for line in lines) == [0, 1]  # one compiled, one waited
 
 
 def test_without_a_cpp_compiler_bf16_runs_uncompiled_with_one_warning(tmp_path: Path) -> None:
@@ -97,7 +119,7 @@ def test_without_a_cpp_compiler_bf16_runs_uncompiled_with_one_warning(tmp_path: 
     assert "RUNS torch-bf16 on cpu 1.0" in done.stdout
     warnings = [line for line in done.stderr.splitlines() if "running bfloat16 uncompiled" in line]
     assert len(warnings) == 1 and warnings[0].startswith("WARNING"), done.stderr[-3000:]
-    assert not list(tmp_path.glob("*.pt2"))  # nothing half-built left in the cache
+    assert [path.suffix for path in tmp_path.iterdir()] == [".lock"]  # nothing half-built left
 
 
 def test_auto_is_bf16_exactly_where_the_cpu_computes_in_it(tmp_path: Path) -> None:
