@@ -126,8 +126,8 @@ class SinkSettings(BaseSettings):
         "auto",
         description="How MiniLM runs: `auto` (default: the live index's backend where the data dir has one, "
         "so an index keeps its vectors; otherwise `torch-bf16` on a CPU with bfloat16 instructions, "
-        "avx512_bf16 or AMX, and `torch` elsewhere), `torch` (sentence-transformers, fp32; on CUDA where "
-        "`UNICHUNK_DEVICE` picks it), `torch-bf16` (bfloat16 weights, compiled ahead of time into a package "
+        "avx512_bf16 or AMX, and `torch` elsewhere), `torch` (fp32, the model sentence-transformers loads; on "
+        "CUDA where `UNICHUNK_DEVICE` picks it), `torch-bf16` (bfloat16 weights, compiled ahead of time into a package "
         "in `model_cache_dir` on first use, about 17 s with a C++ compiler, uncompiled where that fails: "
         "about 2x torch on a CPU with bf16 instructions, slower without; vectors at cosine 0.9999, "
         "retrieval within 0.5 points), `onnx` (ONNX Runtime fp32: torch's vectors, as fast as torch on a "

@@ -2,7 +2,8 @@
 
 `UNICHUNK_EMBEDDING_BACKEND` says how it runs (benchmarks/README.md, "Embedder backends"). The default,
 `auto`, is bfloat16 compiled ahead of time (`aot_package`) on a CPU that computes in bfloat16 natively,
-about 2x torch fp32 with vectors at cosine 0.9999, and torch fp32 (sentence-transformers) elsewhere.
+about 2.2x sentence-transformers' fp32 with vectors at cosine 0.9999, and torch fp32 elsewhere (the
+model sentence-transformers loads, batched by word pieces: see `_TorchRunner`).
 ONNX Runtime (fp32, torch's vectors; int8) is an option, its graph exported offline from the same
 weights on first use and cached (`onnx_export`). Where a compiled or exported form cannot be made, one log
 line says so and the plain torch form runs. On a CUDA device (`UNICHUNK_DEVICE`) it runs there: ONNX
@@ -216,44 +217,23 @@ class _Runner:
 
 
 class _TorchRunner(_Runner):
-    """sentence-transformers in fp32 on `device`."""
-
-    def __init__(self, device: str) -> None:
-        self.kind, self.device = "torch", device
-        self.model = load_minilm(device)
-        self.fingerprint = model_fingerprint(None)
-
-    def encode(self, texts: list[str], batch_size: int, *, one_thread: bool, sums: bool) -> np.ndarray:
-        with _one_torch_thread() if one_thread else nullcontext():
-            if sums:  # each text's states come back unpadded: summing them sums its real tokens only
-                states = self.model.encode(
-                    texts,
-                    batch_size=batch_size,
-                    output_value="token_embeddings",
-                    convert_to_numpy=False,
-                    show_progress_bar=False,
-                )
-                return np.stack([s.float().sum(dim=0).cpu().numpy() for s in states])
-            return self.model.encode(
-                texts, batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False
-            )
-
-
-class _Bf16Runner(_Runner):
-    """MiniLM's transformer in bfloat16 on `device`: on the CPU compiled ahead of time into one AOTInductor
-    package (`aot_package`) unless `compiled` is off or compiling fails (then uncompiled, one log line).
-    The same arithmetic either way; compiled, the kernels around attention fuse (CPU flash attention is
-    slower in bfloat16 than in fp32): about 2.2x torch fp32 on the pipeline's texts, uncompiled 1.9x.
+    """MiniLM's transformer through torch on `device`, in fp32 or, with `bf16`, in bfloat16; in bfloat16 on
+    the CPU compiled ahead of time into one AOTInductor package (`aot_package`) unless `compiled` is off or
+    compiling fails (then uncompiled, one log line). The same arithmetic either way; compiled, the kernels
+    around attention fuse (CPU flash attention is slower in bfloat16 than in fp32): about 2.2x torch fp32
+    on the pipeline's texts, uncompiled 1.9x (benchmarks/README.md, "Embedder backends").
 
     Texts are tokenized as sentence-transformers does (truncated to 256 word pieces), all at once, and
-    sorted by their word pieces into model batches, so a batch pads to within a few tokens (sorted by
-    characters, a fifth of the eval corpora's padded tokens were padding). The token states are summed over
-    the real tokens in float32, and normalised for vectors (mean pooling, normalised, is the normalised
-    sum): in bfloat16 a norm is right to two decimals only."""
+    sorted by their word pieces into model batches, so a batch pads to within a few tokens (sentence-
+    transformers sorts by characters: a fifth of the eval corpora's padded tokens were padding). The token
+    states are summed over the real tokens in float32, and normalised for vectors (mean pooling,
+    normalised, is the normalised sum; in bfloat16 a norm is right to two decimals only)."""
 
-    def __init__(self, device: str, cache_dir: Path, *, compiled: bool) -> None:
-        self.device, self.fingerprint = device, model_fingerprint(None) + "+bf16"
-        if compiled and device == "cpu":
+    def __init__(
+        self, device: str, cache_dir: Path | None = None, *, bf16: bool = False, compiled: bool = False
+    ) -> None:
+        self.device, self.fingerprint = device, model_fingerprint(None) + ("+bf16" if bf16 else "")
+        if bf16 and compiled and device == "cpu" and cache_dir is not None:
             try:
                 from unichunk.sinks.vectors.aot_package import load_states
 
@@ -266,8 +246,8 @@ class _Bf16Runner(_Runner):
                     "MiniLM compiled ahead of time unavailable (%s: %s); running bfloat16 uncompiled",
                     type(exc).__name__, exc,
                 )  # fmt: skip
-        model = load_minilm(device, bf16=True)
-        self.kind, self.tokenizer = "torch-bf16", model.tokenizer
+        model = load_minilm(device, bf16=bf16)
+        self.kind, self.tokenizer = ("torch-bf16" if bf16 else "torch"), model.tokenizer
         self.states = _uncompiled(model[0].auto_model)
 
     def encode(self, texts: list[str], batch_size: int, *, one_thread: bool, sums: bool) -> np.ndarray:
@@ -352,10 +332,8 @@ def load_backend(
         device = resolve_device(device_setting)
     except DeviceError as exc:
         raise EmbedderError(str(exc)) from exc
-    if backend == "torch-bf16" and variant_name is None:
-        return _Bf16Runner(device, cache_dir, compiled=compiled)
-    if backend == "torch" and variant_name is None:
-        return _TorchRunner(device)
+    if backend in ("torch", "torch-bf16") and variant_name is None:
+        return _TorchRunner(device, cache_dir, bf16=backend == "torch-bf16", compiled=compiled)
     variant = VARIANTS[variant_name or (INT8_VARIANT if backend == "onnx-int8" else "fp32")]
     try:
         runtime = import_runtime(runtime_module)
