@@ -14,7 +14,8 @@ the top hits cut to a budget) with `auto` only, no baselines, each variant as th
 questions; the `vectors` and `hybrid` retrievers' recall at 1,000 / 2,000 / 4,000 characters, and the
 difference to torch fp32 in points.
 
-Variants: `torch` (sentence-transformers, fp32), `torch-bf16` (its weights in bfloat16) and the names of `unichunk.sinks.vectors.onnx_export.VARIANTS`
+Variants: `torch` (the shipped fp32 backend; until 2026-11-27 sentence-transformers' `encode`), `torch-bf16`
+(bfloat16, compiled as shipped) and the names of `unichunk.sinks.vectors.onnx_export.VARIANTS`
 (ONNX Runtime fp32 with and without ONNX Runtime's BERT fusions; int8 recipes of `quantize_dynamic`).
 """
 
@@ -52,7 +53,7 @@ def corpus_texts(limit: int) -> list[str]:
     return texts[::step][:limit]
 
 
-TORCH_VARIANTS = ("torch", "torch-bf16")  # sentence-transformers in fp32, and with bfloat16 weights
+TORCH_VARIANTS = ("torch", "torch-bf16")  # the shipped torch backends, fp32 and bfloat16
 
 
 def make(variant: str, cache_dir: Path) -> MiniLMEmbedder:
