@@ -20,7 +20,7 @@ from unichunk.chunking.config import (
     MINILM_TOKENIZER,
     EmbeddingBudget,
 )
-from unichunk.sinks.device import DeviceError, DeviceSetting, cpu_has_bf16, resolve_device
+from unichunk.sinks.device import DeviceSetting, cpu_has_bf16, cuda_possible, torch_cuda_available
 
 MiniLMBackend = Literal["torch", "torch-bf16", "onnx", "onnx-int8"]
 # The generation key each lower-precision backend adds (`embedding_variant`); fp32 backends add none.
@@ -30,12 +30,13 @@ VARIANT_OF_BACKEND: dict[MiniLMBackend, str] = {"torch-bf16": "bf16", "onnx-int8
 def machine_backend(device: DeviceSetting) -> MiniLMBackend:
     """`auto`'s MiniLM backend on this machine: bfloat16 where the models run on a CPU that computes in it
     natively (about 2x fp32, retrieval within 0.5 points; emulated, it would be slower than fp32), torch
-    fp32 elsewhere (on CUDA too, where fp32 is both fast and exact)."""
-    try:
-        on_cpu = resolve_device(device) == "cpu"
-    except DeviceError:  # the embedder names it when it loads; no fingerprint fails on it
+    fp32 elsewhere (on CUDA too, where fp32 is both fast and exact). Every run's fingerprint asks, so it
+    imports nothing where the answer is plain: a CPU without bf16, or no NVIDIA driver."""
+    if device == "cuda" or not cpu_has_bf16():
         return "torch"
-    return "torch-bf16" if on_cpu and cpu_has_bf16() else "torch"
+    if device == "auto" and cuda_possible() and torch_cuda_available():
+        return "torch"  # `auto` puts torch on the GPU
+    return "torch-bf16"
 
 
 # How long a server a command started implicitly stays up unused (build daemons do the same).

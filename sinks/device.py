@@ -82,6 +82,16 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+def cuda_possible() -> bool:
+    """False where no CUDA device can be present, known without importing anything: Linux without the
+    NVIDIA driver (`/proc/driver/nvidia`, `/dev/nvidia0`). True elsewhere (then only torch can tell): so
+    deciding a run's embedder, which every run's fingerprint does, costs no torch import on a machine
+    without a GPU, whichever torch wheel it has."""
+    if not Path("/proc/cpuinfo").exists():  # not Linux: no cheap answer
+        return True
+    return Path("/proc/driver/nvidia").exists() or Path("/dev/nvidia0").exists()
+
+
 def cpu_has_bf16() -> bool:
     """Whether the CPU computes in bfloat16 natively (AVX-512 BF16, AMX, or Arm's BF16): where it does not,
     torch emulates bfloat16 and it is slower than fp32."""

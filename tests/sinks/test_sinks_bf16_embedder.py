@@ -124,7 +124,7 @@ def test_without_a_cpp_compiler_bf16_runs_uncompiled_with_one_warning(tmp_path: 
 
 def test_auto_is_bf16_exactly_where_the_cpu_computes_in_it(tmp_path: Path) -> None:
     expected = "torch-bf16" if cpu_has_bf16() else "torch"
-    assert machine_backend("cpu") == expected
+    assert machine_backend("cpu") == expected and machine_backend("cuda") == "torch"  # fp32 on a GPU
     assert MiniLMEmbedder(device="cpu").backend == expected
     auto = SinkSettings(data_dir=tmp_path, device="cpu")
     assert auto.embedding_backend == "auto" and auto.minilm_backend() == expected
