@@ -220,8 +220,9 @@ class _TorchRunner(_Runner):
     """MiniLM's transformer through torch on `device`, in fp32 or, with `bf16`, in bfloat16; in bfloat16 on
     the CPU compiled ahead of time into one AOTInductor package (`aot_package`) unless `compiled` is off or
     compiling fails (then uncompiled, one log line). The same arithmetic either way; compiled, the kernels
-    around attention fuse (CPU flash attention is slower in bfloat16 than in fp32): about 2.2x torch fp32
-    on the pipeline's texts, uncompiled 1.9x (benchmarks/README.md, "Embedder backends").
+    around attention fuse (CPU flash attention is slower in bfloat16 than in fp32). On the pipeline's texts,
+    against MiniLM as sentence-transformers runs it in fp32: compiled 2.3x, uncompiled 1.9x, and fp32 here
+    1.24x, from the batching below (benchmarks/README.md, "Embedder backends").
 
     Texts are tokenized as sentence-transformers does (truncated to 256 word pieces), all at once, and
     sorted by their word pieces into model batches, so a batch pads to within a few tokens (sentence-
