@@ -130,6 +130,7 @@ def run_unichunk(pages: list[Path], workdir: Path, all_sinks: bool, profile: Pat
 
     from unichunk.chunking.config import ChunkStrategy
     from unichunk.chunking.loaders import load_bytes
+    from unichunk.chunking.segments import segment_chunk
     from unichunk.chunking.service import shared_service
     from unichunk.engine.params import IngestParams, SourceParams
     from unichunk.flows.ingest import ingest
@@ -137,7 +138,6 @@ def run_unichunk(pages: list[Path], workdir: Path, all_sinks: bool, profile: Pat
     from unichunk.index.run import RunConfig
     from unichunk.sinks.base import SINK_NAMES
     from unichunk.sinks.config import SinkSettings
-    from unichunk.sinks.graph.extraction import load_spacy
     from unichunk.sinks.graph.falkordb_server import stop_server
     from unichunk.sinks.pool import flow_sinks
 
@@ -157,7 +157,7 @@ def run_unichunk(pages: list[Path], workdir: Path, all_sinks: bool, profile: Pat
         page = b"<html><body><h1>Warm up</h1><p>The loader and the chunker, once.</p></body></html>"
         shared_service().chunk(load_bytes(page, "warm-up.html"), run.strategy)
         if all_sinks:
-            load_spacy(sinks["graph"].extractor.model)
+            sinks["graph"].extractor.extract([segment_chunk("Warm up spaCy in Paris.")])
         warmup()
         with (
             sampled(profile, os.getpid()) if profile is not None else nullcontext(),

@@ -200,6 +200,14 @@ class SinkSettings(BaseSettings):
     extractor: Literal["spacy", "llm"] = Field(
         "spacy", description="`spacy` (offline NER) or `llm` (OpenAI-compatible chat, LightRAG-style prompt)."
     )
+    spacy_process: Literal["auto", "worker", "inline"] = Field(
+        "auto",
+        description="Where spaCy extracts during an ingest: `worker`, a child process of its own, so it runs "
+        "beside MiniLM on another core; `inline`, in the ingest's own process; `auto` (default): a worker "
+        "where MiniLM holds Python's GIL while it runs (`torch-bf16` on the CPU, compiled ahead of time), "
+        "else inline (torch releases the GIL, and a worker gained nothing there). The same extractions "
+        'either way (benchmarks/README.md, "Ingest against LlamaIndex"). Queries always run it inline.',
+    )
     llm_base_url: str | None = Field(None, description="OpenAI-compatible /v1 base URL (llm extractor).")
     llm_model: str = Field("gpt-4o-mini", description="Chat model (llm extractor).")
     llm_api_key: SecretStr | None = Field(None, description="API key (llm extractor).")
@@ -237,6 +245,16 @@ class SinkSettings(BaseSettings):
         `unichunk.index.generations.settled_backend`) this machine's fastest that keeps retrieval:
         bfloat16 where the CPU computes in it natively and the models run on it, torch fp32 elsewhere."""
         return machine_backend(self.device) if self.embedding_backend == "auto" else self.embedding_backend
+
+    def spacy_in_worker(self) -> bool:
+        """Whether the graph sink's spaCy runs in a worker process (`spacy_process`): for `auto`, where
+        MiniLM runs as the compiled bfloat16 package, whose calls hold the GIL, so spaCy in a thread
+        would wait for them (on CUDA the package is not used)."""
+        if self.extractor != "spacy" or self.spacy_process == "inline":
+            return False
+        if self.spacy_process == "worker":
+            return True
+        return self.embedder == "minilm" and self.device != "cuda" and self.minilm_backend() == "torch-bf16"
 
     def segmented_vectors(self) -> bool:
         """Whether chunk vectors are composed from segments (`model_input`): MiniLM only, whose token

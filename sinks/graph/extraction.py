@@ -127,6 +127,10 @@ class EntityExtractor(ABC):
     def extract(self, chunks: Sequence[Chunk]) -> list[Extraction]:
         """Extract from a batch of chunks (batching lets models use their fast paths)."""
 
+    def close(self) -> None:
+        """Release what the extractor holds beyond memory (a worker process); the sink's close calls it."""
+        return None  # most hold nothing
+
     @property
     def fingerprint(self) -> str | None:
         """What makes an extraction from a chunk's text (model, its version, settings, prompt): the graph
@@ -265,20 +269,22 @@ class SpacyExtractor(EntityExtractor):
         )
 
     def extract(self, chunks: Sequence[Chunk]) -> list[Extraction]:
-        if not chunks:
+        return self.extract_texts([c.chunk_id for c in chunks], [c.content for c in chunks])
+
+    def extract_texts(self, chunk_ids: Sequence[str], texts: Sequence[str]) -> list[Extraction]:
+        """`extract` on the chunks' IDs and texts alone (what a worker process is sent)."""
+        if not texts:
             return []
         nlp = load_spacy(self.model, self.device)
-        longest = max(len(c.content) for c in chunks)
+        longest = max(len(text) for text in texts)
         if longest >= nlp.max_length:
             nlp.max_length = longest + 1  # NER without the parser stays linear in memory
         tagging = deferred_pipes(nlp)
-        docs = list(
-            STOP.checked(nlp.pipe((c.content for c in chunks), batch_size=self.batch_size, disable=tagging))
-        )
+        docs = list(STOP.checked(nlp.pipe(texts, batch_size=self.batch_size, disable=tagging)))
         paired = [doc for doc in docs if self._names_a_pair(doc)]
         for name in tagging:  # in pipeline order; the tagger reads tok2vec's doc.tensor
             paired = list(STOP.checked(nlp.get_pipe(name).pipe(paired, batch_size=self.batch_size)))
-        return [self._from_doc(chunk.chunk_id, doc) for chunk, doc in zip(chunks, docs, strict=True)]
+        return [self._from_doc(chunk_id, doc) for chunk_id, doc in zip(chunk_ids, docs, strict=True)]
 
     def _names_a_pair(self, doc: object) -> bool:
         """Whether a sentence of `doc` names two different entities (then keywords need POS and lemmas)."""

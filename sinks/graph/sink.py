@@ -54,6 +54,7 @@ from unichunk.sinks.graph.extraction import (
     pack_extraction,
     unpack_extraction,
 )
+from unichunk.sinks.graph.extraction_worker import ProcessExtractor
 from unichunk.sinks.graph.llm_extraction import LLMExtractor
 from unichunk.sinks.graph.names import spellings
 from unichunk.sinks.graph.resolution import PAIR_SEPARATOR, DocumentGraph, aggregate
@@ -115,6 +116,8 @@ class KnowledgeGraphSink(Sink):
             extractor = LLMExtractor.from_settings(settings)
         elif extractor is None:
             extractor = SpacyExtractor(device=resolve_device(settings.device))
+            if settings.spacy_in_worker():
+                extractor = ProcessExtractor(extractor)
         fingerprint = extractor.fingerprint
         cache = ResultCache.open(settings, "extractions", fingerprint) if fingerprint else None
         return cls(
@@ -548,6 +551,7 @@ class KnowledgeGraphSink(Sink):
         return counts
 
     def close(self) -> None:
+        self.extractor.close()
         self.backend.close()
 
     def drop(self) -> None:

@@ -59,13 +59,60 @@ def _corpus(root: Path) -> Path:
     return root
 
 
-def _start(corpus: Path, log: Path) -> subprocess.Popen:
+def _start(corpus: Path, log: Path, spacy_process: str = "auto") -> subprocess.Popen:
     return subprocess.Popen(
         [UNICHUNK, "ingest", str(corpus), "--batch-size", str(BATCH)],
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        env={**os.environ, "UNICHUNK_SPACY_PROCESS": spacy_process},
     )
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes `pid` started (spaCy's worker), from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _worker_started(proc: subprocess.Popen, spacy_process: str) -> list[int]:
+    """The run's child processes, once spaCy's worker is among them where it was asked for (the graph
+    sink starts it with its first prepare, beside the embedding)."""
+    deadline = time.monotonic() + 120
+    while spacy_process == "worker" and not _descendants(proc.pid):
+        assert proc.poll() is None and time.monotonic() < deadline, "spaCy's worker never started"
+        time.sleep(0.05)
+    return _descendants(proc.pid)
+
+
+def _all_ended(pids: list[int], seconds: float = 10.0) -> bool:
+    """Whether every process of `pids` has ended (a zombie has) within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        running = [p for p in pids if Path(f"/proc/{p}/stat").is_file()]
+        running = [p for p in running if _state(p) not in ("Z", "X", None)]
+        if not running:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
 
 
 def _wait_embedding(status: StatusStore, proc: subprocess.Popen, log: Path) -> None:
@@ -132,17 +179,22 @@ def _next_run_converges(corpus: Path, data_dir: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("signum", "code", "spacy_process"),
+    [(signal.SIGINT, 130, "inline"), (signal.SIGTERM, 143, "inline"), (signal.SIGINT, 130, "worker")],
+)
 def test_first_signal_mid_embedding_stops_cancelled_and_the_next_run_converges(
-    fault_env, tmp_path, signum, code
+    fault_env, tmp_path, signum, code, spacy_process
 ):
     corpus = _corpus(tmp_path / "corpus")
     log = tmp_path / "ingest.log"
-    proc = _start(corpus, log)
+    proc = _start(corpus, log, spacy_process)
     status = live_status(SinkSettings(data_dir=fault_env))
     _wait_embedding(status, proc, log)
+    started = _worker_started(proc, spacy_process)
     os.killpg(proc.pid, signum)
     assert _exit(proc, log) == code, log.read_text()[-3000:]
+    assert _all_ended(started), "spaCy's worker outlived the stopped run"
     output = log.read_text()
     assert "stopping (" in output and "stopped:" in output
     assert "terminate called" not in output
@@ -167,12 +219,14 @@ def test_first_signal_mid_embedding_stops_cancelled_and_the_next_run_converges(
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_second_ctrl_c_exits_at_once_and_the_stores_stay_consistent(fault_env, tmp_path):
+@pytest.mark.parametrize("spacy_process", ["inline", "worker"])
+def test_second_ctrl_c_exits_at_once_and_the_stores_stay_consistent(fault_env, tmp_path, spacy_process):
     corpus = _corpus(tmp_path / "corpus")
     log = tmp_path / "ingest.log"
-    proc = _start(corpus, log)
+    proc = _start(corpus, log, spacy_process)
     status = live_status(SinkSettings(data_dir=fault_env))
     _wait_embedding(status, proc, log)
+    started = _worker_started(proc, spacy_process)
     os.killpg(proc.pid, signal.SIGINT)
     while "stopping (" not in log.read_text() and proc.poll() is None:  # the first one taken: now again
         time.sleep(0.05)
@@ -180,6 +234,7 @@ def test_second_ctrl_c_exits_at_once_and_the_stores_stay_consistent(fault_env, t
         os.killpg(proc.pid, signal.SIGINT)
     assert _exit(proc, log) == 130, log.read_text()[-3000:]
     assert "terminate called" not in log.read_text()
+    assert _all_ended(started), "spaCy's worker outlived the run"
     _next_run_converges(corpus, fault_env)
 
 

@@ -15,12 +15,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import servers
 
 _PROBE = """
 import atexit, json, sys
 import unichunk.sinks.factory as factory
 import unichunk.sinks.graph.extraction as extraction
+import unichunk.sinks.graph.extraction_worker as extraction_worker
 import unichunk.sinks.vectors.minilm as minilm
 calls = []
 
@@ -33,6 +35,7 @@ def counted(module, name):
 
 counted(minilm, "load_backend")
 counted(extraction, "load_spacy")
+counted(extraction_worker.ProcessExtractor, "_started")  # spaCy's worker process, where it runs there
 opened = []
 real_open_sink = factory.open_sink
 
@@ -70,15 +73,23 @@ def _ingest(probe: Path, corpus: Path, env: dict[str, str]) -> dict:
     return {"summary": json.loads(result.stdout), **json.loads(lines[0].removeprefix("PROBE "))}
 
 
-def test_a_no_change_ingest_loads_no_model(tmp_path: Path, corpus: Path, pipeline_env: Path) -> None:
+@pytest.mark.parametrize("spacy_process", ["inline", "worker"])
+def test_a_no_change_ingest_loads_no_model(
+    tmp_path: Path, corpus: Path, pipeline_env: Path, spacy_process: str
+) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text(_PROBE, encoding="utf-8")
-    env = servers.environment_with(HF_HUB_OFFLINE="1", PYTHONPATH=str(Path(__file__).parents[2]))
+    env = servers.environment_with(
+        HF_HUB_OFFLINE="1", PYTHONPATH=str(Path(__file__).parents[2]), UNICHUNK_SPACY_PROCESS=spacy_process
+    )
 
     first = _ingest(probe, corpus, env)
     assert first["summary"]["processed"] == 3, first["summary"]
-    assert set(first["calls"]) == {"load_backend", "load_spacy"}, first  # the control: a real run loads both
-    assert "spacy" in first["imported"] and {"torch", "onnxruntime"} & set(first["imported"]), first
+    # the control: a real run loads both models (spaCy here, or in the worker process it starts)
+    spacy = "load_spacy" if spacy_process == "inline" else "_started"
+    assert set(first["calls"]) == {"load_backend", spacy}, first
+    assert {"torch", "onnxruntime"} & set(first["imported"]), first
+    assert ("spacy" in first["imported"]) == (spacy_process == "inline"), first
     assert sorted(first["opened"]) == ["graph", "keywords", "vectors"], first  # and opens every store
     assert {"qdrant_edge", "bm25s", "falkordb"} <= set(first["clients"]), first
     (lock,) = pipeline_env.rglob("run.lock")  # the embedded store's lock, taken by the first run
