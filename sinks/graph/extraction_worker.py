@@ -17,7 +17,6 @@ parent ended.
 
 from __future__ import annotations
 
-import logging
 import os
 import pickle
 import select
@@ -39,8 +38,6 @@ from unichunk.sinks.graph.extraction import (
 )
 from unichunk.sinks.stop import STOP
 
-logger = logging.getLogger(__name__)
-
 POLL_SECONDS = 0.1  # how often a wait for the child looks at the stop flag
 PARENT_POLL_SECONDS = 0.5  # how often the child looks whether its parent is still there
 
@@ -56,10 +53,6 @@ class ProcessExtractor(EntityExtractor):
         self.inner = inner
         self._lock = threading.Lock()  # one batch at a time through the pipe
         self._child: subprocess.Popen[bytes] | None = None
-
-    @property
-    def model(self) -> str:
-        return self.inner.model
 
     @property
     def fingerprint(self) -> str:
@@ -96,12 +89,6 @@ class ProcessExtractor(EntityExtractor):
     def _started(self) -> subprocess.Popen[bytes]:
         if self._child is None or self._child.poll() is not None:
             self.close()
-            options = {
-                "model": self.inner.model,
-                "labels": sorted(self.inner.labels),
-                "batch_size": self.inner.batch_size,
-                "device": self.inner.device,
-            }
             child = subprocess.Popen(
                 [sys.executable, "-m", __name__],
                 stdin=subprocess.PIPE,
@@ -109,7 +96,7 @@ class ProcessExtractor(EntityExtractor):
                 start_new_session=True,  # the terminal's Ctrl-C is the parent's to handle
             )
             assert child.stdin is not None
-            _send(child.stdin, options)
+            _send(child.stdin, self.inner)  # the extractor itself, with its settings
             self._child = child
         return self._child
 
@@ -145,7 +132,7 @@ def serve() -> None:
     os.dup2(2, 1)  # whatever a library prints goes to stderr, never into the replies
     requests = sys.stdin.buffer
     threading.Thread(target=_exit_with, args=(os.getppid(),), name="parent-watch", daemon=True).start()
-    extractor = SpacyExtractor(**pickle.load(requests))
+    extractor: SpacyExtractor = pickle.load(requests)
     while True:
         try:
             chunk_ids, texts = pickle.load(requests)

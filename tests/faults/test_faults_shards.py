@@ -40,6 +40,7 @@ import httpx
 import pytest
 import servers
 from fault_checks import duplicates, held, make_corpus
+from processes import descendants, parent_of
 from served import stop_process, tail, wait
 
 from unichunk.chunking.sources import DirectorySource
@@ -129,29 +130,10 @@ class Worker:
     def kill_tree(self) -> None:
         """SIGKILL the worker and every process below it (its flow runs run in sessions of their own):
         what a lost machine looks like."""
-        for pid in [self.process.pid, *_descendants(self.process.pid)]:
+        for pid in [self.process.pid, *descendants(self.process.pid)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         self.process.wait()
-
-
-def _parent_of(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        children.setdefault(_parent_of(int(stat.parent.name)), []).append(int(stat.parent.name))
-    found, todo = [], list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo += children.get(pid, [])
-    return found
 
 
 @contextlib.contextmanager
@@ -179,7 +161,7 @@ def _three_workers(pool: str, prefect_api_url: str, tmp_path: Path) -> Iterator[
         for worker in started:
             stop_process(worker.process)
             with contextlib.suppress(ProcessLookupError):  # flow runs it left in their own sessions
-                for pid in _descendants(worker.process.pid):
+                for pid in descendants(worker.process.pid):
                     os.kill(pid, signal.SIGKILL)
         close_all_sinks()
 
@@ -506,7 +488,7 @@ def _runs_under(pid: int, worker: Worker) -> bool:
     while pid > 1:
         if pid == worker.process.pid:
             return True
-        pid = _parent_of(pid)
+        pid = parent_of(pid)
     return False
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fault_checks import assert_converged
+from processes import all_ended, descendants
 
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.engine.params import IngestParams, SourceParams
@@ -69,50 +70,14 @@ def _start(corpus: Path, log: Path, spacy_process: str = "auto") -> subprocess.P
     )
 
 
-def _descendants(pid: int) -> list[int]:
-    """The processes `pid` started (spaCy's worker), from /proc."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # ended meanwhile
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def _worker_started(proc: subprocess.Popen, spacy_process: str) -> list[int]:
     """The run's child processes, once spaCy's worker is among them where it was asked for (the graph
     sink starts it with its first prepare, beside the embedding)."""
     deadline = time.monotonic() + 120
-    while spacy_process == "worker" and not _descendants(proc.pid):
+    while spacy_process == "worker" and not descendants(proc.pid):
         assert proc.poll() is None and time.monotonic() < deadline, "spaCy's worker never started"
         time.sleep(0.05)
-    return _descendants(proc.pid)
-
-
-def _all_ended(pids: list[int], seconds: float = 10.0) -> bool:
-    """Whether every process of `pids` has ended (a zombie has) within `seconds`."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        running = [p for p in pids if Path(f"/proc/{p}/stat").is_file()]
-        running = [p for p in running if _state(p) not in ("Z", "X", None)]
-        if not running:
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def _state(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None
+    return descendants(proc.pid)
 
 
 def _wait_embedding(status: StatusStore, proc: subprocess.Popen, log: Path) -> None:
@@ -194,7 +159,7 @@ def test_first_signal_mid_embedding_stops_cancelled_and_the_next_run_converges(
     started = _worker_started(proc, spacy_process)
     os.killpg(proc.pid, signum)
     assert _exit(proc, log) == code, log.read_text()[-3000:]
-    assert _all_ended(started), "spaCy's worker outlived the stopped run"
+    assert all_ended(started), "spaCy's worker outlived the stopped run"
     output = log.read_text()
     assert "stopping (" in output and "stopped:" in output
     assert "terminate called" not in output
@@ -234,7 +199,7 @@ def test_second_ctrl_c_exits_at_once_and_the_stores_stay_consistent(fault_env, t
         os.killpg(proc.pid, signal.SIGINT)
     assert _exit(proc, log) == 130, log.read_text()[-3000:]
     assert "terminate called" not in log.read_text()
-    assert _all_ended(started), "spaCy's worker outlived the run"
+    assert all_ended(started), "spaCy's worker outlived the run"
     _next_run_converges(corpus, fault_env)
 
 

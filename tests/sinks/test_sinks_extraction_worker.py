@@ -16,9 +16,9 @@ import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from processes import all_ended
 
 from unichunk.chunking.segments import segment_chunk
 from unichunk.sinks.config import SinkSettings
@@ -38,19 +38,6 @@ TEXTS = [
 
 def _chunks(texts: list[str]):  # type: ignore[no-untyped-def]
     return [segment_chunk(text) for text in texts]
-
-
-def _wait_gone(pid: int, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        if Path(f"/proc/{pid}/stat").is_file() and Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
-            return True  # a zombie waiting for its parent's wait: it runs nothing any more
-        time.sleep(0.1)
-    return False
 
 
 @pytest.fixture
@@ -79,7 +66,7 @@ def test_a_stop_mid_batch_kills_the_child_and_the_next_batch_starts_another(work
     with pytest.raises(StopRequested):
         worker.extract(many)
     assert time.monotonic() - started < 1.0 + 2.0  # the wait ends within the poll, not with the batch
-    assert _wait_gone(process.pid, 5)
+    assert all_ended([process.pid], 5)
     STOP.clear()
     assert worker.extract(_chunks(TEXTS[:1])) == SpacyExtractor().extract(_chunks(TEXTS[:1]))
     assert worker._child.pid != process.pid
@@ -118,7 +105,7 @@ def test_the_child_ends_when_its_parent_is_killed_outright_and_never_runs_its_sc
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert len(done.stdout.split()) == 1, done.stdout  # the script ran once
     child = int(done.stdout.split()[0])
-    assert _wait_gone(child, 10), "the spaCy worker outlived its killed parent"
+    assert all_ended([child], 10), "the spaCy worker outlived its killed parent"
 
 
 @pytest.mark.parametrize(
@@ -144,4 +131,4 @@ def test_the_graph_sink_runs_the_worker_when_asked_and_closes_it(pipeline_env):
     sink.extractor.extract(_chunks(TEXTS[:1]))
     process = sink.extractor._child
     sink.close()
-    assert _wait_gone(process.pid, 5)
+    assert all_ended([process.pid], 5)
