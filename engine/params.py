@@ -487,9 +487,10 @@ class RebuildParams(StrategyChoice):
 
 
 class RebuildSummary(BaseModel):
-    """What a rebuild did. `outcome`: switched, built (not switched), already-live, refused, or gated (built
+    """What a rebuild did. `outcome`: switched, built (not switched), already-live, refused, gated (built
     and verified, but its evaluation on the gate's questions was worse than the live one's: not switched,
-    left ready; `gate` says where and by how much, `evaluation` is the saved report).
+    left ready; `gate` says where and by how much, `evaluation` is the saved report), or stopped (asked to
+    stop while building: the passes count what was written, a re-run resumes).
 
     The documents the new generation holds as failed are sorted three ways. `reported`: unreadable here
     and unreadable (failed) or absent in the live generation, so switching loses nothing: reported, not a
@@ -501,7 +502,7 @@ class RebuildSummary(BaseModel):
     generation: str
     fingerprint: str
     previous: str | None = None
-    outcome: Literal["switched", "built", "already-live", "refused", "gated"] = "refused"
+    outcome: Literal["switched", "built", "already-live", "refused", "gated", "stopped"] = "refused"
     reasons: list[str] = Field(default_factory=list)
     gate: dict | None = None  # {"tolerance", "passed", "reasons"} of a gated rebuild
     evaluation: str | None = None  # the saved evaluation report of a gated rebuild

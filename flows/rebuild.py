@@ -49,26 +49,25 @@ from unichunk.tasks.generations import switch_live
 
 
 def _sync(
+    summary: IngestSummary,
     listed: list[Listed],
     named: SourceParams | None,
     run: RunConfig,
     stores: RunStores,
-    flow_name: str,
     batch_size: int,
     written_before: int = 0,
-) -> IngestSummary:
-    """One incremental pass of the sources into the new generation (deleting what a source dropped);
-    `listed` is what they listed for this pass, empty to list them again. Stopped when asked, it says how
-    many documents this run wrote, `written_before` (the earlier passes') included, as `ingest` does."""
-    summary = IngestSummary(flow=flow_name)
-    with timed_summary(summary, flow_name, flow_metrics()):
+) -> None:
+    """One incremental pass of the sources into the new generation (deleting what a source dropped),
+    counted into `summary` (the caller's, so a stopped pass still reports what it did); `listed` is what
+    they listed for this pass, empty to list them again. Stopped when asked, it says how many documents
+    this run wrote, `written_before` (the earlier passes') included, as `ingest` does."""
+    with timed_summary(summary, summary.flow, flow_metrics()):
         listed = listed or list_sources(named, run.settings, record=False)
         summary.listed = sum(len(entry.items) for entry in listed)
         try:
             sync_listed(listed, run, summary, stores, batch_size=batch_size, dry_run=False, delete=True)
         except RunInterrupted as exc:
             raise exc.counting(written_before + summary.processed) from None
-    return summary
 
 
 def sort_failures(
@@ -171,11 +170,20 @@ def rebuild(params: RebuildParams) -> RebuildSummary | State:
     registry.begin_build(run.generation_id, run.generation_fingerprint, run.describe(), total)
     with run_stores(run, dry_run=False) as stores:
         stores.open()  # a rebuild always verifies its generation's stores, whatever it had to write
-        summary.build = _sync(listed, params.source, run, stores, "rebuild", params.batch_size)
-        # What changed in the sources while the build ran (webhooks updated only the live generation).
-        summary.catch_up = _sync(
-            [], params.source, run, stores, "rebuild-catch-up", params.batch_size, summary.build.processed
-        )
+        try:
+            summary.build = IngestSummary(flow="rebuild")
+            _sync(summary.build, listed, params.source, run, stores, params.batch_size)
+            # What changed in the sources while the build ran (webhooks updated only the live generation).
+            summary.catch_up = IngestSummary(flow="rebuild-catch-up")
+            _sync(
+                summary.catch_up, [], params.source, run, stores, params.batch_size, summary.build.processed
+            )
+        except RunInterrupted as stopped:  # the live generation is untouched; the UI shows what was built
+            summary.outcome = "stopped"
+            summary.reasons = [f"{stopped}; re-run the rebuild to resume it"]
+            logger.warning(summary.line())
+            publish_rebuild(summary)
+            raise
         report = verify_alignment_task(run)
         if not report.ok:  # as reindex does: re-write what a store lost, then look again
             summary.repaired = asdict(repair_alignment(run, report))

@@ -23,7 +23,6 @@ import os
 import platform
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,7 +37,7 @@ import torch
 from torch._inductor import aoti_compile_and_package, aoti_load_package
 
 from unichunk.sinks.device import cpu_flags
-from unichunk.sinks.vectors.onnx_export import weights_sha256
+from unichunk.sinks.vectors.onnx_export import remove_abandoned, weights_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +131,7 @@ def compile_package(transformer: Any, target: Path) -> None:
     # a warning, so the CLI shows why its first run waits (its bar cannot move meanwhile); once per CPU
     logger.warning("compiling MiniLM in bfloat16 for this CPU, once (about 20 s), into %s", target.parent)
     target.parent.mkdir(parents=True, exist_ok=True)
-    _remove_abandoned(target)
+    remove_abandoned(target.parent, f".{target.name}.*.tmp.pt2")
     fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp.pt2")
     os.close(fd)
     try:
@@ -150,15 +149,3 @@ def compile_package(transformer: Any, target: Path) -> None:
         raise
     BUILDS["bf16"] = BUILDS.get("bf16", 0) + 1
     logger.info("compiled MiniLM (bfloat16) to %s", target)
-
-
-def _remove_abandoned(target: Path, older_than: float = 600.0) -> None:
-    """Temporary packages a process left when it was stopped while compiling (a stop does not wait for
-    the compiler); younger ones may be another process's compile in progress."""
-    now = time.time()
-    for stale in target.parent.glob(f".{target.name}.*.tmp.pt2"):
-        try:
-            if now - stale.stat().st_mtime > older_than:
-                stale.unlink()
-        except OSError:  # gone meanwhile, or not ours to remove: nothing to do
-            continue

@@ -19,8 +19,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,6 +159,8 @@ def ensure_model(cache_dir: Path, variant: Variant) -> Path:
     if target.exists():
         logger.warning("ONNX model cache %s is unreadable; exporting it again", target)
     cache_dir.mkdir(parents=True, exist_ok=True)
+    remove_abandoned(cache_dir, ".export-*")
+    remove_abandoned(cache_dir, f".{target.name}.*.tmp")
     with tempfile.TemporaryDirectory(dir=cache_dir, prefix=".export-") as work:
         built = _build(Path(work), variant)
         # A temporary name in the same directory, then an atomic rename over the target.
@@ -171,6 +175,23 @@ def ensure_model(cache_dir: Path, variant: Variant) -> Path:
     EXPORTS[variant.name] = EXPORTS.get(variant.name, 0) + 1
     logger.info("exported %s to %s", variant.name, target)
     return target
+
+
+def remove_abandoned(parent: Path, pattern: str, older_than: float = 600.0) -> None:
+    """Work files (`pattern`, files or folders) in `parent` that a process left when it was killed while
+    exporting or compiling (a stop does not wait for either); younger ones may be another process's work
+    in progress."""
+    now = time.time()
+    for stale in parent.glob(pattern):
+        try:
+            if now - stale.stat().st_mtime <= older_than:
+                continue
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            else:
+                stale.unlink()
+        except OSError:  # gone meanwhile, or not ours to remove: nothing to do
+            continue
 
 
 def _build(work: Path, variant: Variant) -> Path:

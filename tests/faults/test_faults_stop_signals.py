@@ -123,13 +123,13 @@ def _task_runs(flow_run_id: str) -> list[dict]:
     ]
 
 
-def _summary_artifact(flow_run_id: str) -> str:
+def _summary_artifact(flow_run_id: str, flow_name: str = "ingest") -> str:
     """The markdown of the run's summary artifact, from the real Prefect API."""
     api = os.environ["PREFECT_API_URL"]
     found = httpx.post(
         f"{api}/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [flow_run_id]}}}
     ).json()
-    summaries = [a["data"] for a in found if a["key"] == "ingest-summary"]
+    summaries = [a["data"] for a in found if a["key"] == f"{flow_name}-summary"]
     assert summaries, f"no summary artifact: {[a['key'] for a in found]}"
     return summaries[0]
 
@@ -227,15 +227,12 @@ def test_a_run_killed_outright_is_marked_crashed_by_the_next_status(fault_env, t
 @pytest.mark.timeout(1500)
 def test_a_stopped_rebuild_says_how_many_documents_it_wrote(fault_env, tmp_path):
     """`unichunk rebuild` stopped by SIGTERM once it has written a batch of the new generation and embeds the
-    next: exit 143, Cancelled, and its `stopped:` line counts the documents the new generation holds."""
+    next: exit 143, Cancelled, and its `stopped:` line counts the documents the new generation holds, as
+    does the run's summary artifact (outcome `stopped`, the build pass's figures)."""
     corpus = _corpus(tmp_path / "corpus")
     strategy = ChunkStrategy(name="sentence", chunk_size=128, chunk_overlap=0)
-    building = StatusStore.of(
-        SinkSettings(
-            data_dir=fault_env, generation=RunConfig(strategy, SinkSettings(), SINK_NAMES).generation_id
-        ),
-        readonly=True,
-    )
+    generation = RunConfig(strategy, SinkSettings(), SINK_NAMES).generation_id
+    building = StatusStore.of(SinkSettings(data_dir=fault_env, generation=generation), readonly=True)
     log = tmp_path / "rebuild.log"
     options = (
         "--batch-size",
@@ -267,7 +264,12 @@ def test_a_stopped_rebuild_says_how_many_documents_it_wrote(fault_env, tmp_path)
     written = building.counts().get("processed", 0)
     assert 0 < written < DOCS and not building.counts().get("processing")
     assert f"stopped: {written} document(s) written by this run;" in log.read_text(), log.read_text()[-3000:]
-    assert _flow_run(corpus)["state_type"] == "CANCELLED"
+    run = _flow_run(corpus)
+    assert run["state_type"] == "CANCELLED"
+    summary = _summary_artifact(run["id"], "rebuild")
+    assert summary.startswith(f"### rebuild {generation}: stopped"), summary
+    assert f"stopped by SIGTERM\\: {written} document\\(s\\) written by this run" in summary, summary
+    assert "#### rebuild" in summary and f"| processed | {written} (" in summary, summary
 
 
 def _start_in_terminal(corpus: Path) -> tuple[subprocess.Popen, bytearray, threading.Thread]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -117,10 +118,24 @@ def test_the_export_is_reused_and_a_corrupt_one_redone(cache_dir: Path, torch_ve
 
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a half-written file
     assert not onnx_export.is_valid(path)
+    # what a process killed while exporting leaves (its work folder, its renamed copy), and what a process
+    # exporting right now has: the old is removed, the young left alone
+    abandoned = [cache_dir / ".export-killed", cache_dir / f".{path.name}.killed.tmp"]
+    in_progress = [cache_dir / ".export-running", cache_dir / f".{path.name}.running.tmp"]
+    for folder in (abandoned[0], in_progress[0]):
+        folder.mkdir()
+        (folder / "plain.onnx").write_bytes(b"half")
+    for file in (abandoned[1], in_progress[1]):
+        file.write_bytes(b"half")
+    for stale in abandoned:
+        os.utime(stale, (1_000_000_000, 1_000_000_000))
     third = MiniLMEmbedder(backend="onnx", cache_dir=cache_dir)
     vectors = np.asarray(third.embed(TEXTS))
     assert onnx_export.EXPORTS["fp32"] == exports + 1 and onnx_export.is_valid(path)
     assert _cosines(vectors, torch_vectors).min() >= 0.999
+    assert not any(stale.exists() for stale in abandoned) and all(young.exists() for young in in_progress)
+    for young in in_progress:  # the other process's, gone when it finishes
+        shutil.rmtree(young) if young.is_dir() else young.unlink()
     assert not [p for p in cache_dir.iterdir() if p.name.startswith(".")]  # no temporary file left
 
 
