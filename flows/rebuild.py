@@ -181,8 +181,7 @@ def rebuild(params: RebuildParams) -> RebuildSummary | State:
         except RunInterrupted as stopped:  # the live generation is untouched; the UI shows what was built
             summary.outcome = "stopped"
             summary.reasons = [f"{stopped}; re-run the rebuild to resume it"]
-            logger.warning(summary.line())
-            publish_rebuild(summary)
+            publish_rebuild(summary)  # no log line: the run's own `stopped:` line says it
             raise
         report = verify_alignment_task(run)
         if not report.ok:  # as reindex does: re-write what a store lost, then look again

@@ -55,8 +55,9 @@ class AlignmentReport:
     # store then holds its text twice, which the ID sets cannot show: `verify` reports it and exits 1,
     # while `ok` stays about the stores agreeing (the stores do agree; a repair cannot tell which to drop).
     stored_twice: dict[str, list[str]] = field(default_factory=dict)
-    # The same content under several document IDs (content hash -> IDs): two copies of a file are
-    # legitimate, so a finding to look at, not a mismatch; `stored_twice` is the case that is wrong.
+    # The same content under several document IDs (content hash -> their files, by path, or by document
+    # ID where a document has no path): two copies of a file are legitimate, so a finding to look at, not
+    # a mismatch; `stored_twice` is the case that is wrong.
     same_content: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -99,8 +100,8 @@ class AlignmentReport:
         for row in rows:
             if row.path:
                 by_path[row.path].append(row.document_id)
-            if row.content_hash and row.chunk_ids:
-                by_content[row.content_hash].append(row.document_id)
+            if row.content_hash and row.chunk_ids:  # named by the file a user can look at
+                by_content[row.content_hash].append(row.path or row.document_id)
         self.stored_twice = {p: sorted(ids) for p, ids in by_path.items() if len(ids) > 1}
         self.same_content = {h: sorted(ids) for h, ids in by_content.items() if len(ids) > 1}
 

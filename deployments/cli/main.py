@@ -597,8 +597,8 @@ def _verify(pipeline: Pipeline, *, as_json: bool = False) -> bool:
         console.print(Text(f"stored twice: {path} under document IDs {', '.join(ids)}", style="red"))
     if report.same_content:
         console.print(f"{len(report.same_content)} content(s) stored under several document IDs (copies?)")
-        for content_hash, ids in sorted(report.same_content.items())[:10]:
-            console.print(Text(f"  same content {content_hash[:12]}: {', '.join(ids)}"))
+        for content_hash, files in sorted(report.same_content.items())[:10]:
+            console.print(Text(f"  same content {content_hash[:12]}: {', '.join(files)}"))
     return report.ok and not report.stored_twice
 
 
