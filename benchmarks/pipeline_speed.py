@@ -207,7 +207,8 @@ def model_only_seconds(run, batch_size: int, sinks) -> tuple[float, float, int]:
             embed, texts = vectors.embedder.embed_sums, segment_batch(pairs, headings=True).texts
         read = chunks
         if run.settings.segmented_extraction():
-            read = [segment_chunk(t) for t in segment_batch(pairs, headings=False).texts]
+            prose = segment_batch(pairs, headings=False, code=graph.extractor.reads_code)
+            read = [segment_chunk(t) for t in prose.texts]
         t0 = time.perf_counter()
         for s in range(0, len(texts), size):
             embed(texts[s : s + size])

@@ -201,6 +201,14 @@ def scan_blocks(lines: list[str]) -> list[_Block]:
 _WHOLE_KINDS = frozenset({"code", "list", "table", "math"})  # kept whole when they fit
 
 
+def code_spans(text: str) -> list[tuple[int, int]]:
+    """The character spans of a Markdown text's code blocks (fenced, indented, and front matter) as its
+    chunker finds them: what the graph's extractor is not given (`unichunk.chunking.segments`)."""
+    lines = _Lines(text)
+    blocks = scan_blocks(lines.content)
+    return [(lines.start[b.first], lines.end(b.stop - 1)) for b in blocks if b.kind == "code"]
+
+
 @dataclass(slots=True)
 class _Section:
     blocks: list[_Block]

@@ -13,6 +13,12 @@ chain many chunks share, or a passage two documents share, is one segment. White
 left out (a model sees nothing in them). A document whose chunks do not sit at their offsets (a chunk not
 equal to `document.text[start:end]`) keeps each chunk as its own segment, so the result is never built
 from text the chunk does not hold.
+
+Without `code`, the documents' code blocks (`code_spans`: Markdown fences and indented code, HTML `<pre>`)
+are left out of each segment, its prose parts joined by a blank line: spaCy's English models read code as
+prose and name things in it (`pub fn eat_at_restaurant`, `Compiling guessing_game v0.1.0`), a quarter of
+the entity mentions on the Rust book's first 40 chapters (benchmarks/README.md). A chunk that is all code
+then has no segment: nothing to extract.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from unichunk.chunking.ids import sha256_hex
+from unichunk.chunking.markdown import code_spans as markdown_code_spans
 from unichunk.chunking.models import Chunk, Document
 
 
@@ -41,9 +48,13 @@ def heading_text(chunk: Chunk) -> str:
     return " > ".join(chunk.heading_chain) + ":"
 
 
-def segment_batch(batch: Sequence[tuple[Document, Sequence[Chunk]]], *, headings: bool) -> Segments:
+def segment_batch(
+    batch: Sequence[tuple[Document, Sequence[Chunk]]], *, headings: bool, code: bool = True, cut: bool = True
+) -> Segments:
     """The segments of every document's chunks; with `headings`, a chunk's heading chain is a segment of
-    its own (what `Chunk.embed_text` adds for the embedder), shared by every chunk under it."""
+    its own (what `Chunk.embed_text` adds for the embedder), shared by every chunk under it; without
+    `code`, the prose of each segment only; without `cut`, each chunk whole is its segment (a model that
+    reads whole chunks, `model_input=chunks`, is given their prose so)."""
     texts: list[str] = []
     position: dict[str, int] = {}
     members: list[tuple[int, ...]] = []
@@ -55,39 +66,75 @@ def segment_batch(batch: Sequence[tuple[Document, Sequence[Chunk]]], *, headings
         return position[text]
 
     for document, chunks in batch:
-        for chunk, pieces in zip(chunks, _pieces(document, chunks), strict=True):
+        for chunk, pieces in zip(chunks, _pieces(document, chunks, code=code, cut=cut), strict=True):
             own = [index(heading_text(chunk))] if headings and chunk.heading_chain else []
             own += [index(p) for p in pieces if p.strip()]
-            if not own:  # nothing but whitespace: the chunk itself, as a model would be given it
+            if not own and code:  # nothing but whitespace: the chunk itself, as a model would be given it
                 own = [index(chunk.embed_text if headings else chunk.content)]
             members.append(tuple(own))
     return Segments(texts, members)
 
 
 def segment_grouped(
-    documents: Sequence[Document], chunks: Mapping[str, Sequence[Chunk]], *, headings: bool
+    documents: Sequence[Document],
+    chunks: Mapping[str, Sequence[Chunk]],
+    *,
+    headings: bool,
+    code: bool = True,
+    cut: bool = True,
 ) -> Segments:
     """`segment_batch` of a batch as `unichunk.sinks.base.group_batch` splits it (documents, and chunks by
     document ID, in the order the chunks are listed); a document listed twice is taken as last listed."""
     by_id = {d.document_id: d for d in documents}
-    return segment_batch([(by_id[i], own) for i, own in chunks.items()], headings=headings)
+    return segment_batch(
+        [(by_id[i], own) for i, own in chunks.items()], headings=headings, code=code, cut=cut
+    )
 
 
-def _pieces(document: Document, chunks: Sequence[Chunk]) -> list[list[str]]:
+def _pieces(document: Document, chunks: Sequence[Chunk], *, code: bool, cut: bool) -> list[list[str]]:
     """Each chunk's content cut at every boundary of the document's chunks that falls inside it between
     two sentences or lines (`between_sentences`); a boundary inside a sentence (fixed windows cut anywhere)
-    is not a cut, so no model reads half a name or half a sentence it would have read whole."""
+    is not a cut, so no model reads half a name or half a sentence it would have read whole. Without
+    `code`, each piece's prose only (`_prose`)."""
     text = document.text
     if any(text[c.start_char : c.end_char] != c.content for c in chunks):
         return [[c.content] for c in chunks]
-    cuts = sorted(
-        b for b in {c.start_char for c in chunks} | {c.end_char for c in chunks} if between_sentences(text, b)
-    )
+    bounds = {c.start_char for c in chunks} | {c.end_char for c in chunks} if cut else set()
+    cuts = sorted(b for b in bounds if between_sentences(text, b))
+    blocks = [] if code else code_spans(document)
     out = []
     for chunk in chunks:
         inside = cuts[bisect_right(cuts, chunk.start_char) : bisect_left(cuts, chunk.end_char)]
-        out.append([text[s:e] for s, e in pairwise([chunk.start_char, *inside, chunk.end_char])])
+        spans = pairwise([chunk.start_char, *inside, chunk.end_char])
+        out.append([_prose(text, s, e, blocks) for s, e in spans])
     return out
+
+
+def code_spans(document: Document) -> list[tuple[int, int]]:
+    """Where a document's code blocks are, sorted: its `blocks` of kind `code` (HTML's loader marks them),
+    or for Markdown where its chunker finds them (the loader keeps no blocks of Markdown)."""
+    if document.blocks:
+        return sorted((b.start, b.end) for b in document.blocks if b.kind == "code")
+    if document.mime_type == "text/markdown":
+        return markdown_code_spans(document.text)
+    return []
+
+
+def _prose(text: str, start: int, end: int, code: Sequence[tuple[int, int]]) -> str:
+    """`text[start:end]` without the `code` spans (sorted, not overlapping) in it, the parts around them
+    joined by a blank line (so no sentence runs across a code block); empty if it is all code; as it is
+    if no code span reaches into it."""
+    parts, at = [], start
+    for s, e in code[max(0, bisect_right(code, (start, start)) - 1) :]:  # from the last to start before
+        if s >= end:
+            break
+        if e > start:
+            parts.append(text[at : max(at, s)])
+            at = max(at, e)
+    if at == start:
+        return text[start:end]
+    parts.append(text[at:end])
+    return "\n\n".join(part.strip() for part in parts if part.strip())
 
 
 _ENDS_SENTENCE = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]]*$")

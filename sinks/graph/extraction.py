@@ -122,6 +122,9 @@ class EntityExtractor(ABC):
     # Whether a chunk's extraction is its segments' merged (`merge_extractions`): true of an extractor that
     # reads sentence by sentence, so the graph sink reads each overlapping piece once.
     composes: bool = False
+    # Whether it is given the documents' code blocks too (where it composes; `unichunk.chunking.segments`):
+    # not an extractor that would read code as prose.
+    reads_code: bool = True
 
     @abstractmethod
     def extract(self, chunks: Sequence[Chunk]) -> list[Extraction]:
@@ -245,6 +248,7 @@ class SpacyExtractor(EntityExtractor):
 
     name = "spacy"
     composes = True
+    reads_code = False  # its English models find names in code: `pub fn eat_at_restaurant`, `v0.1.0`
 
     def __init__(
         self,

@@ -48,6 +48,7 @@ class ProcessExtractor(EntityExtractor):
 
     name = "spacy"
     composes = True
+    reads_code = False
 
     def __init__(self, inner: SpacyExtractor) -> None:
         self.inner = inner

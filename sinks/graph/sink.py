@@ -133,9 +133,12 @@ class KnowledgeGraphSink(Sink):
     def prepare(self, batch: Sequence[DocumentChunks]) -> Prepared:
         documents, chunks = group_batch(self.name, batch)
         everything = [c for doc_chunks in chunks.values() for c in doc_chunks]
-        if self.segments and self.extractor.composes:
-            # each piece between chunk boundaries read once, each chunk its pieces' merged extraction
-            segments = segment_grouped(documents, chunks, headings=False)
+        reads_code = self.extractor.reads_code
+        if self.extractor.composes and (self.segments or not reads_code):
+            # each piece between chunk boundaries read once, each chunk its pieces' merged extraction (or,
+            # reading whole chunks, each chunk its prose's); code blocks left out where the extractor would
+            # read them as prose
+            segments = segment_grouped(documents, chunks, headings=False, code=reads_code, cut=self.segments)
             pieces = [segment_chunk(text) for text in segments.texts]
             made, fresh = self._extract(pieces)
             extractions = [

@@ -10,8 +10,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from unichunk.chunking.models import Chunk, Document
-from unichunk.chunking.segments import between_sentences, heading_text, segment_batch
+from unichunk.chunking.loaders import load_bytes
+from unichunk.chunking.models import Block, Chunk, Document
+from unichunk.chunking.segments import between_sentences, code_spans, heading_text, segment_batch
+from unichunk.chunking.service import shared_service
 
 
 def chunk_of(document: Document, index: int, start: int, end: int, chain: tuple[str, ...] = ()) -> Chunk:
@@ -148,3 +150,100 @@ def test_chunks_not_at_their_offsets_are_kept_whole() -> None:
     inside = chunk_of(document, 1, 4, 13)
     segments = segment_batch([(document, [elsewhere, inside])], headings=False)
     assert [segments.texts[i] for own in segments.members for i in own] == ["Other text", "real text"]
+
+
+@st.composite
+def documents_with_code(draw: st.DrawFn) -> tuple[Document, list[Chunk], list[str], list[str]]:
+    """Prose paragraphs and code blocks (`Block`s of kind `code`, as the Markdown and HTML loaders mark
+    them), each with a word of its own; any chunk spans. (document, chunks, prose words, code words)"""
+    kinds = draw(st.lists(st.booleans(), min_size=1, max_size=8))
+    text, blocks, words = "", [], {True: [], False: []}
+    for n, is_code in enumerate(kinds):
+        text += "\n\n" if text else ""
+        word = f"{'code' if is_code else 'prose'}word{n}"
+        body = f"let {word} = 1;\nprint({word})" if is_code else f"The {word} is here. It stays."
+        if is_code:
+            blocks.append(Block(kind="code", start=len(text), end=len(text) + len(body)))
+        words[is_code].append(word)
+        text += body
+    document = Document(document_id="d", text=text, blocks=tuple(blocks))
+    spans = draw(
+        st.lists(
+            st.tuples(st.integers(0, len(text)), st.integers(0, len(text))).map(sorted),
+            min_size=1,
+            max_size=6,
+        )
+    )
+    return (
+        document,
+        [chunk_of(document, i, s, e) for i, (s, e) in enumerate(spans)],
+        words[False],
+        words[True],
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(documents_with_code(), st.booleans())
+def test_without_code_no_segment_holds_code_and_every_prose_word_is_read(
+    case: tuple[Document, list[Chunk], list[str], list[str]], cut: bool
+) -> None:
+    """What spaCy is given (`code=False`), cut at chunk boundaries or not: no character of a code block,
+    and every prose word a chunk holds whole in that chunk's segments."""
+    document, chunks, prose, code = case
+    segments = segment_batch([(document, chunks)], headings=False, code=False, cut=cut)
+    assert not [w for w in code for t in segments.texts if w in t]
+    for chunk, own in zip(chunks, segments.members, strict=True):
+        read = "\n".join(segments.texts[i] for i in own)
+        assert all(w in read for w in prose if w in chunk.content)
+        assert all(t.strip() for t in (segments.texts[i] for i in own))
+    with_code = segment_batch([(document, chunks)], headings=False, cut=cut)
+    for chunk, own in zip(chunks, with_code.members, strict=True):  # the default reads code too
+        read = "".join(with_code.texts[i] for i in own)
+        assert all(w in read for w in code if w in chunk.content)
+
+
+def test_prose_around_a_code_block_is_joined_by_a_blank_line_and_all_code_reads_nothing() -> None:
+    text = "Alice Moreau wrote it.\n\nfn main() {}\n\nBruno Costa ran it."
+    start = text.index("fn")
+    document = Document(
+        document_id="d", text=text, blocks=(Block(kind="code", start=start, end=start + len("fn main() {}")),)
+    )
+    chunks = [chunk_of(document, 0, 0, len(text)), chunk_of(document, 1, start, start + 12)]
+    segments = segment_batch([(document, chunks)], headings=False, code=False, cut=False)
+    assert [segments.texts[i] for i in segments.members[0]] == [
+        "Alice Moreau wrote it.\n\nBruno Costa ran it."
+    ]
+    assert segments.members[1] == ()  # all code: nothing for spaCy
+    plain = Document(document_id="p", text="No code here. None at all.")
+    same = [chunk_of(plain, 0, 0, 13), chunk_of(plain, 1, 14, 26)]
+    assert segment_batch([(plain, same)], headings=False, code=False) == segment_batch(
+        [(plain, same)], headings=False
+    )
+
+
+def test_markdown_code_is_found_as_its_chunker_finds_it_and_html_code_from_its_blocks() -> None:
+    """The loaders keep no blocks of Markdown: its fences, indented code and front matter are found by the
+    Markdown chunker's scan; HTML's `<pre>` comes from the blocks its loader marks."""
+    markdown = load_bytes(
+        b"---\ntitle: x\n---\n# T\n\nAlice Moreau wrote it.\n\n```rust\nfn main() { let satya = 1; }\n```\n\n"
+        b"More prose.\n\n    indented(code)\n\nEnd.\n",
+        "a.md",
+    )
+    html = load_bytes(
+        b"<h1>T</h1><p>Alice Moreau wrote it.</p><pre>fn main() {}\nlet x = 1;</pre><p>End.</p>", "a.html"
+    )
+    found = {d.mime_type: [d.text[s:e] for s, e in code_spans(d)] for d in (markdown, html)}
+    assert found == {
+        "text/markdown": [
+            "---\ntitle: x\n---",
+            "```rust\nfn main() { let satya = 1; }\n```",
+            "    indented(code)",
+        ],
+        "text/html": ["fn main() {}\nlet x = 1;"],
+    }
+    for document in (markdown, html):
+        chunks = shared_service().chunk(document)
+        texts = segment_batch([(document, chunks)], headings=False, code=False).texts
+        assert "Alice Moreau wrote it." in "".join(texts) and "End." in "".join(texts)
+        assert not [t for t in texts if "main()" in t or "title:" in t or "indented" in t]
+    assert code_spans(load_bytes(b"Plain text.\n\n    indented, but not Markdown\n", "a.txt")) == []

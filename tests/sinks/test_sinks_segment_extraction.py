@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from unichunk.chunking.ids import sha256_hex
-from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.models import Block, Chunk, Document
 from unichunk.chunking.segments import segment_batch, segment_chunk
 from unichunk.index.run import index_settings
 from unichunk.sinks.config import SinkSettings
@@ -156,3 +156,41 @@ def test_merging_keeps_the_first_mention_and_adds_up_relation_weights() -> None:
         ("Okafor", "Nadella", "meet", 3.0, "chunk")
     ]
     assert merge_extractions("chunk", []) == Extraction("chunk")
+
+
+def test_spacy_is_not_given_code_blocks_read_in_segments_or_whole(graph_backend: GraphBackend) -> None:
+    """Names in a code block (`Block` of kind `code`) are not the graph's; the prose around it is read, in
+    segments and in whole chunks alike; an extractor that may read code (`reads_code`) is given it."""
+    prose = "Margaret Okafor joined Microsoft in Seattle."
+    code = 'let author = "Satya Nadella"; // Google, London'
+    text = f"{prose}\n\n{code}\n\nLater she visited Paris."
+    start = text.index(code)
+    document = Document(
+        document_id="d", text=text, blocks=(Block(kind="code", start=start, end=start + len(code)),)
+    )
+    chunks = [
+        Chunk(
+            chunk_id=f"c{i}",
+            document_id="d",
+            chunk_index=i,
+            content=text[s:e],
+            start_char=s,
+            end_char=e,
+            token_count=0,
+            content_hash=sha256_hex(text[s:e]),
+        )
+        for i, (s, e) in enumerate([(0, start + len(code)), (start, len(text))])
+    ]
+    for segments in (True, False):
+        extractor = CountingSpacy()
+        prepared = KnowledgeGraphSink(graph_backend, extractor, segments=segments).prepare(
+            [(document, chunks)]
+        )
+        names = {entity_key(m["name"]) for graph in prepared.payload.values() for m in graph.mentions}
+        assert {"margaret okafor", "microsoft", "seattle", "paris"} <= names, names
+        assert not names & {"satya nadella", "google", "london"}, names
+        assert not [t for t in extractor.seen if "Nadella" in t]
+    reading = CountingSpacy()
+    reading.reads_code = True
+    KnowledgeGraphSink(graph_backend, reading, segments=True).prepare([(document, chunks)])
+    assert [t for t in reading.seen if "Nadella" in t]
