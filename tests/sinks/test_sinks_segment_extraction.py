@@ -50,28 +50,31 @@ class CountingSpacy(SpacyExtractor):
         return super().extract(chunks)
 
 
+def _chunks(text: str, spans: Sequence[tuple[int, int]]) -> list[Chunk]:
+    """Chunks of document "d" at `spans` of `text`."""
+    return [
+        Chunk(
+            chunk_id=f"c{i}",
+            document_id="d",
+            chunk_index=i,
+            content=text[start:end],
+            start_char=start,
+            end_char=end,
+            token_count=0,
+            content_hash=sha256_hex(text[start:end]),
+        )
+        for i, (start, end) in enumerate(spans)
+    ]
+
+
 def _document() -> tuple[Document, list[Chunk]]:
     """Chunks of three sentences, each starting one sentence after the last: every boundary between two."""
     text = " ".join(SENTENCES)
     starts = [text.index(s) for s in SENTENCES] + [len(text)]
-    document = Document(document_id="d", text=text)
-    chunks = []
-    for i in range(0, len(SENTENCES) - 2):
-        start, end = starts[i], starts[i + 3] - (1 if i + 3 < len(SENTENCES) else 0)
-        content = text[start:end]
-        chunks.append(
-            Chunk(
-                chunk_id=f"c{i}",
-                document_id="d",
-                chunk_index=i,
-                content=content,
-                start_char=start,
-                end_char=end,
-                token_count=0,
-                content_hash=sha256_hex(content),
-            )
-        )
-    return document, chunks
+    spans = [
+        (starts[i], starts[i + 3] - (1 if i + 3 < len(SENTENCES) else 0)) for i in range(len(SENTENCES) - 2)
+    ]
+    return Document(document_id="d", text=text), _chunks(text, spans)
 
 
 def _summary(extraction: Extraction) -> tuple[set[str], dict[tuple[str, ...], float]]:
@@ -168,19 +171,7 @@ def test_spacy_is_not_given_code_blocks_read_in_segments_or_whole(graph_backend:
     document = Document(
         document_id="d", text=text, blocks=(Block(kind="code", start=start, end=start + len(code)),)
     )
-    chunks = [
-        Chunk(
-            chunk_id=f"c{i}",
-            document_id="d",
-            chunk_index=i,
-            content=text[s:e],
-            start_char=s,
-            end_char=e,
-            token_count=0,
-            content_hash=sha256_hex(text[s:e]),
-        )
-        for i, (s, e) in enumerate([(0, start + len(code)), (start, len(text))])
-    ]
+    chunks = _chunks(text, [(0, start + len(code)), (start, len(text))])
     for segments in (True, False):
         extractor = CountingSpacy()
         prepared = KnowledgeGraphSink(graph_backend, extractor, segments=segments).prepare(
