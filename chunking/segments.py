@@ -16,7 +16,7 @@ from text the chunk does not hold.
 
 Without `code`, the documents' code blocks (`code_spans`: Markdown fences and indented code, HTML `<pre>`)
 are left out of each segment, its prose parts joined by a blank line: spaCy's English models read code as
-prose and name things in it (`pub fn eat_at_restaurant`, `Compiling guessing_game v0.1.0`), a quarter of
+prose and name things in it (`pub fn eat_at_restaurant`, `Compiling guessing_game v0.1.0`), a fifth of
 the entity mentions on the Rust book's first 40 chapters (benchmarks/README.md). A chunk that is all code
 then has no segment: nothing to extract.
 """

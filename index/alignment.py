@@ -103,7 +103,7 @@ class AlignmentReport:
             if row.content_hash and row.chunk_ids:  # named by the file a user can look at
                 by_content[row.content_hash].append(row.path or row.document_id)
         self.stored_twice = {p: sorted(ids) for p, ids in by_path.items() if len(ids) > 1}
-        self.same_content = {h: sorted(ids) for h, ids in by_content.items() if len(ids) > 1}
+        self.same_content = {h: sorted(files) for h, files in by_content.items() if len(files) > 1}
 
 
 def verify_alignment(
