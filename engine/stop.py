@@ -45,7 +45,7 @@ class RunInterrupted(UnichunkError):
         self.by = by
         done = "" if written is None else f"{written} document(s) written by this run; "
         super().__init__(
-            f"{by or f'stopped by {asked_by(signum)}'}: {done}the documents not written are done by the next run"
+            f"{by or f'stopped by {asked_by(signum)}'}: {done}any document not written is done by the next run"
         )
 
     def counting(self, written: int) -> RunInterrupted:

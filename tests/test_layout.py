@@ -251,6 +251,11 @@ def test_readme_layout_names_every_package(package: str) -> None:
     assert f"- `{package}/`" in layout
 
 
+def test_readme_stays_within_12_kb() -> None:
+    """The README is the front page: what does not fit goes to docs/ (the brief's limit, 12,000 bytes)."""
+    assert len((REPO / "README.md").read_bytes()) <= 12_000
+
+
 def test_readme_layout_names_no_package_that_is_gone() -> None:
     layout = (REPO / "README.md").read_text(encoding="utf-8").split("## Layout", 1)[1].split("\n## ", 1)[0]
     for named in re.findall(r"^- `([\w.]+)/`", layout, re.M):

@@ -197,7 +197,12 @@ def remove_abandoned(parent: Path, pattern: str, older_than: float = 600.0) -> N
 def _build(work: Path, variant: Variant) -> Path:
     """Export, optimise and quantise in `work`; the final file's path (one file: weights inline)."""
     plain = work / "plain.onnx"
-    _export_fp32(plain)
+    export_fp32(plain)
+    return finish(plain, work, variant)
+
+
+def finish(plain: Path, work: Path, variant: Variant) -> Path:
+    """An exported graph optimised and quantised as `variant` says, in `work`; the final file's path."""
     current = plain
     if variant.optimize:
         current = _optimize(current, work / "optimized.onnx")
@@ -206,11 +211,13 @@ def _build(work: Path, variant: Variant) -> Path:
     return current
 
 
-def _export_fp32(path: Path) -> None:
+def export_fp32(path: Path, bert: Any | None = None) -> None:
+    """The graph of `bert` (default: the shipped MiniLM weights) written to `path`, unoptimised."""
     import torch
     from transformers import AutoModel
 
-    bert = AutoModel.from_pretrained(str(get_model_path()), local_files_only=True)
+    if bert is None:
+        bert = AutoModel.from_pretrained(str(get_model_path()), local_files_only=True)
     bert.eval()
 
     class Pooled(torch.nn.Module):

@@ -362,7 +362,7 @@ def test_a_shard_run_sent_sigterm_stops_cancelled_and_its_parent_retries_it(
     first = [r for r in runs if r["name"] == f"ingest-shard · {shard + 1}/2"]
     assert [r["state"]["type"] for r in first] == ["CANCELLED"], first
     said = re.fullmatch(
-        r"stopped by SIGTERM: (\d+) document\(s\) written by this run; the documents not written are done "
+        r"stopped by SIGTERM: (\d+) document\(s\) written by this run; any document not written is done "
         r"by the next run",
         first[0]["state"]["message"],
     )
