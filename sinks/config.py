@@ -127,10 +127,10 @@ class SinkSettings(BaseSettings):
         "auto",
         description="How MiniLM runs: `auto` (default: the live index's backend where the data dir has one, "
         "so an index keeps its vectors; otherwise `torch-bf16` on a CPU with bfloat16 instructions, "
-        "avx512_bf16 or AMX, and `torch` elsewhere), `torch` (fp32, the model sentence-transformers loads; on "
-        "CUDA where `UNICHUNK_DEVICE` picks it), `torch-bf16` (bfloat16 weights, compiled ahead of time into a package "
+        "avx512_bf16 or AMX, and `torch` elsewhere), `torch` (fp32, the model sentence-transformers loads, "
+        "compiled ahead of time on a CPU like `torch-bf16`; on CUDA where `UNICHUNK_DEVICE` picks it), `torch-bf16` (bfloat16 weights, compiled ahead of time into a package "
         "in `model_cache_dir` on first use, 16-25 s with a C++ compiler, uncompiled where that fails: "
-        "about 2.3x sentence-transformers' fp32 on a CPU with bf16 instructions, slower without; vectors at "
+        "`UNICHUNK_EMBEDDING_COMPILED`; about 2.3x sentence-transformers' fp32 on a CPU with bf16 instructions, slower without; vectors at "
         "cosine 0.9999, "
         "retrieval within 0.5 points), `onnx` (ONNX Runtime fp32: torch's vectors, as fast as torch on a "
         "quiet 2-core CPU, slower on 16 cores; no torch import once exported) or `onnx-int8` (int8 "
@@ -138,6 +138,13 @@ class SinkSettings(BaseSettings):
         "are distinct embedders, so switching to or from them is a `rebuild`. `onnx*` falls back to torch, "
         "with one log line, where ONNX Runtime is missing or the export fails (benchmarks/README.md, "
         '"Embedder backends").',
+    )
+    embedding_compiled: bool = Field(
+        True,
+        description="Compile MiniLM ahead of time on a CPU (`torch` and `torch-bf16`): once per machine, into "
+        "a package in `model_cache_dir` (about 20 s, with a C++ compiler; uncompiled where that fails). The "
+        "same vectors (fp32 to float rounding); a process then starts without importing transformers (about "
+        "2.5 s sooner) and fp32 runs about 1.07x, bfloat16 1.2x, uncompiled's speed. false: always uncompiled.",
     )
     model_input: Literal["segments", "chunks"] = Field(
         "segments",
@@ -150,7 +157,7 @@ class SinkSettings(BaseSettings):
     )
     model_cache_dir: Path = Field(
         Path("~/.cache/unichunk"),
-        description="Where MiniLM's ONNX export and its compiled bfloat16 package are kept (made offline from "
+        description="Where MiniLM's ONNX export and its compiled packages (bfloat16, fp32) are kept (made offline from "
         "the bundled weights on first use, keyed by their hash, the library versions and, for the package, "
         "the CPU); shared by every data dir.",
     )
@@ -204,8 +211,9 @@ class SinkSettings(BaseSettings):
         "auto",
         description="Where spaCy extracts during an ingest: `worker`, a child process of its own, so it runs "
         "beside MiniLM on another core; `inline`, in the ingest's own process; `auto` (default): a worker "
-        "where MiniLM holds Python's GIL while it runs (`torch-bf16` on the CPU, compiled ahead of time), "
-        "else inline (torch releases the GIL, and a worker gained nothing there). The same extractions "
+        "where MiniLM holds Python's GIL while it runs (compiled ahead of time: on a CPU by default, "
+        "`UNICHUNK_EMBEDDING_COMPILED`), else inline (uncompiled torch releases the GIL, and a worker gained "
+        "nothing there). The same extractions "
         'either way (benchmarks/README.md, "Ingest against LlamaIndex"). Queries always run it inline.',
     )
     llm_base_url: str | None = Field(None, description="OpenAI-compatible /v1 base URL (llm extractor).")
@@ -248,13 +256,23 @@ class SinkSettings(BaseSettings):
 
     def spacy_in_worker(self) -> bool:
         """Whether the graph sink's spaCy runs in a worker process (`spacy_process`): for `auto`, where
-        MiniLM runs as the compiled bfloat16 package, whose calls hold the GIL, so spaCy in a thread
-        would wait for them (on CUDA the package is not used)."""
+        MiniLM runs as a compiled package, whose calls hold the GIL, so spaCy in a thread would wait for
+        them (on CUDA the package is not used)."""
         if self.extractor != "spacy" or self.spacy_process == "inline":
             return False
         if self.spacy_process == "worker":
             return True
-        return self.embedder == "minilm" and self.device != "cuda" and self.minilm_backend() == "torch-bf16"
+        return self.embedder == "minilm" and self.device != "cuda" and self.minilm_compiled()
+
+    def minilm_compiled(self) -> bool:
+        """Whether MiniLM is asked to run as a package compiled ahead of time (on a CPU, torch backends)."""
+        if (
+            not self.embedding_compiled
+            or self.device == "cuda"
+            or self.minilm_backend() not in ("torch", "torch-bf16")
+        ):
+            return False
+        return not (self.device == "auto" and cuda_possible() and torch_cuda_available())  # `auto` on a GPU
 
     def segmented_vectors(self) -> bool:
         """Whether chunk vectors are composed from segments (`model_input`): MiniLM only, whose token

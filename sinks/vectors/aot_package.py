@@ -1,15 +1,18 @@
-"""MiniLM in bfloat16, compiled ahead of time (AOTInductor) into a package file: built once, into a cache.
+"""MiniLM compiled ahead of time (AOTInductor) into a package file, in bfloat16 or fp32: built once, into a cache.
 
 Eager bfloat16 stops near 1.7x torch fp32 on a CPU with bf16 instructions, because CPU flash attention is
 slower in bfloat16 than in fp32; compiled, the kernels around it fuse and the model reaches about 2x
-(benchmarks/README.md, "Embedder backends"). `torch.compile` would pay its compile (about 27 s) in every
-process; a package is compiled once (about 17 s, with a C++ compiler) and loaded in a twentieth of a second.
+(benchmarks/README.md, "Embedder backends"). In fp32 (a CPU without bf16) compiling gains less in
+throughput, but a process that loads the package needs neither transformers nor sentence-transformers,
+whose imports are most of an embedder's start (benchmarks/README.md, "fp32 compiled ahead of time").
+`torch.compile` would pay its compile (about 27 s) in every process; a package is compiled once (about
+20 s, with a C++ compiler) and loaded in a second or two, torch's inductor runtime included.
 
 The package is the transformer only (its last hidden states, batch and length dynamic); pooling stays in
 the runner, so vectors and unpooled sums come from one call. Its file name carries a key over everything
 that decides its bytes or whether it runs: the weights' sha256, the torch version, the machine and the
 CPU's instruction set (generated code for AVX-512 must never run on a CPU without it, as a cache shared
-between machines would), and `PACKAGE_VERSION`. Written to a temporary name and renamed, as the ONNX
+between machines would), and `PACKAGE_VERSION`; the precision is in its name. Written to a temporary name and renamed, as the ONNX
 export is; a package that does not load is compiled again. `torch._inductor.aoti_compile_and_package` and
 `aoti_load_package` are the entry points torch's AOTInductor guide documents (torch is pinned). Imported
 only where the compiled model runs (`unichunk.sinks.vectors.minilm`): torch's inductor takes a second.
@@ -26,7 +29,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 try:
     import fcntl
@@ -52,6 +55,11 @@ BUILDS: dict[str, int] = {}
 _build_lock = threading.Lock()
 
 States = Callable[..., Any]
+Precision = Literal["bf16", "fp32"]
+# Weights frozen into the compiled code (inductor's `freezing`) where it measured faster: in bfloat16
+# (2.04x fp32 with it); in fp32 on an AVX2 CPU it made the model 0.8x eager, against 1.07x without.
+_FREEZING: dict[Precision, bool] = {"bf16": True, "fp32": False}
+_LONG_NAMES: dict[Precision, str] = {"bf16": "bfloat16", "fp32": "fp32"}
 
 
 class HiddenStates(torch.nn.Module):
@@ -83,15 +91,15 @@ def cache_key() -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def package_file(cache_dir: Path) -> Path:
-    return cache_dir / f"all-MiniLM-L6-v2.bf16-aot.{cache_key()}.pt2"
+def package_file(cache_dir: Path, precision: Precision = "bf16") -> Path:
+    return cache_dir / f"all-MiniLM-L6-v2.{precision}-aot.{cache_key()}.pt2"
 
 
-def load_states(cache_dir: Path, transformer: Callable[[], Any]) -> States:
-    """MiniLM's transformer in bfloat16, compiled: from the cache, or compiled into it first from what
-    `transformer()` gives (a Hugging Face BERT in bfloat16, loaded only then). Called with the tokenizer's
-    tensors by keyword, it returns the last hidden states."""
-    target = package_file(cache_dir)
+def load_states(cache_dir: Path, transformer: Callable[[], Any], precision: Precision = "bf16") -> States:
+    """MiniLM's transformer in `precision`, compiled: from the cache, or compiled into it first from what
+    `transformer()` gives (a Hugging Face BERT in that precision, loaded only then). Called with the
+    tokenizer's tensors by keyword, it returns the last hidden states."""
+    target = package_file(cache_dir, precision)
     if target.is_file():
         try:
             return aoti_load_package(str(target))
@@ -103,7 +111,7 @@ def load_states(cache_dir: Path, transformer: Callable[[], Any]) -> States:
                 return aoti_load_package(str(target))
             except Exception as exc:
                 logger.warning("compiled MiniLM %s does not load (%s); compiling it again", target, exc)
-        compile_package(transformer(), target)
+        compile_package(transformer(), target, precision)
     return aoti_load_package(str(target))
 
 
@@ -122,14 +130,18 @@ def _compiling(target: Path) -> Iterator[None]:
             yield
 
 
-def compile_package(transformer: Any, target: Path) -> None:
-    """`transformer` exported with a dynamic batch and length and compiled, weights frozen, into the
+def compile_package(transformer: Any, target: Path, precision: Precision = "bf16") -> None:
+    """`transformer` (in `precision`) exported with a dynamic batch and length and compiled into the
     package `target` (written beside it under a temporary name, then renamed)."""
     example = {name: torch.ones((8, 64), dtype=torch.long) for name in INPUT_NAMES}
     batch = torch.export.Dim("batch", min=1, max=_MAX_BATCH)
     length = torch.export.Dim("length", min=2, max=_MAX_LENGTH)
     # a warning, so the CLI shows why its first run waits (its bar cannot move meanwhile); once per CPU
-    logger.warning("compiling MiniLM in bfloat16 for this CPU, once (about 20 s), into %s", target.parent)
+    logger.warning(
+        "compiling MiniLM in %s for this CPU, once (about 20 s), into %s",
+        _LONG_NAMES[precision],
+        target.parent,
+    )
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_abandoned(target.parent, f".{target.name}.*.tmp.pt2")
     fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp.pt2")
@@ -142,10 +154,12 @@ def compile_package(transformer: Any, target: Path) -> None:
                 kwargs=example,
                 dynamic_shapes={name: {0: batch, 1: length} for name in INPUT_NAMES},
             )
-            aoti_compile_and_package(exported, package_path=temporary, inductor_configs={"freezing": True})
+            aoti_compile_and_package(
+                exported, package_path=temporary, inductor_configs={"freezing": _FREEZING[precision]}
+            )
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-    BUILDS["bf16"] = BUILDS.get("bf16", 0) + 1
-    logger.info("compiled MiniLM (bfloat16) to %s", target)
+    BUILDS[precision] = BUILDS.get(precision, 0) + 1
+    logger.info("compiled MiniLM (%s) to %s", _LONG_NAMES[precision], target)

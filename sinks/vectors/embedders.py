@@ -30,4 +30,5 @@ def make_embedder(settings: SinkSettings) -> Embedder:
         backend=settings.minilm_backend(),
         device=settings.device,
         cache_dir=settings.model_cache_dir,
+        compiled=settings.embedding_compiled,
     )

@@ -2,8 +2,9 @@
 
 `UNICHUNK_EMBEDDING_BACKEND` says how it runs (benchmarks/README.md, "Embedder backends"). The default,
 `auto`, is bfloat16 compiled ahead of time (`aot_package`) on a CPU that computes in bfloat16 natively,
-about 2.2x sentence-transformers' fp32 with vectors at cosine 0.9999, and torch fp32 elsewhere (the
-model sentence-transformers loads, batched by word pieces: see `_TorchRunner`).
+about 2.2x sentence-transformers' fp32 with vectors at cosine 0.9999, and torch fp32 elsewhere, compiled
+ahead of time as well on a CPU (torch's vectors to float rounding; a process starts without importing
+transformers), batched by word pieces: see `_TorchRunner`.
 ONNX Runtime (fp32, torch's vectors; int8) is an option, its graph exported offline from the same
 weights on first use and cached (`onnx_export`). Where a compiled or exported form cannot be made, one log
 line says so and the plain torch form runs. On a CUDA device (`UNICHUNK_DEVICE`) it runs there: ONNX
@@ -114,7 +115,7 @@ class MiniLMEmbedder(Embedder):
     `backend` `auto` (the settings' default) is this machine's (`machine_backend`): a data dir's live index
     settles it first (`unichunk.index.generations.settled_backend`), so an embedder for an index is named
     by the settings. `variant` (a name of `onnx_export.VARIANTS`) overrides the backend's ONNX recipe, and
-    `compiled=False` runs torch-bf16 uncompiled, for the benchmarks;
+    `compiled=False` runs torch and torch-bf16 uncompiled, for the benchmarks;
     `runtime_module` is the module imported as ONNX Runtime (a name that does not exist makes the import
     fail for real, which is how the fallback is tested)."""
 
@@ -218,12 +219,13 @@ class _Runner:
 
 
 class _TorchRunner(_Runner):
-    """MiniLM's transformer through torch on `device`, in fp32 or, with `bf16`, in bfloat16; in bfloat16 on
-    the CPU compiled ahead of time into one AOTInductor package (`aot_package`) unless `compiled` is off or
+    """MiniLM's transformer through torch on `device`, in fp32 or, with `bf16`, in bfloat16; on the CPU
+    compiled ahead of time into one AOTInductor package (`aot_package`) unless `compiled` is off or
     compiling fails (then uncompiled, one log line). The same arithmetic either way; compiled, the kernels
-    around attention fuse (CPU flash attention is slower in bfloat16 than in fp32). On the pipeline's texts,
-    against MiniLM as sentence-transformers runs it in fp32: compiled 2.3x, uncompiled 1.9x, and fp32 here
-    1.24x, from the batching below (benchmarks/README.md, "Embedder backends").
+    around attention fuse (CPU flash attention is slower in bfloat16 than in fp32), and a process loading
+    the package imports neither transformers nor sentence-transformers. On the pipeline's texts, against
+    MiniLM as sentence-transformers runs it in fp32: bfloat16 compiled 2.3x, uncompiled 1.9x; fp32 1.24x
+    from the batching below, and compiled about 1.07x more (benchmarks/README.md, "Embedder backends").
 
     Its input comes in model batches sorted by word pieces (`word_pieces`). The token states are summed over
     the real tokens in float32, and normalised for vectors (mean pooling, normalised, is the normalised
@@ -233,18 +235,21 @@ class _TorchRunner(_Runner):
         self, device: str, cache_dir: Path | None = None, *, bf16: bool = False, compiled: bool = False
     ) -> None:
         self.device, self.fingerprint = device, model_fingerprint(None) + ("+bf16" if bf16 else "")
-        if bf16 and compiled and device == "cpu" and cache_dir is not None:
+        if compiled and device == "cpu" and cache_dir is not None:
+            precision: Literal["bf16", "fp32"] = "bf16" if bf16 else "fp32"
             try:
                 from unichunk.sinks.vectors.aot_package import load_states
 
                 # a cached package needs neither sentence-transformers nor the weights (seconds a process)
-                self.states = load_states(cache_dir, lambda: load_minilm(device, bf16=True)[0].auto_model)
-                self.kind = "torch-bf16:compiled"
+                self.states = load_states(
+                    cache_dir, lambda: load_minilm(device, bf16=bf16)[0].auto_model, precision
+                )
+                self.kind = "torch-bf16:compiled" if bf16 else "torch:compiled"
                 return
             except Exception as exc:  # no C++ compiler, an inductor failure: the same arithmetic, slower
                 logger.warning(
-                    "MiniLM compiled ahead of time unavailable (%s: %s); running bfloat16 uncompiled",
-                    type(exc).__name__, exc,
+                    "MiniLM compiled ahead of time unavailable (%s: %s); running %s uncompiled",
+                    type(exc).__name__, exc, "bfloat16" if bf16 else "fp32",
                 )  # fmt: skip
         model = load_minilm(device, bf16=bf16)
         self.kind = "torch-bf16" if bf16 else "torch"

@@ -112,7 +112,8 @@ def test_the_child_ends_when_its_parent_is_killed_outright_and_never_runs_its_sc
     ("settings", "worker"),
     [
         ({"embedding_backend": "torch-bf16"}, True),  # the compiled package holds the GIL
-        ({"embedding_backend": "torch"}, False),  # torch releases it: inline overlaps as well
+        ({"embedding_backend": "torch"}, True),  # compiled in fp32 on the CPU: the package holds it too
+        ({"embedding_backend": "torch", "embedding_compiled": False}, False),  # torch releases it
         ({"embedding_backend": "onnx"}, False),
         ({"embedding_backend": "torch-bf16", "device": "cuda"}, False),  # no package on CUDA
         ({"embedding_backend": "torch", "spacy_process": "worker"}, True),
