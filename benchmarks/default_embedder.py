@@ -1,25 +1,26 @@
 """The default embedder against torch fp32, the issue 25 targets: >= 2x the throughput, retrieval within 0.5 points.
 
-    python -m benchmarks.default_embedder [--rounds 3] [--no-pipeline]
+    python -m benchmarks.default_embedder [--rounds 3] [--starts 3] [--no-pipeline]
 
 Throughput: the texts the default pipeline embeds for the evaluation corpora (../shared/eval), the
 segments `model_input=segments` reads once each (`benchmarks.embedder_bf16.pipeline_texts`). The baseline
 is torch fp32 as the peers run MiniLM (`SentenceTransformer.encode`); against it, the shipped
 `MiniLMEmbedder.embed_sums` of each backend: torch fp32 uncompiled (ours before the packages: batched by
 word pieces), bfloat16 uncompiled, and the default (`auto`, what it resolves to on this machine: a package
-compiled ahead of time, in bfloat16 on a CPU with bf16 instructions, in fp32 elsewhere). Each round runs every one in
-turn on the same texts; a ratio is the baseline's seconds over its own in the same round (median of the
-rounds, each in brackets), so a load change touches all alike. Cosine: each text's normalised sum
-against the baseline's.
+compiled ahead of time, in bfloat16 on a CPU with bf16 instructions, in fp32 elsewhere). Each round runs
+every one in turn on the same texts; a ratio is the baseline's seconds over its own in the same round
+(median of the rounds, each in brackets), so a load change touches all alike. Cosine: each text's
+normalised sum against the baseline's.
 
 Start (`--starts N`, default 3): a fresh Python process per embedder, timed from its start to its first
 vector of one text (imports, model or package load, first call), each kind in turn, N times; medians.
 
 Retrieval (unless `--no-pipeline`): the shipped pipeline ingests the eval corpora into a fresh data dir
-with `UNICHUNK_EMBEDDING_BACKEND=torch UNICHUNK_EMBEDDING_COMPILED=false` and with the default (`benchmarks.model_input.measure`: all three
-sinks, `auto` chunks, timed), then scores the shipped search (`Pipeline.eval`, strict character recall at
-1,000 / 2,000 / 4,000 characters); the default minus torch, paired by question, per half (tune, report,
-all 276) with its 95 % bootstrap interval, and each retriever alone.
+with `UNICHUNK_EMBEDDING_BACKEND=torch UNICHUNK_EMBEDDING_COMPILED=false` and with the default
+(`benchmarks.model_input.measure`: all three sinks, `auto` chunks, timed), then scores the shipped search
+(`Pipeline.eval`, strict character recall at 1,000 / 2,000 / 4,000 characters); the default minus torch,
+paired by question, per half (tune, report, all 276) with its 95 % bootstrap interval, and each retriever
+alone.
 """
 
 from __future__ import annotations

@@ -128,10 +128,11 @@ class SinkSettings(BaseSettings):
         description="How MiniLM runs: `auto` (default: the live index's backend where the data dir has one, "
         "so an index keeps its vectors; otherwise `torch-bf16` on a CPU with bfloat16 instructions, "
         "avx512_bf16 or AMX, and `torch` elsewhere), `torch` (fp32, the model sentence-transformers loads, "
-        "compiled ahead of time on a CPU like `torch-bf16`; on CUDA where `UNICHUNK_DEVICE` picks it), `torch-bf16` (bfloat16 weights, compiled ahead of time into a package "
-        "in `model_cache_dir` on first use, 16-25 s with a C++ compiler, uncompiled where that fails: "
-        "`UNICHUNK_EMBEDDING_COMPILED`; about 2.3x sentence-transformers' fp32 on a CPU with bf16 instructions, slower without; vectors at "
-        "cosine 0.9999, "
+        "compiled ahead of time on a CPU as `torch-bf16` is; on CUDA where `UNICHUNK_DEVICE` picks it), "
+        "`torch-bf16` (bfloat16 weights, compiled ahead of time into a package in `model_cache_dir` on first "
+        "use, 16-25 s with a C++ compiler, uncompiled where that fails or `UNICHUNK_EMBEDDING_COMPILED` is "
+        "false: about 2.3x sentence-transformers' fp32 on a CPU with bf16 instructions, slower without; "
+        "vectors at cosine 0.9999, "
         "retrieval within 0.5 points), `onnx` (ONNX Runtime fp32: torch's vectors, as fast as torch on a "
         "quiet 2-core CPU, slower on 16 cores; no torch import once exported) or `onnx-int8` (int8 "
         "per-channel weights: vectors at cosine 0.994, retrieval within about 1.3 points). bf16 and int8 "
@@ -157,9 +158,9 @@ class SinkSettings(BaseSettings):
     )
     model_cache_dir: Path = Field(
         Path("~/.cache/unichunk"),
-        description="Where MiniLM's ONNX export and its compiled packages (bfloat16, fp32) are kept (made offline from "
-        "the bundled weights on first use, keyed by their hash, the library versions and, for the package, "
-        "the CPU); shared by every data dir.",
+        description="Where MiniLM's ONNX export and its compiled packages (bfloat16, fp32) are kept (made "
+        "offline from the bundled weights on first use, keyed by their hash, the library versions and, for "
+        "a package, the CPU); shared by every data dir.",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto",

@@ -1,21 +1,22 @@
-"""MiniLM compiled ahead of time (AOTInductor) into a package file, in bfloat16 or fp32: built once, into a cache.
+"""MiniLM compiled ahead of time (AOTInductor) into a package file, bfloat16 or fp32: built once, into a cache.
 
 Eager bfloat16 stops near 1.7x torch fp32 on a CPU with bf16 instructions, because CPU flash attention is
 slower in bfloat16 than in fp32; compiled, the kernels around it fuse and the model reaches about 2x
 (benchmarks/README.md, "Embedder backends"). In fp32 (a CPU without bf16) compiling gains less in
-throughput, but a process that loads the package needs neither transformers nor sentence-transformers,
-whose imports are most of an embedder's start (benchmarks/README.md, "fp32 compiled ahead of time").
-`torch.compile` would pay its compile (about 27 s) in every process; a package is compiled once (about
-20 s, with a C++ compiler) and loaded in a second or two, torch's inductor runtime included.
+throughput, but a process that loads the package needs neither transformers nor sentence-transformers, whose
+imports are most of an embedder's start (benchmarks/README.md, "fp32 compiled ahead of time").
+`torch.compile` would pay its compile (about 27 s) in every process; a package is compiled once (about 20 s,
+with a C++ compiler) and loaded in a second or two, torch's inductor runtime included.
 
-The package is the transformer only (its last hidden states, batch and length dynamic); pooling stays in
-the runner, so vectors and unpooled sums come from one call. Its file name carries a key over everything
-that decides its bytes or whether it runs: the weights' sha256, the torch version, the machine and the
-CPU's instruction set (generated code for AVX-512 must never run on a CPU without it, as a cache shared
-between machines would), and `PACKAGE_VERSION`; the precision is in its name. Written to a temporary name and renamed, as the ONNX
-export is; a package that does not load is compiled again. `torch._inductor.aoti_compile_and_package` and
-`aoti_load_package` are the entry points torch's AOTInductor guide documents (torch is pinned). Imported
-only where the compiled model runs (`unichunk.sinks.vectors.minilm`): torch's inductor takes a second.
+The package is the transformer only (its last hidden states, batch and length dynamic); pooling stays in the
+runner, so vectors and unpooled sums come from one call. Its file name carries a key over everything that
+decides its bytes or whether it runs: the weights' sha256, the torch version, the machine and the CPU's
+instruction set (generated code for AVX-512 must never run on a CPU without it, as a cache shared between
+machines would), and `PACKAGE_VERSION`; the precision is in its name. Written to a temporary name and
+renamed, as the ONNX export is; a package that does not load is compiled again.
+`torch._inductor.aoti_compile_and_package` and `aoti_load_package` are the entry points torch's AOTInductor
+guide documents (torch is pinned). Imported only where the compiled model runs
+(`unichunk.sinks.vectors.minilm`): torch's inductor takes a second.
 """
 
 from __future__ import annotations
