@@ -25,6 +25,7 @@ import hashlib
 import logging
 import os
 import platform
+import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -39,6 +40,7 @@ except ImportError:  # Windows: no cross-process lock; two processes may both co
 
 import torch
 from torch._inductor import aoti_compile_and_package, aoti_load_package
+from torch._inductor import config as inductor_config
 
 from unichunk.sinks.device import cpu_flags
 from unichunk.sinks.vectors.onnx_export import remove_abandoned, weights_sha256
@@ -61,6 +63,19 @@ Precision = Literal["bf16", "fp32"]
 # (2.04x fp32 with it); in fp32 on an AVX2 CPU it made the model 0.8x eager, against 1.07x without.
 _FREEZING: dict[Precision, bool] = {"bf16": True, "fp32": False}
 _LONG_NAMES: dict[Precision, str] = {"bf16": "bfloat16", "fp32": "fp32"}
+
+
+class NoCompiler(RuntimeError):
+    """No C++ compiler where inductor would call one: compiling cannot work, so it is not tried (a failed
+    try costs a process about 13 s of export and code generation before the compiler is found missing)."""
+
+
+def require_compiler() -> None:
+    """Raise `NoCompiler` unless the compiler inductor calls (`CXX`, else g++, clang++ on macOS: its
+    `cpp.cxx` setting) is on PATH."""
+    name = inductor_config.cpp.cxx[-1]
+    if shutil.which(name) is None:
+        raise NoCompiler(f"no C++ compiler {name!r} found (install g++ or set CXX)")
 
 
 class HiddenStates(torch.nn.Module):
@@ -112,6 +127,7 @@ def load_states(cache_dir: Path, transformer: Callable[[], Any], precision: Prec
                 return aoti_load_package(str(target))
             except Exception as exc:
                 logger.warning("compiled MiniLM %s does not load (%s); compiling it again", target, exc)
+        require_compiler()
         compile_package(transformer(), target, precision)
     return aoti_load_package(str(target))
 
