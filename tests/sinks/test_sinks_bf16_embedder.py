@@ -102,12 +102,15 @@ def test_two_processes_starting_together_compile_the_package_once(tmp_path: Path
     assert sorted(int(line.rsplit(" ", 1)[1]) for line in lines) == [0, 1]  # one compiled, one waited
 
 
-def test_without_a_cpp_compiler_bf16_runs_uncompiled_with_one_warning(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("backend", "precision"), [("torch-bf16", "bfloat16"), ("torch", "fp32")])
+def test_without_a_cpp_compiler_minilm_runs_uncompiled_with_one_warning(
+    tmp_path: Path, backend: str, precision: str
+) -> None:
     script = (
         "import logging, numpy as np\n"
         "logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(message)s')\n"
         "from unichunk.sinks.vectors.minilm import MiniLMEmbedder\n"
-        f"e = MiniLMEmbedder(backend='torch-bf16', cache_dir=__import__('pathlib').Path({str(tmp_path)!r}))\n"
+        f"e = MiniLMEmbedder(backend={backend!r}, cache_dir=__import__('pathlib').Path({str(tmp_path)!r}))\n"
         "v = np.asarray(e.embed(['Ownership rules']))\n"
         "print('RUNS', e.runs, round(float(np.linalg.norm(v)), 4))\n"
     )
@@ -116,9 +119,11 @@ def test_without_a_cpp_compiler_bf16_runs_uncompiled_with_one_warning(tmp_path: 
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600, check=False
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "RUNS torch-bf16 on cpu 1.0" in done.stdout
-    warnings = [line for line in done.stderr.splitlines() if "running bfloat16 uncompiled" in line]
+    assert f"RUNS {backend} on cpu 1.0" in done.stdout
+    assert "compiling MiniLM" not in done.stderr  # not even tried: no export, no code generated
+    warnings = [line for line in done.stderr.splitlines() if f"running {precision} uncompiled" in line]
     assert len(warnings) == 1 and warnings[0].startswith("WARNING"), done.stderr[-3000:]
+    assert "no C++ compiler" in warnings[0]
     assert [path.suffix for path in tmp_path.iterdir()] == [".lock"]  # nothing half-built left
 
 
