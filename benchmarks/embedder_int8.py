@@ -44,7 +44,7 @@ from benchmarks.embedder_bf16 import batches, pipeline_texts, summed
 from benchmarks.embedder_speed import machine_load
 from unichunk.sinks.vectors.minilm import MiniLMEmbedder, load_minilm
 from unichunk.sinks.vectors.minilm_onnx import OnnxRunner
-from unichunk.sinks.vectors.onnx_export import VARIANTS, export_fp32, finish, weights_path
+from unichunk.sinks.vectors.onnx_export import VARIANTS, export_fp32, optimize_and_quantize, weights_path
 
 REPO = Path(__file__).resolve().parents[1]
 BATCH = 8  # the shipped model batch
@@ -164,7 +164,7 @@ def smoothed_file(bert: torch.nn.Module, alpha: float, maxima: dict[str, torch.T
     folder = work / f"alpha-{alpha}"
     folder.mkdir()
     export_fp32(folder / "plain.onnx", smooth(copy.deepcopy(bert), maxima, alpha))
-    return finish(folder / "plain.onnx", folder, VARIANTS["int8-perchannel"])
+    return optimize_and_quantize(folder / "plain.onnx", folder, VARIANTS["int8-perchannel"])
 
 
 def _normalised(rows: list[list[float]] | np.ndarray) -> np.ndarray:

@@ -27,15 +27,19 @@ MiniLMBackend = Literal["torch", "torch-bf16", "onnx", "onnx-int8"]
 VARIANT_OF_BACKEND: dict[MiniLMBackend, str] = {"torch-bf16": "bf16", "onnx-int8": "int8"}
 
 
+def models_on_gpu(device: DeviceSetting) -> bool:
+    """Whether the models run on a GPU: asked for (`cuda`), or `auto` where torch sees one (asked last:
+    it imports torch, and only where an NVIDIA driver is there at all)."""
+    return device == "cuda" or (device == "auto" and cuda_possible() and torch_cuda_available())
+
+
 def machine_backend(device: DeviceSetting) -> MiniLMBackend:
     """`auto`'s MiniLM backend on this machine: bfloat16 where the models run on a CPU that computes in it
     natively (about 2x fp32, retrieval within 0.5 points; emulated, it would be slower than fp32), torch
     fp32 elsewhere (on CUDA too, where fp32 is both fast and exact). Every run's fingerprint asks, so it
     imports nothing where the answer is plain: a CPU without bf16, or no NVIDIA driver."""
-    if device == "cuda" or not cpu_has_bf16():
+    if not cpu_has_bf16() or models_on_gpu(device):
         return "torch"
-    if device == "auto" and cuda_possible() and torch_cuda_available():
-        return "torch"  # `auto` puts torch on the GPU
     return "torch-bf16"
 
 
@@ -263,17 +267,15 @@ class SinkSettings(BaseSettings):
             return False
         if self.spacy_process == "worker":
             return True
-        return self.embedder == "minilm" and self.device != "cuda" and self.minilm_compiled()
+        return self.embedder == "minilm" and self.minilm_compiled()
 
     def minilm_compiled(self) -> bool:
         """Whether MiniLM is asked to run as a package compiled ahead of time (on a CPU, torch backends)."""
-        if (
-            not self.embedding_compiled
-            or self.device == "cuda"
-            or self.minilm_backend() not in ("torch", "torch-bf16")
-        ):
-            return False
-        return not (self.device == "auto" and cuda_possible() and torch_cuda_available())  # `auto` on a GPU
+        return (
+            self.embedding_compiled
+            and self.minilm_backend() in ("torch", "torch-bf16")
+            and not models_on_gpu(self.device)
+        )
 
     def segmented_vectors(self) -> bool:
         """Whether chunk vectors are composed from segments (`model_input`): MiniLM only, whose token

