@@ -18,7 +18,8 @@ This is also the one place access is enforced (docs/access.md): every method run
 (`scoped`). Reads go to the stores under the principal's `read_filter`, inside every store query (ranking,
 neighbours, records, graph), and a single look-up of a document or chunk the principal may not read answers
 exactly as one that does not exist (`NotFound`); writes need `may_write`, the index's own state an admin
-(`AccessDenied`).
+(`AccessDenied`). A principal that is no admin never sees where the server keeps a file (`path`): it cites a
+document by its source and ID there.
 """
 
 from __future__ import annotations
@@ -598,7 +599,7 @@ class Pipeline:
                 [] if store is None else store.chunks_at(document_id, range(row.chunk_count), filter=reading)
             )
         ordered = sorted(self._readable(chunks).values(), key=lambda c: c.chunk_index)
-        return DocumentChunks(document=_document_info(row), chunks=[_record(c) for c in ordered])
+        return DocumentChunks(document=self._info(row), chunks=[_record(c) for c in ordered])
 
     def chunk_graphs(self, chunk_ids: Sequence[str]) -> dict[str, GraphResult]:
         """What the graph holds for each of these chunks (the entities taken from it, the relations stated
@@ -619,7 +620,7 @@ class Pipeline:
             else store.get_many(document_ids)
         )
         return {
-            k: _document_info(row) for k, row in rows.items() if self.principal.may_read(_record_labels(row))
+            k: self._info(row) for k, row in rows.items() if self.principal.may_read(_record_labels(row))
         }
 
     @staticmethod
@@ -814,7 +815,7 @@ class Pipeline:
 
     def _with_sources(self, found: SearchResult) -> SearchResult:
         """Each hit's source, ID in it and file from its document's record (the stores that ranked it may
-        not keep them: BM25 keeps none), so every caller can cite the file."""
+        not keep them: BM25 keeps none), so every caller can cite the document; the file only for an admin."""
         records = self.documents(hit.document_id for hit in found.hits) if found.hits else {}
         for hit in found.hits:
             record = records.get(hit.document_id)
@@ -822,7 +823,18 @@ class Pipeline:
                 hit.source_system = record.source_system or hit.source_system
                 hit.source_id = record.source_id or hit.source_id
                 hit.path = record.path or hit.path
+            if not self.principal.admin:
+                hit.path = None
         return found
+
+    def _info(self, row: DocumentStatus) -> DocumentInfo:
+        """A document's record as this principal may see it: for one that is no admin, without the server's
+        file (`path`, also where an error message names it: the ID in the source stands in)."""
+        info = _document_info(row)
+        if self.principal.admin or not info.path:
+            return info
+        error = info.error.replace(info.path, info.source_id or "<file>") if info.error else info.error
+        return info.model_copy(update={"path": None, "error": error})
 
     def _status(self) -> StatusStore:
         return StatusStore.of(reading_settings(self.settings), readonly=True)

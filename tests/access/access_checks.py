@@ -45,6 +45,7 @@ class LabelledDocument:
 class Corpus:
     documents: list[LabelledDocument]
     ids: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> document ID, once ingested
+    server_root: str | None = None  # the folder the server keeps the documents under, once ingested
 
     def readable(self, principal: Principal) -> list[LabelledDocument]:
         return [d for d in self.documents if principal.may_read(d.labels)]
@@ -173,7 +174,8 @@ def strings(payload: Any) -> Iterator[str]:
 
 
 def assert_no_leak(corpus: Corpus, principal: Principal, payload: Any, where: str) -> None:
-    """No text of a document `principal` may not read, and no ID of one, anywhere in `payload`."""
+    """No text of a document `principal` may not read, and no ID of one, anywhere in `payload`; and, for
+    one that is no admin, not the server's folder (a file's `path` tells where the server keeps it)."""
     hidden = corpus.hidden(principal)
     markers = {d.marker: d.name for d in hidden}
     hidden_ids = {corpus.ids[d.name]: d.name for d in hidden if d.name in corpus.ids}
@@ -183,6 +185,8 @@ def assert_no_leak(corpus: Corpus, principal: Principal, payload: Any, where: st
             assert marker not in folded, f"{where}: text of {name} (labels hidden from {principal.labels})"
         for document_id, name in hidden_ids.items():
             assert document_id not in text, f"{where}: the ID of {name} shown to {principal.labels}"
+        if corpus.server_root and not principal.admin:
+            assert corpus.server_root not in text, f"{where}: the server's folder shown to {principal.labels}"
 
 
 def check_search(

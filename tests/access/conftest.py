@@ -60,6 +60,8 @@ def access_index(
         assert summary.failed == [] and summary.processed == len(documents), summary
         names = {row.source_id: row.document_id for row in pipeline.status().documents}
         ACCESS_CORPUS.ids.update({d.name: names[d.name] for d in ACCESS_CORPUS.documents})
+        ACCESS_CORPUS.server_root = str(data)  # inline documents are kept as files under the data dir
+        assert all(row.path and row.path.startswith(str(data)) for row in pipeline.status().documents)
         yield Index(pipeline, ACCESS_CORPUS)
         pipeline.close()
         close_all_sinks()

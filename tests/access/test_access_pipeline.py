@@ -152,6 +152,19 @@ def test_a_reader_lists_the_documents_it_may_read(access_index: Index) -> None:
     assert set(access_index.owner.documents()) == set(access_index.chunks)  # admins: all, unlabelled too
 
 
+def test_only_an_admin_sees_where_the_server_keeps_a_file(access_index: Index) -> None:
+    """A hit and a document's record cite the document by its source and ID there for every caller; the
+    file's place on the server's disk (`path`) only for an admin."""
+    reader = access_index.as_(Principal(name="reader", labels=("eng", "hr", "ops")))
+    for who, sees in ((reader, False), (access_index.owner, True)):
+        hits = who.search("payroll budget", k=4).hits
+        assert hits and all(h.source_system == "acl" and h.source_id for h in hits)
+        assert all((h.path is not None) == sees for h in hits)
+        document_id = hits[0].document_id
+        assert (who.document(document_id).document.path is not None) == sees
+        assert all((info.path is not None) == sees for info in who.documents().values())
+
+
 def test_a_reader_without_labels_reads_nothing(access_index: Index) -> None:
     nobody = Principal(name="nobody")
     reader = access_index.as_(nobody)
