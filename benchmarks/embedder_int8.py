@@ -1,6 +1,6 @@
 """int8 MiniLM on a CPU without bfloat16 (AVX2): how near 2x torch fp32, and what loses the accuracy.
 
-    python -m benchmarks.embedder_int8 [--rounds 3] [--alphas 0.5,0.65,0.8]
+    python -m benchmarks.embedder_int8 [--rounds 3] [--alphas 0.5,0.65,0.8] [--blocks 32,128]
 
 On a CPU with bf16 instructions `auto` reaches 2x with compiled bfloat16 (`benchmarks.default_embedder`);
 without them it runs torch fp32, and int8 (`onnx-int8`: ONNX Runtime's dynamic quantisation, per-channel
@@ -15,7 +15,11 @@ two ways to bring int8 closer to fp32:
   channels stop setting the whole tensor's scale. BERT's residual stream is the LayerNorm's output, so the
   division cannot be folded into the LayerNorm: it is one Mul before each layer (Q, K and V share one).
   `max|x|` is calibrated on this repository's own docs/*.md (64 pieces of 900 characters), not on the
-  eval data the vectors are then compared on.
+  eval data the vectors are then compared on;
+- speed and accuracy of ONNX Runtime's one CPU kernel that scales activations finer than per tensor:
+  `MatMulNBits` with 8-bit weights and `accuracy_level` 4, which quantises its input to int8 per block of
+  `--blocks` values along each row (so per token, and finer) and multiplies in int8; built from the fused
+  fp32 file by `onnxruntime.quantization.matmul_nbits_quantizer` (it needs `onnx_ir`, in the bench extra).
 
 Texts: the segments `auto` embeds for the eval corpora (as `benchmarks.embedder_bf16`). The baseline is
 the shipped torch fp32 backend (`MiniLMEmbedder(backend="torch").embed_sums`); in the same round, the
@@ -42,9 +46,16 @@ from transformers import AutoModel
 
 from benchmarks.embedder_bf16 import batches, pipeline_texts, summed
 from benchmarks.embedder_speed import machine_load
+from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.vectors.minilm import MiniLMEmbedder, load_minilm
 from unichunk.sinks.vectors.minilm_onnx import OnnxRunner
-from unichunk.sinks.vectors.onnx_export import VARIANTS, export_fp32, optimize_and_quantize, weights_path
+from unichunk.sinks.vectors.onnx_export import (
+    VARIANTS,
+    ensure_model,
+    export_fp32,
+    optimize_and_quantize,
+    weights_path,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 BATCH = 8  # the shipped model batch
@@ -167,6 +178,26 @@ def smoothed_file(bert: torch.nn.Module, alpha: float, maxima: dict[str, torch.T
     return optimize_and_quantize(folder / "plain.onnx", folder, VARIANTS["int8-perchannel"])
 
 
+def block_int8_file(block: int, work: Path) -> Path:
+    """The fused fp32 file with every weight MatMul as `MatMulNBits`: 8-bit symmetric weights in blocks of
+    `block`, activations quantised to int8 per block of a row at run time (`accuracy_level` 4)."""
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
+
+    cache = SinkSettings().model_cache_dir.expanduser()  # where the shipped ONNX files are cached
+    config = DefaultWeightOnlyQuantConfig(block_size=block, is_symmetric=True, accuracy_level=4, bits=8)
+    quantizer = MatMulNBitsQuantizer(
+        onnx.load(str(ensure_model(cache, VARIANTS["fp32"]))), algo_config=config
+    )
+    quantizer.process()
+    target = work / f"block-int8-{block}.onnx"
+    quantizer.model.save_model_to_file(str(target), use_external_data_format=False)
+    return target
+
+
 def _normalised(rows: list[list[float]] | np.ndarray) -> np.ndarray:
     array = np.asarray(rows, dtype=np.float32)
     return array / np.linalg.norm(array, axis=1, keepdims=True)
@@ -176,6 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--alphas", default="0.5,0.65,0.8", help="SmoothQuant's migration strengths")
+    parser.add_argument("--blocks", default="32,128", help="MatMulNBits block sizes ('' for none)")
     args = parser.parse_args(argv)
     torch.set_grad_enabled(False)
     texts = pipeline_texts()["segments"]
@@ -194,6 +226,11 @@ def main(argv: list[str] | None = None) -> None:
             runner = OnnxRunner(onnxruntime, smoothed_file(bert, alpha, maxima, Path(work)))
             print(f"smoothed a={alpha}: built in {time.perf_counter() - started:.1f} s", file=sys.stderr)
             runs[f"onnx-int8 smoothed, a={alpha}"] = lambda r=runner: _normalised(
+                r.encode(texts, BATCH, sums=True)
+            )
+        for block in (int(b) for b in args.blocks.split(",") if b):
+            runner = OnnxRunner(onnxruntime, block_int8_file(block, Path(work)))
+            runs[f"int8 MatMulNBits, blocks of {block}"] = lambda r=runner: _normalised(
                 r.encode(texts, BATCH, sums=True)
             )
         for run in runs.values():  # warm: sessions built, the export cached

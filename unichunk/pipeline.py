@@ -619,9 +619,7 @@ class Pipeline:
             if document_ids is None
             else store.get_many(document_ids)
         )
-        return {
-            k: self._info(row) for k, row in rows.items() if self.principal.may_read(_record_labels(row))
-        }
+        return {k: self._info(row) for k, row in rows.items() if self.principal.may_read(_record_labels(row))}
 
     @staticmethod
     def normalise_labels(labels: Iterable[str]) -> tuple[str, ...]:
