@@ -4,6 +4,7 @@ where the quantiser's scale falls), Q, K and V share one input scale, and the si
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -60,3 +61,27 @@ def test_simulated_int8_keeps_256_levels_and_zero_exact() -> None:
     assert (per_tensor - x).abs().max() <= 4.0 / 255 + 1e-6  # half a step of 8/255: one range for the tensor
     assert (per_token[1] - x[1]).abs().max() <= 0.15 / 255 + 1e-7  # the small row's own, finer step
     assert (per_tensor[1] - x[1]).abs().max() > (per_token[1] - x[1]).abs().max()
+
+
+def test_block_int8_file_multiplies_every_weight_in_int8_blocks(tmp_path: Path) -> None:
+    """The `--blocks` variant is what its row says: every weight MatMul of the fused file is `MatMulNBits`
+    with 8-bit weights in blocks of the size asked and int8 compute (`accuracy_level` 4), and it runs."""
+    pytest.importorskip("onnx_ir", reason="the bench extra's MatMulNBits quantiser needs onnx-ir")
+    import onnx
+    import onnxruntime
+
+    from benchmarks.embedder_int8 import block_int8_file
+    from unichunk.sinks.vectors.minilm_onnx import OnnxRunner
+
+    model = onnx.load(str(block_int8_file(32, tmp_path)))
+    blocks = [n for n in model.graph.node if n.op_type == "MatMulNBits"]
+    assert len(blocks) == 6 * 6  # per layer: query, key, value, attention output, intermediate, output
+    weights = {t.name for t in model.graph.initializer}
+    assert not [n for n in model.graph.node if n.op_type == "MatMul" and set(n.input) & weights]
+    for node in blocks:
+        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        assert (attributes["bits"], attributes["block_size"], attributes["accuracy_level"]) == (8, 32, 4)
+    vectors = OnnxRunner(onnxruntime, tmp_path / "block-int8-32.onnx").encode(
+        ["Chunks keep exact offsets."], 8
+    )
+    assert vectors.shape == (1, 384) and abs(float((vectors**2).sum()) - 1) < 1e-4
