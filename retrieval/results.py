@@ -23,7 +23,9 @@ class SearchHit(BaseModel):
     source_id: str | None = Field(
         None, description="The document's ID in its source (its path there), as the stores know it."
     )
-    path: str | None = Field(None, description="The document's file, when it was read from one.")
+    path: str | None = Field(
+        None, description="The document's file, when it was read from one; shown to admins only."
+    )
     start_char: int
     end_char: int
     score: float = Field(description="Fused RRF score (hybrid) or the single retriever's own score.")

@@ -42,7 +42,7 @@ class DocumentInfo(BaseModel):
     document_id: str
     source_system: str | None = None
     source_id: str | None = None
-    path: str | None = None
+    path: str | None = Field(None, description="The file it was read from, if any; shown to admins only.")
     state: str
     chunk_count: int
     error: str | None = None
