@@ -827,12 +827,10 @@ class Pipeline:
 
     def _info(self, row: DocumentStatus) -> DocumentInfo:
         """A document's record as this principal may see it: for one that is no admin, without the server's
-        file (`path`, also where an error message names it: the ID in the source stands in)."""
+        file (`path`). Its error needs nothing: a load error names the file by its ID in the source
+        (`unichunk.chunking.loaders`)."""
         info = _document_info(row)
-        if self.principal.admin or not info.path:
-            return info
-        error = info.error.replace(info.path, info.source_id or "<file>") if info.error else info.error
-        return info.model_copy(update={"path": None, "error": error})
+        return info if self.principal.admin else info.model_copy(update={"path": None})
 
     def _status(self) -> StatusStore:
         return StatusStore.of(reading_settings(self.settings), readonly=True)
