@@ -21,7 +21,7 @@ from unichunk.chunking.sources import SourceItem, load_item
 from unichunk.index import metrics
 from unichunk.index.chunk_cache import ChunkKey
 from unichunk.index.run import RunConfig
-from unichunk.index.status import Failure, StatusStore, failed_fields, processing_fields
+from unichunk.index.status import DocumentStatus, Failure, StatusStore, failed_fields, processing_fields
 
 FLUSH_CHARS = 32_000_000  # text held before the chunks are written to the chunk cache
 # How a load failure's status error starts, for the people reading it (the rules read `failure`).
@@ -65,6 +65,15 @@ def item_fields(item: SourceItem) -> dict[str, object]:
     }
 
 
+def failed_item_fields(item: SourceItem, row: DocumentStatus | None) -> dict[str, object]:
+    """The status columns of a document that failed: where it came from, and the labels it was listed with
+    when no store holds a version of it, so the readers of its source see that it failed (a record's
+    labels are those its stored chunks carry: a failed update keeps them, as the stores do)."""
+    if row is not None and row.chunk_ids:
+        return item_fields(item)
+    return {**item_fields(item), "labels": item.labels}
+
+
 def chunk_items(items: list[SourceItem], run: RunConfig, *, dry_run: bool = False) -> ChunkBatchResult:
     """Load, skip unchanged (same content hash and fingerprint), chunk, cache; dry_run only compares.
 
@@ -74,8 +83,8 @@ def chunk_items(items: list[SourceItem], run: RunConfig, *, dry_run: bool = Fals
     result = ChunkBatchResult()
     with metrics.timed("chunk_batch"):
         status = run.status_store(readonly=dry_run)
-        writer = None if dry_run else _BatchWriter(run, status)
         rows = status.get_many(item.document_id for item in items)
+        writer = None if dry_run else _BatchWriter(run, status, rows)
         changed: list[tuple[SourceItem, Document, ChunkKey]] = []
         size = 0
         embed = run.chunk_embedding()  # `semantic` measures sentences with the configured embedder
@@ -145,8 +154,9 @@ class _BatchWriter:
     in memory at once, and always before the status rows that mark their documents processing.
     """
 
-    def __init__(self, run: RunConfig, status: StatusStore) -> None:
+    def __init__(self, run: RunConfig, status: StatusStore, rows: dict[str, DocumentStatus]) -> None:
         self.run, self.status, self.cache = run, status, run.chunk_cache()
+        self.rows = rows  # the batch's records as the run found them
         self._chunks: list[tuple[Document, list[Chunk]]] = []
         self._rows: list[tuple[str, dict[str, object]]] = []
         self._size = 0
@@ -164,7 +174,8 @@ class _BatchWriter:
         self._rows.append((item.document_id, processing_fields(**item_fields(item))))
 
     def failed(self, item: SourceItem, error: str, failure: Failure | None) -> None:
-        self._rows.append((item.document_id, failed_fields(error, failure, **item_fields(item))))
+        fields = failed_item_fields(item, self.rows.get(item.document_id))
+        self._rows.append((item.document_id, failed_fields(error, failure, **fields)))
 
     def flush(self) -> None:
         self.cache.put_many(self._chunks, self.run.chunk_fingerprint)

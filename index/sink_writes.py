@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from unichunk.chunking.sources import SourceItem
 from unichunk.index import metrics
 from unichunk.index.alignment import previous_version
-from unichunk.index.chunk_batch import item_fields
+from unichunk.index.chunk_batch import failed_item_fields, item_fields
 from unichunk.index.chunk_cache import ChunkKey
 from unichunk.index.run import RunConfig
 from unichunk.index.status import failed_fields, processed_fields
@@ -117,8 +117,10 @@ def record_outcome(
             )
             for key in processed
         ]
+        found = status.get_many(failed) if failed else {}
         for document_id, error in failed.items():
-            extra = item_fields(items[document_id]) if document_id in items else {}
+            item = items.get(document_id)
+            extra = {} if item is None else failed_item_fields(item, found.get(document_id))
             rows.append((document_id, failed_fields(error, **extra)))
         status.upsert_many(rows)
         cache.prune_many(processed)
