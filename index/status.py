@@ -22,11 +22,10 @@ from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection, text
 
+from unichunk.index.document_states import STATES, State
 from unichunk.sinks.config import SinkSettings
 from unichunk.sinks.database import Database, open_database
 
-State = Literal["pending", "processing", "processed", "failed"]
-STATES: tuple[State, ...] = ("pending", "processing", "processed", "failed")
 # Why a failed document failed, as data the rules read (never parsed out of `error`, which is for people):
 # `unreadable` and `too_large` are load failures, which an unchanged file would repeat (`too_large` not
 # once the limit is raised above it); anything else is None.

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, TypedDict, Unpack
 
+from unichunk.index.document_states import State as DocumentState
 from unichunk.retrieval.ranking import Mode
 
 if TYPE_CHECKING:
-    from unichunk.results import EntityResult, Generations, IndexStatus, SearchResult
+    from unichunk.results import DocumentInfo, EntityResult, Generations, IndexStatus, SearchResult
 
 
 class SearchArgs(TypedDict, total=False):
@@ -44,6 +45,13 @@ class IndexService(Protocol):
 
     def generations(self) -> Generations:
         """The index generations, the live one first."""
+        ...
+
+    def documents(
+        self, *, state: DocumentState | None = None, source: str | None = None
+    ) -> dict[str, DocumentInfo]:
+        """The records of the documents the caller may read, by source and ID there (in `state`, of
+        `source`, when given)."""
         ...
 
     def delete(self, document_id: str) -> dict[str, int]:

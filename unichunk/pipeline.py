@@ -59,6 +59,7 @@ from unichunk.errors import NotFound, UsageError
 from unichunk.flows.run_settings import caller_settings
 from unichunk.index.alignment import AlignmentReport, verify_live
 from unichunk.index.defaults import DEFAULT_BATCH_SIZE, DEFAULT_GATE_TOLERANCE, DEFAULT_RETENTION_HOURS
+from unichunk.index.document_states import State as DocumentState
 from unichunk.index.generations import (
     deletion_targets,
     generation_counts,
@@ -609,16 +610,26 @@ class Pipeline:
         with self._reading(("graph",)) as readers:
             return chunk_graphs(readers, readable, filter=self.principal.read_filter())
 
-    def documents(self, document_ids: Iterable[str] | None = None) -> dict[str, DocumentInfo]:
+    def documents(
+        self,
+        document_ids: Iterable[str] | None = None,
+        *,
+        state: DocumentState | None = None,
+        source: str | None = None,
+    ) -> dict[str, DocumentInfo]:
         """The live records of these documents (unknown ones, and those the principal may not read, left
-        out), by ID: one indexed read. None: every live document the principal may read (what a reader
-        lists instead of `status`, which is for admins)."""
+        out), by ID: one indexed read. None: every live document the principal may read, by source and
+        its ID there (what a reader lists instead of `status`, which is for admins). `state` and `source`
+        (a `source_system`) keep only the documents in that state, of that source."""
         store = self._status()
-        rows = (
-            {row.document_id: row for row in store.rows()}
-            if document_ids is None
-            else store.get_many(document_ids)
-        )
+        if document_ids is None:
+            rows = {row.document_id: row for row in store.rows(source_system=source, state=state)}
+        else:
+            rows = {
+                k: row
+                for k, row in store.get_many(document_ids).items()
+                if state in (None, row.state) and source in (None, row.source_system)
+            }
         return {k: self._info(row) for k, row in rows.items() if self.principal.may_read(_record_labels(row))}
 
     @staticmethod
@@ -688,8 +699,8 @@ class Pipeline:
     def status(self, *, failed_only: bool = False) -> IndexStatus:
         """The index generations and the live one's documents (only the failed ones if asked). Flow runs of
         this data dir whose process was killed are marked Crashed in Prefect first, when its server runs.
-        Admins only: it lists every document."""
-        self.require_admin("status")
+        Admins only: it lists every document (a reader's own: `documents`)."""
+        self.require_admin("status", hint="`documents` lists the documents you may read")
         self._mark_crashed()
         store = self._status()
         return IndexStatus(
@@ -723,11 +734,15 @@ class Pipeline:
 
     # --- access ---------------------------------------------------------------------------------------
 
-    def require_admin(self, operation: str) -> None:
-        """`AccessDenied` unless the principal is an admin; `operation` names what was refused. Public for
-        a door that starts a flow run itself (a served deployment) rather than through a method here."""
+    def require_admin(self, operation: str, *, hint: str | None = None) -> None:
+        """`AccessDenied` unless the principal is an admin; `operation` names what was refused, `hint` what
+        the caller may do instead. Public for a door that starts a flow run itself (a served deployment)
+        rather than through a method here."""
         if not self.principal.admin:
-            raise AccessDenied(f"{operation}: for admins only, and {self.principal.name!r} is not one")
+            instead = f"; {hint}" if hint else ""
+            raise AccessDenied(
+                f"{operation}: for admins only, and {self.principal.name!r} is not one{instead}"
+            )
 
     def require_write(self, operation: str) -> None:
         """`AccessDenied` unless the principal may write (or is an admin); as `require_admin`."""

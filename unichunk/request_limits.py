@@ -10,6 +10,7 @@ from __future__ import annotations
 from unichunk.errors import UsageError
 
 MAX_QUERY_CHARS = 2000  # a query longer than this is refused, not cut: a passage is no query
+DEFAULT_LISTED, MAX_LISTED = 1000, 10_000  # documents on one page of a listing (`GET /documents`)
 
 
 def check_query(query: str) -> str:

@@ -59,6 +59,13 @@ class DocumentInfo(BaseModel):
     )
 
 
+class DocumentList(BaseModel):
+    """One page of the documents a caller may read, by source and its ID there (`GET /documents`)."""
+
+    total: int = Field(description="How many documents match, on every page.")
+    documents: list[DocumentInfo]
+
+
 class Generations(BaseModel):
     """The index generations, the live one first."""
 

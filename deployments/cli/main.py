@@ -33,7 +33,7 @@ import contextlib
 import dataclasses
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -58,9 +58,9 @@ from unichunk.deployments.cli.flow_runs import prefect_api
 from unichunk.deployments.cli.service_client import ServiceUnavailable, running_service
 from unichunk.deployments.settings import SAMPLE_CORPUS, ServiceSettings
 from unichunk.errors import UsageError
-from unichunk.interface import IndexService, Mode
+from unichunk.interface import DocumentState, IndexService, Mode
 from unichunk.request_limits import check_entity_name, check_query
-from unichunk.results import GenerationInfo, Generations
+from unichunk.results import DocumentInfo, GenerationInfo, Generations
 from unichunk.settings import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_GATE_TOLERANCE,
@@ -511,19 +511,47 @@ def status(
         print_json(found.model_dump(mode="json"))
         return
     _print_generations(found)
-    if found.documents:
+    _print_documents(found.documents)
+    console.print(", ".join(f"{name}: {n}" for name, n in found.counts.items()))
+
+
+@app.command()
+@friendly_errors
+def documents(
+    failed: Annotated[bool, typer.Option("--failed", help="Only failed documents.")] = False,
+    state: Annotated[
+        DocumentState | None, typer.Option("--state", help="Only documents in this state.")
+    ] = None,
+    source: Annotated[str | None, typer.Option("--source", help="Only this source's documents.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The documents you may read, by source: each one's state and chunk count, then each failed one's
+    whole error. What `status` shows an admin, for any token (UNICHUNK_TOKEN or --token)."""
+    if failed and state not in (None, "failed"):
+        raise UsageError(f"--failed and --state {state} ask for two states: give one")
+    wanted: DocumentState | None = "failed" if failed else state
+    found = _ask(lambda index: index.documents(state=wanted, source=source), models=False)
+    if as_json:
+        print_json([d.model_dump(mode="json") for d in found.values()])
+        return
+    _print_documents(list(found.values()))
+    console.print(f"{len(found)} document(s)")
+
+
+def _print_documents(documents: Sequence[DocumentInfo]) -> None:
+    """A table of documents, then each failed one's error whole: a table cell wraps or cuts it, and it is
+    what the user needs."""
+    if documents:
         print_table(
             ("document", "source", "state", "chunks", "updated"),
             [
                 (d.document_id, d.source_id or "", d.state, str(d.chunk_count), d.updated_at[:19])
-                for d in found.documents
+                for d in documents
             ],
         )
-    # Errors outside the table: a table cell wraps or cuts them, and they are what the user needs whole.
-    for d in found.documents:
+    for d in documents:
         if d.state == "failed":
             print_failed(f"{d.source_id or d.document_id} ({d.document_id})", d.error or "")
-    console.print(", ".join(f"{name}: {n}" for name, n in found.counts.items()))
 
 
 def _describe(generation: GenerationInfo) -> str:

@@ -21,8 +21,9 @@ from unichunk.access import AccessDenied
 from unichunk.deployments.service.discovery import running_service_url
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.errors import NotFound, UnichunkError, Unreachable, UsageError
-from unichunk.interface import SearchArgs
-from unichunk.results import EntityResult, Generations, IndexStatus, SearchResult
+from unichunk.interface import DocumentState, SearchArgs
+from unichunk.request_limits import MAX_LISTED
+from unichunk.results import DocumentInfo, DocumentList, EntityResult, Generations, IndexStatus, SearchResult
 
 TIMEOUT = httpx.Timeout(60.0, connect=1.0)  # a search can wait for a run's hand-over; connecting cannot
 
@@ -101,6 +102,19 @@ class ServiceClient:
     def generations(self) -> Generations:
         answer = self._call("GET", "/status", params={"failed": "true"})  # the shortest answer that has them
         return Generations.model_validate(answer)
+
+    def documents(
+        self, *, state: DocumentState | None = None, source: str | None = None
+    ) -> dict[str, DocumentInfo]:
+        """Every page of `GET /documents`, in the service's order."""
+        asked = {name: value for name, value in (("state", state), ("source", source)) if value is not None}
+        found: dict[str, DocumentInfo] = {}
+        while True:
+            params = {**asked, "offset": len(found), "limit": MAX_LISTED}
+            page = DocumentList.model_validate(self._call("GET", "/documents", params=params))
+            found.update((d.document_id, d) for d in page.documents)
+            if not page.documents or len(found) >= page.total:
+                return found
 
     def delete(self, document_id: str) -> dict[str, int]:
         """Chunks removed per store, as the served run reports them ({} when its result is not kept)."""

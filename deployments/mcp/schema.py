@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-from unichunk.interface import Mode
+from unichunk.interface import DocumentState, Mode
 from unichunk.request_limits import MAX_QUERY_CHARS
 from unichunk.settings import SOURCE_NAME_PATTERN
 
@@ -34,6 +34,14 @@ Query = Annotated[
     Field(
         min_length=1, max_length=MAX_QUERY_CHARS, description="What to look for, in plain words (not blank)."
     ),
+]
+StateFilter = Annotated[
+    DocumentState | None,
+    Field(description="Only documents in this state: pending, processing, processed or failed."),
+]
+SourceFilter = Annotated[
+    str | None,
+    Field(min_length=1, max_length=256, description="Only this source's documents (a hit's source_system)."),
 ]
 TopK = Annotated[int, Field(ge=1, le=50, description="How many chunks to return (1-50).")]
 DocumentFilter = Annotated[

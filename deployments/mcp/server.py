@@ -55,7 +55,9 @@ from unichunk.deployments.mcp.schema import (
     SearchHitOut,
     SearchMode,
     SearchOut,
+    SourceFilter,
     SourceName,
+    StateFilter,
     TopK,
 )
 from unichunk.deployments.service.listener import MAX_MCP_BODY_BYTES, listener
@@ -67,11 +69,12 @@ from unichunk.deployments.service.webhook_security import (
 )
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.errors import NotFound, UnichunkError, UsageError
-from unichunk.interface import Mode
+from unichunk.interface import DocumentState, Mode
 from unichunk.pipeline import DEFAULT_BUDGET, Pipeline
 from unichunk.results import (
     ChunkRecord,
     DocumentInfo,
+    DocumentList,
     EntityResult,
     IndexStatus,
     IngestSummary,
@@ -89,9 +92,10 @@ INSTRUCTIONS = """\
 unichunk indexes documents once into chunks with stable IDs and exact character offsets, searchable by
 keywords (BM25) and meaning (vectors). Use `search` to find passages (each hit brings its surrounding
 context), `get_context` to read more around a chunk, `get_chunk` to fetch a chunk by ID, `entity` to see what
-the knowledge graph knows of a person, organisation or place (aliases, merges, relations), `status` to see
-what is indexed, `ingest` to add or update documents from the allowed folders. Cite chunk_id and
-source_id with [start_char:end_char] when quoting. Resources: unichunk://documents lists the documents,
+the knowledge graph knows of a person, organisation or place (aliases, merges, relations),
+`list_documents` to see the documents you may read (failures too), `status` (admins) to see what is
+indexed, `ingest` to add or update documents from the allowed folders. Cite chunk_id and source_id with
+[start_char:end_char] when quoting. Resources: unichunk://documents lists the documents,
 unichunk://documents/{document_id} gives one document's chunks."""
 
 # --- the server ----------------------------------------------------------------------------------------------
@@ -199,6 +203,15 @@ def create_server(
         document list is the resource unichunk://documents."""
         with tool_errors("status"):
             return tools.as_caller(callers.of(ctx)).status(failed_only)
+
+    @server.tool(annotations=reading, structured_output=True)
+    def list_documents(ctx: Context, state: StateFilter = None, source: SourceFilter = None) -> DocumentList:
+        """The documents you may read, by source and their ID there: each one's state, chunk count and
+        labels, and the whole error of one that failed (state="failed" lists only those). `status` shows an
+        admin every document; this is any caller's own view."""
+        with tool_errors("list_documents"):
+            found = tools.as_caller(callers.of(ctx)).documents(state, source)
+            return DocumentList(total=len(found), documents=found)
 
     @server.resource(
         "unichunk://documents",
@@ -375,9 +388,9 @@ class _Tools:
         found = self.pipeline.status(failed_only=failed_only)
         return found if failed_only else found.model_copy(update={"documents": []})
 
-    def documents(self) -> list[DocumentInfo]:
+    def documents(self, state: DocumentState | None = None, source: str | None = None) -> list[DocumentInfo]:
         """The live documents this caller may read (`status` is for admins)."""
-        return list(self.pipeline.documents().values())
+        return list(self.pipeline.documents(state=state, source=source).values())
 
     def document(self, document_id: str) -> dict[str, Any]:
         try:

@@ -29,7 +29,7 @@ from unichunk.access import Principal
 from unichunk.deployments.service.auth import principal_auth
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.errors import DiskFull, NotFound, SinkError, StoreBusy, UsageError
-from unichunk.interface import Mode
+from unichunk.interface import DocumentState, Mode
 from unichunk.pipeline import (
     BUDGETS,
     DEFAULT_BUDGET,
@@ -41,8 +41,8 @@ from unichunk.pipeline import (
     ReadersProvider,
     run_result,
 )
-from unichunk.request_limits import MAX_QUERY_CHARS
-from unichunk.results import DocumentChunks, EntityResult, IndexStatus, SearchResult
+from unichunk.request_limits import DEFAULT_LISTED, MAX_LISTED, MAX_QUERY_CHARS
+from unichunk.results import DocumentChunks, DocumentList, EntityResult, IndexStatus, SearchResult
 from unichunk.settings import SinkSettings
 from unichunk.tokens import Tokens
 from unichunk.warm_stores import WarmStores
@@ -194,6 +194,23 @@ def create_search_router(
             raise HTTPException(404, str(exc)) from exc
         except UsageError as exc:
             raise HTTPException(422, f"name: {exc}") from exc
+
+    @router.get("/documents", response_model=DocumentList)
+    def documents_endpoint(
+        state: Annotated[DocumentState | None, Query(description="Only documents in this state.")] = None,
+        source: Annotated[
+            str | None, Query(min_length=1, description="Only this source's documents.")
+        ] = None,
+        offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = DEFAULT_LISTED,
+        caller: Principal = caller_of,
+    ) -> DocumentList:
+        """The documents the caller may read, by source and their ID there, a page at a time: each one's
+        record (state, chunk count, labels, the error of one that failed), not its chunks
+        (`/documents/{id}`). A reader lists here what `/status` shows an admin, its own sources' failures
+        included."""
+        found = list(pipeline.scoped(caller).documents(state=state, source=source).values())
+        return DocumentList(total=len(found), documents=found[offset : offset + limit])
 
     @router.get("/documents/{document_id:path}", response_model=DocumentChunks)
     def document_endpoint(document_id: str, caller: Principal = caller_of) -> DocumentChunks:

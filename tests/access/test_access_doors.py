@@ -226,6 +226,29 @@ def test_http_documents_answer_for_hidden_ones_as_for_missing_ones(
 
 
 @EXAMPLES
+@given(principal=principals(), limit=st.integers(1, 4))
+def test_http_lists_exactly_the_documents_the_caller_may_read(
+    doors: Doors, principal: Principal, limit: int
+) -> None:
+    _, readable = _hidden_and_readable(doors.index, principal)
+    listed = doors.get("/documents", principal)
+    assert listed.status_code == 200, listed.text
+    body = listed.json()
+    assert body["total"] == len(readable)
+    assert sorted(d["document_id"] for d in body["documents"]) == sorted(readable)
+    assert all(d["path"] is None for d in body["documents"])
+    assert_no_leak(doors.index.corpus, principal, body, "GET /documents")
+    pages = [  # page by page, the same documents in the same order
+        doors.get("/documents", principal, offset=start, limit=limit).json()
+        for start in range(0, len(readable), limit)
+    ]
+    assert [d for page in pages for d in page["documents"]] == body["documents"]
+    assert {page["total"] for page in pages} <= {len(readable)}
+    assert doors.get("/documents", principal, state="failed").json() == {"total": 0, "documents": []}
+    assert doors.get("/documents", principal, state="processed").json() == body
+
+
+@EXAMPLES
 @given(principal=principals(), query=queries(CORPUS), k=st.integers(1, 8))
 def test_mcp_tools_never_return_hidden_text(doors: Doors, principal: Principal, query: str, k: int) -> None:
     corpus, index = doors.index.corpus, doors.index
@@ -237,7 +260,10 @@ def test_mcp_tools_never_return_hidden_text(doors: Doors, principal: Principal, 
         k,
         index.readable_chunks(principal),
     )
-    hidden, _ = _hidden_and_readable(index, principal)
+    hidden, readable = _hidden_and_readable(index, principal)
+    listed = doors.mcp(principal, "list_documents", {})
+    assert sorted(d["document_id"] for d in listed["documents"]) == sorted(readable), listed
+    assert_no_leak(corpus, principal, listed, "MCP list_documents")
     for document_id in hidden[:1]:
         chunk_id = index.chunks[document_id][0]
         for tool in ("get_chunk", "get_context"):
@@ -302,7 +328,16 @@ def test_the_cli_through_the_service_shows_a_reader_only_its_documents(
         assert "no such entity" in shown.stderr
     status = doors.cli(principal, "status", "--json")
     assert status.returncode == 4, (status.returncode, status.stdout, status.stderr)  # admins only: 403
+    assert "`documents` lists the documents you may read" in status.stderr
     assert_no_leak(doors.index.corpus, principal, plain(status.stdout + status.stderr), "CLI status")
+    listed = doors.cli(principal, "documents", "--json")  # what status shows an admin, theirs only
+    assert listed.returncode == 0, listed.stderr
+    _, readable = _hidden_and_readable(doors.index, principal)
+    assert sorted(d["document_id"] for d in json.loads(listed.stdout)) == sorted(readable)
+    assert_no_leak(doors.index.corpus, principal, json.loads(listed.stdout), "CLI documents")
+    table = doors.cli(principal, "documents", "--state", "processed")
+    assert table.returncode == 0 and f"{len(readable)} document(s)" in table.stdout, table.stderr
+    assert all(identifier in table.stdout for identifier in readable)
 
 
 def test_a_token_with_no_labels_reads_nothing_at_any_door(doors: Doors) -> None:

@@ -3,6 +3,8 @@ listed with while no store holds a version of it, with the labels its stored chu
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from unichunk import Pipeline
@@ -11,6 +13,7 @@ from unichunk.sinks.config import SinkSettings
 
 ENG = Principal(name="eng", labels=("eng",))
 HR = Principal(name="hr", labels=("hr",))
+UNICHUNK = str(Path(sys.executable).parent / "unichunk")
 GUIDE = "# Guide\n\nAlice Johnson runs the Berlin office of Acme Corporation.\n"
 
 
@@ -35,6 +38,10 @@ def test_a_new_document_that_failed_is_listed_to_its_sources_readers_alone(
         assert broken.state == "failed" and broken.labels == ["eng"] and broken.chunk_count == 0
         assert broken.error.startswith("load failed: broken.pdf: ") and broken.path is None
         assert eng.document(broken.document_id).document.error == broken.error
+        assert list(eng.documents(state="failed")) == [broken.document_id]
+        assert set(eng.documents(source=broken.source_system)) == {i.document_id for i in listed.values()}
+        assert eng.documents(source="another-source") == {}
+        assert eng.documents([broken.document_id], state="processed") == {}
         assert owner.scoped(HR).documents() == {}  # another source's readers see nothing of it
         assert owner.verify().ok  # nothing stored for it, in any store
 
@@ -43,6 +50,14 @@ def test_a_new_document_that_failed_is_listed_to_its_sources_readers_alone(
         owner.ingest(folder, labels=["hr"])
         assert set(_by_source(owner.scoped(HR))) == {"guide.md", "other.pdf"}
         assert _by_source(owner.scoped(ENG)) == {}
+    # the CLI in its own process, no service running: the owner's view, the failure's error whole
+    listed = subprocess.run(
+        [UNICHUNK, "documents", "--failed"], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "other.pdf" in listed.stdout and "guide.md" not in listed.stdout
+    assert "load failed: other.pdf: not a PDF file" in " ".join(listed.stdout.split())
+    assert "1 document(s)" in listed.stdout
 
 
 def test_a_failed_update_keeps_the_labels_its_stored_chunks_carry(pipeline_env: Path, tmp_path: Path):

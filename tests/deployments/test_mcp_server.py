@@ -25,7 +25,7 @@ from unichunk.chunking.sources import default_source_name
 from unichunk.retrieval.context import CHUNK_BOUNDARY
 
 REPO = Path(__file__).resolve().parents[2]
-TOOLS = {"search", "get_chunk", "get_context", "entity", "ingest", "status"}
+TOOLS = {"search", "get_chunk", "get_context", "entity", "ingest", "status", "list_documents"}
 HANDBOOK = "# Handbook\n\n" + "\n\n".join(
     f"## Part {i}\n\n"
     + f"Part {i} tells of the {animal} that live by the river, what they eat and where they sleep. " * 3
@@ -165,6 +165,15 @@ async def _ingest_and_read(session: ClientSession, corpus: Path) -> None:
     by_source = {d["source_id"]: d for d in documents}
     assert set(by_source) == {*CORPUS, "caf\\xe9.txt"}  # its byte stored as `\xe9` (docs/usage.md)
     assert all(d["state"] == "processed" and d["chunk_count"] >= 1 for d in documents)
+    listed = _data(await session.call_tool("list_documents", {}))
+    assert listed["total"] == len(documents) and [d["document_id"] for d in listed["documents"]] == [
+        d["document_id"] for d in documents
+    ]  # the tool, for any caller, lists what the resource lists for the server's own
+    assert _data(await session.call_tool("list_documents", {"state": "failed"})) == {
+        "total": 0,
+        "documents": [],
+    }
+    assert "invalid state" in _error(await session.call_tool("list_documents", {"state": "lost"}))
     handbook = _json(await session.read_resource(f"unichunk://documents/{hit['document_id']}"))
     assert len(handbook["chunks"]) == by_source["handbook.md"]["chunk_count"] > 3
     assert all(HANDBOOK[c["start_char"] : c["end_char"]] == c["content"] for c in handbook["chunks"])

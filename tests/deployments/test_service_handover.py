@@ -161,6 +161,11 @@ def test_served_runs_take_the_store_from_the_warm_service_and_the_cli_asks_it(se
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout) == Pipeline().status().model_dump(mode="json") and "GET /status" in seen
     assert heavy == set()
+    listed, heavy = _cli(data_dir, "documents", "--json")
+    assert listed.returncode == 0, listed.stderr
+    in_process = [d.model_dump(mode="json") for d in Pipeline().documents().values()]
+    assert json.loads(listed.stdout) == in_process and len(in_process) == 2 and heavy == set()
+    assert "GET /documents" in seen, seen
     unknown, heavy = _cli(data_dir, "delete", "no-such-document")
     assert unknown.returncode == 1 and "no such document" in unknown.stderr and heavy == set()
     # the served delete-document run deletes it, under the store lock

@@ -12,7 +12,7 @@ from unichunk.deployments.cli.service_client import ServiceClient
 from unichunk.interface import IndexService, SearchArgs
 from unichunk.pipeline import Pipeline
 
-OPERATIONS = ("search", "entity", "status", "generations", "delete", "close")
+OPERATIONS = ("search", "entity", "status", "generations", "documents", "delete", "close")
 
 
 def _returns(cls: type, name: str) -> str:
