@@ -30,13 +30,15 @@ from unichunk.deployments.service.ui_auth import (
     token_required,
 )
 from unichunk.errors import NotFound, UnichunkError, UsageError
-from unichunk.interface import Mode
+from unichunk.interface import DocumentState, Mode
 from unichunk.pipeline import Pipeline
+from unichunk.request_limits import DEFAULT_LISTED
 
 STATIC_FILES = {"ui.css": "text/css; charset=utf-8", "ui.js": "text/javascript; charset=utf-8"}
 LATEST_REPORT = Path("evaluations") / "latest.json"
 MAX_FORM_BYTES = 16_384
 MODES: tuple[str, ...] = get_args(Mode)  # the search modes the page offers: every one the API has
+STATES: tuple[str, ...] = get_args(DocumentState)  # the document states the documents page filters by
 DEFAULT_K = 10
 ADMIN_ONLY = "The evaluation report is for admin tokens: its questions and references may quote any document."
 # No page of the UI may run a script or load anything the service did not serve.
@@ -107,6 +109,19 @@ def create_ui_router(pipeline: Pipeline, check: TokenCheck, data_dir: Path) -> A
                 raise
             return html(ui_pages.search_page(q, None, exc.detail, mode=mode, modes=MODES), 503, exc.headers)
         return html(ui_pages.search_page(q, found, mode=mode, modes=MODES))
+
+    @router.get("/ui/documents")
+    def documents(state: str = "", offset: str = "", caller: Principal = caller_of) -> HTMLResponse:
+        """The documents the caller may read, a page at a time (`GET /documents`'s list as a page)."""
+        if state and state not in STATES:
+            error = f"no document state {state!r}: one of {', '.join(STATES)}"
+            return html(ui_pages.documents_page([], state=state, states=STATES, error=error), 422)
+        found = list(pipeline.scoped(caller).documents(state=cast(DocumentState, state or None)).values())
+        start = min(max(_int(offset, 0), 0), len(found))
+        shown = found[start : start + DEFAULT_LISTED]
+        return html(
+            ui_pages.documents_page(shown, state=state or None, states=STATES, total=len(found), offset=start)
+        )
 
     @router.get("/ui/documents/{document_id:path}")
     def document(

@@ -17,7 +17,7 @@ from urllib.parse import quote, urlencode
 
 from unichunk.eval_report_html import STYLE as REPORT_STYLE
 from unichunk.eval_report_html import report_body
-from unichunk.results import ChunkRecord, DocumentChunks, GraphResult, SearchResult
+from unichunk.results import ChunkRecord, DocumentChunks, DocumentInfo, GraphResult, SearchResult
 
 STATIC = "/ui/static"
 SNIPPET_CHARS = 280
@@ -26,7 +26,8 @@ SNIPPET_CHARS = 280
 def page(title: str, body: str, *, nav: bool = True, extra_style: str = "") -> str:
     """One page: the UI's stylesheet and script, a navigation bar, `body` (already escaped)."""
     links = (
-        '<nav><a href="/ui">Search</a> <a href="/ui/evaluation">Evaluation</a> <a href="/docs">API</a>'
+        '<nav><a href="/ui">Search</a> <a href="/ui/documents">Documents</a> '
+        '<a href="/ui/evaluation">Evaluation</a> <a href="/docs">API</a>'
         '<form method="post" action="/ui/logout" class="logout"><button type="submit">Log out</button>'
         "</form></nav>"
         if nav
@@ -106,6 +107,54 @@ def search_page(
     count = f"{len(found.hits)} hit{'' if len(found.hits) == 1 else 's'}"
     summary = f'<p class="muted" id="summary">{count} · {escape(found.route)}</p>'
     return page(f"Search: {query}", form + summary + f'<ol class="hits">{"".join(items)}</ol>')
+
+
+def documents_page(
+    documents: Sequence[DocumentInfo],
+    *,
+    state: str | None = None,
+    states: Sequence[str] = (),
+    total: int = 0,
+    offset: int = 0,
+    error: str | None = None,
+) -> str:
+    """The documents the caller may read (`documents`, one page of `total` from `offset`): each one's
+    source, state and chunk count, linking to its view; a failed one's error whole, under it."""
+    choices = [("", "all"), *((s, s) for s in states)]
+    filters = " ".join(
+        f'<a href="/ui/documents{"?" + urlencode({"state": value}) if value else ""}"'
+        f"{' aria-current=page' if value == (state or '') else ''}>{escape(name)}</a>"
+        for value, name in choices
+    )
+    head = f'<h1>Documents</h1><p class="filters" id="filters">{filters}</p>'
+    if error:
+        return page("Documents", head + f'<p class="error">{escape(error)}</p>')
+    if not documents:
+        return page("Documents", head + '<p class="muted" id="summary">No documents.</p>')
+    rows = []
+    for d in documents:
+        name = escape(d.source_id or d.document_id)
+        cell = (
+            f'<a href="/ui/documents/{quote(d.document_id, safe="")}">{name}</a>' if d.chunk_count else name
+        )
+        rows.append(
+            f'<tr class="document {escape(d.state)}"><td>{cell}</td><td>{escape(d.source_system or "")}</td>'
+            f"<td>{escape(d.state)}</td><td>{d.chunk_count}</td><td>{escape(d.updated_at[:19])}</td></tr>"
+        )
+        if d.state == "failed" and d.error:
+            rows.append(f'<tr class="failure"><td colspan="5" class="error">{escape(d.error)}</td></tr>')
+    last = offset + len(documents)
+    summary = f"{offset + 1}–{last} of {total}" if offset or last < total else f"{total}"
+    more = (
+        f' · <a id="next" href="/ui/documents?{urlencode({"state": state or "", "offset": last})}">next</a>'
+        if last < total
+        else ""
+    )
+    table = (
+        '<table class="documents"><thead><tr><th>document</th><th>source</th><th>state</th><th>chunks</th>'
+        f"<th>updated</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+    return page("Documents", head + f'<p class="muted" id="summary">{summary} documents{more}</p>' + table)
 
 
 def document_link(document_id: str, start: int, end: int, chunk_id: str | None = None) -> str:

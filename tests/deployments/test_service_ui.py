@@ -136,6 +136,13 @@ def test_a_bad_page_parameter_is_said_on_a_page_not_answered_with_json(client: T
     no_mode = client.get("/ui", params={"q": "harbour crane", "mode": "semantic"})
     assert no_mode.status_code == 422 and no_mode.headers["content-type"].startswith("text/html")
     assert "no search mode &#x27;semantic&#x27;: one of hybrid, keywords, vectors, graph" in no_mode.text
+    no_state = client.get("/ui/documents", params={"state": "lost", "offset": "x"})
+    assert no_state.status_code == 422 and no_state.headers["content-type"].startswith("text/html")
+    assert (
+        "no document state &#x27;lost&#x27;: one of pending, processing, processed, failed" in no_state.text
+    )
+    empty = client.get("/ui/documents", params={"state": "failed", "offset": "-3"})
+    assert empty.status_code == 200 and "No documents." in empty.text and "<nav>" in empty.text
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -260,6 +267,12 @@ def test_no_document_or_query_text_escapes_into_markup(
     pages.append(ui_pages.search_page(query, SearchResult(query=query, k=1, route="keywords", hits=[hit])))
     pages.append(ui_pages.search_page(query, None, error=query))
     pages.append(ui_pages.login_page(query, failed=True))
+    listed = DocumentInfo(
+        document_id=query or "d", source_system=heading, source_id=text, state="failed", chunk_count=start % 3,
+        error=entity or "e", updated_at=query,
+    )  # fmt: skip
+    pages.append(ui_pages.documents_page([listed], state=query, states=[heading], total=start, offset=0))
+    pages.append(ui_pages.documents_page([], state=query, error=text))
     for page in pages:
         parsed = parse_html(page)
         # the one script is the service's own, loaded from it; none is inline, none came from content

@@ -73,6 +73,9 @@ def ui_index(
     corpus.mkdir()
     (corpus / "harbour.md").write_text(HARBOUR)
     (corpus / "birds.txt").write_text(BIRDS)
+    (corpus / "scan.pdf").write_bytes(
+        b"a scan that never became a PDF"
+    )  # listed failed on the Documents page
     saved = {
         k: os.environ.get(k) for k in ("UNICHUNK_DATA_DIR", "UNICHUNK_FALKORDB_URL", "UNICHUNK_GRAPH_NAME")
     }
@@ -85,7 +88,7 @@ def ui_index(
         # fixed windows with an overlap: the view must draw overlapping chunks
         with Pipeline(strategy=ChunkStrategy(name="fixed_chars", chunk_size=200, chunk_overlap=40)) as p:
             done = p.ingest(corpus)
-            assert done.failed == [], done
+            assert [f.source_id for f in done.failed] == ["scan.pdf"], done
         (data_dir / "evaluations").mkdir()
         (data_dir / "evaluations" / "latest.json").write_text(json.dumps(two_generations()))
         yield data_dir
@@ -178,11 +181,30 @@ def test_login_search_open_a_hit_and_the_report_and_docs_offline(service: str, t
         text_box, list_box = page.locator("#doc-text").bounding_box(), page.locator(".chunks").bounding_box()
         assert text_box and list_box and list_box["y"] >= text_box["y"] + text_box["height"]  # list below
         page.screenshot(path=str(tmp_path / "phone.png"))
+        page.goto(f"{service}/ui/documents")
+        page.wait_for_selector("table.documents")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
         page.goto(f"{service}/ui/evaluation")  # its wide tables scroll in their own box
         page.wait_for_selector("#gate-verdict")
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
         page.set_viewport_size({"width": 1280, "height": 900})
         page.goto(document_url)
+
+        page.click("nav >> text=Documents")  # what the index holds, failures with their errors
+        page.wait_for_selector("table.documents")
+        assert page.locator("#summary").inner_text() == "3 documents"
+        assert page.locator("tr.document").count() == 3
+        failure = page.locator("tr.failure td").inner_text()
+        assert failure.startswith("load failed: scan.pdf: ") and "PDF" in failure
+        page.screenshot(path=str(tmp_path / "documents.png"), full_page=True)
+        page.click("#filters >> text=failed")
+        page.wait_for_url("**/ui/documents?state=failed")
+        assert page.locator("tr.document").all_inner_texts()[0].startswith("scan.pdf")
+        assert page.locator("tr.document").count() == 1
+        page.click("#filters >> text=all")
+        page.click("tr.document >> text=harbour.md")  # a stored document opens in its view
+        page.wait_for_selector("#doc-text")
+        assert "/ui/documents/doc_" in page.url
 
         page.click("text=Evaluation")
         page.wait_for_selector("#gate-verdict")
