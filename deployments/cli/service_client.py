@@ -106,14 +106,16 @@ class ServiceClient:
     def documents(
         self, *, state: DocumentState | None = None, source: str | None = None
     ) -> dict[str, DocumentInfo]:
-        """Every page of `GET /documents`, in the service's order."""
+        """Every page of `GET /documents`, in the service's order (a page that adds nothing new, as when
+        documents vanish between pages, ends the listing)."""
         asked = {name: value for name, value in (("state", state), ("source", source)) if value is not None}
         found: dict[str, DocumentInfo] = {}
         while True:
             params = {**asked, "offset": len(found), "limit": MAX_LISTED}
             page = DocumentList.model_validate(self._call("GET", "/documents", params=params))
+            before = len(found)
             found.update((d.document_id, d) for d in page.documents)
-            if not page.documents or len(found) >= page.total:
+            if len(found) == before or len(found) >= page.total:
                 return found
 
     def delete(self, document_id: str) -> dict[str, int]:

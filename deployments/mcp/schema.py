@@ -43,6 +43,12 @@ SourceFilter = Annotated[
     str | None,
     Field(min_length=1, max_length=256, description="Only this source's documents (a hit's source_system)."),
 ]
+ListOffset = Annotated[
+    int, Field(ge=0, description="Documents to skip: the next page starts at offset + limit.")
+]
+ListLimit = Annotated[
+    int, Field(ge=1, le=1000, description="Documents on this page (1-1000); `total` counts all.")
+]
 TopK = Annotated[int, Field(ge=1, le=50, description="How many chunks to return (1-50).")]
 DocumentFilter = Annotated[
     list[DocumentId] | None,

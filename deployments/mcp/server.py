@@ -49,6 +49,8 @@ from unichunk.deployments.mcp.schema import (
     FailedOnly,
     Hops,
     IngestPath,
+    ListLimit,
+    ListOffset,
     Query,
     Radius,
     RelationLimit,
@@ -205,13 +207,19 @@ def create_server(
             return tools.as_caller(callers.of(ctx)).status(failed_only)
 
     @server.tool(annotations=reading, structured_output=True)
-    def list_documents(ctx: Context, state: StateFilter = None, source: SourceFilter = None) -> DocumentList:
-        """The documents you may read, by source and their ID there: each one's state, chunk count and
-        labels, and the whole error of one that failed (state="failed" lists only those). `status` shows an
-        admin every document; this is any caller's own view."""
+    def list_documents(
+        ctx: Context,
+        state: StateFilter = None,
+        source: SourceFilter = None,
+        offset: ListOffset = 0,
+        limit: ListLimit = 100,
+    ) -> DocumentList:
+        """The documents you may read, by source and their ID there, a page at a time: each one's state,
+        chunk count and labels, and the whole error of one that failed (state="failed" lists only those).
+        `status` shows an admin every document; this is any caller's own view."""
         with tool_errors("list_documents"):
             found = tools.as_caller(callers.of(ctx)).documents(state, source)
-            return DocumentList(total=len(found), documents=found)
+            return DocumentList(total=len(found), documents=found[offset : offset + limit])
 
     @server.resource(
         "unichunk://documents",

@@ -174,6 +174,8 @@ async def _ingest_and_read(session: ClientSession, corpus: Path) -> None:
         "documents": [],
     }
     assert "invalid state" in _error(await session.call_tool("list_documents", {"state": "lost"}))
+    second = _data(await session.call_tool("list_documents", {"offset": 1, "limit": 1}))
+    assert second["total"] == len(documents) and second["documents"] == listed["documents"][1:2]
     handbook = _json(await session.read_resource(f"unichunk://documents/{hit['document_id']}"))
     assert len(handbook["chunks"]) == by_source["handbook.md"]["chunk_count"] > 3
     assert all(HANDBOOK[c["start_char"] : c["end_char"]] == c["content"] for c in handbook["chunks"])
