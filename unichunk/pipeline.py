@@ -73,12 +73,13 @@ from unichunk.index.metrics import MetricsSettings
 from unichunk.index.source_registry import SourceRegistry
 from unichunk.index.status import DocumentStatus, StatusStore
 from unichunk.inline_documents import INLINE_FOLDER, Rejected, inline_root, named_texts, write_documents
-from unichunk.request_limits import check_entity_name, check_query
+from unichunk.request_limits import DEFAULT_LISTED, check_entity_name, check_query
 from unichunk.results import (
     ChunkContext,
     ChunkRecord,
     DocumentChunks,
     DocumentInfo,
+    DocumentList,
     DroppedGeneration,
     GenerationInfo,
     Generations,
@@ -631,6 +632,19 @@ class Pipeline:
                 if state in (None, row.state) and source in (None, row.source_system)
             }
         return {k: self._info(row) for k, row in rows.items() if self.principal.may_read(_record_labels(row))}
+
+    def document_page(
+        self,
+        *,
+        state: DocumentState | None = None,
+        source: str | None = None,
+        offset: int = 0,
+        limit: int = DEFAULT_LISTED,
+    ) -> DocumentList:
+        """`documents()` a page at a time, as the doors list them (`GET /documents`, the MCP tool, the UI's
+        Documents page): `limit` records from `offset`, and how many there are in all."""
+        found = list(self.documents(state=state, source=source).values())
+        return DocumentList(total=len(found), documents=found[offset : offset + limit])
 
     @staticmethod
     def normalise_labels(labels: Iterable[str]) -> tuple[str, ...]:

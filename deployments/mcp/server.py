@@ -71,7 +71,7 @@ from unichunk.deployments.service.webhook_security import (
 )
 from unichunk.deployments.settings import ServiceSettings
 from unichunk.errors import NotFound, UnichunkError, UsageError
-from unichunk.interface import DocumentState, Mode
+from unichunk.interface import Mode
 from unichunk.pipeline import DEFAULT_BUDGET, Pipeline
 from unichunk.results import (
     ChunkRecord,
@@ -218,8 +218,8 @@ def create_server(
         chunk count and labels, and the whole error of one that failed (state="failed" lists only those).
         `status` shows an admin every document; this is any caller's own view."""
         with tool_errors("list_documents"):
-            found = tools.as_caller(callers.of(ctx)).documents(state, source)
-            return DocumentList(total=len(found), documents=found[offset : offset + limit])
+            reader = tools.as_caller(callers.of(ctx)).pipeline
+            return reader.document_page(state=state, source=source, offset=offset, limit=limit)
 
     @server.resource(
         "unichunk://documents",
@@ -396,9 +396,9 @@ class _Tools:
         found = self.pipeline.status(failed_only=failed_only)
         return found if failed_only else found.model_copy(update={"documents": []})
 
-    def documents(self, state: DocumentState | None = None, source: str | None = None) -> list[DocumentInfo]:
+    def documents(self) -> list[DocumentInfo]:
         """The live documents this caller may read (`status` is for admins)."""
-        return list(self.pipeline.documents(state=state, source=source).values())
+        return list(self.pipeline.documents().values())
 
     def document(self, document_id: str) -> dict[str, Any]:
         try:

@@ -209,8 +209,7 @@ def create_search_router(
         record (state, chunk count, labels, the error of one that failed), not its chunks
         (`/documents/{id}`). A reader lists here what `/status` shows an admin, its own sources' failures
         included."""
-        found = list(pipeline.scoped(caller).documents(state=state, source=source).values())
-        return DocumentList(total=len(found), documents=found[offset : offset + limit])
+        return pipeline.scoped(caller).document_page(state=state, source=source, offset=offset, limit=limit)
 
     @router.get("/documents/{document_id:path}", response_model=DocumentChunks)
     def document_endpoint(document_id: str, caller: Principal = caller_of) -> DocumentChunks:

@@ -32,7 +32,6 @@ from unichunk.deployments.service.ui_auth import (
 from unichunk.errors import NotFound, UnichunkError, UsageError
 from unichunk.interface import DocumentState, Mode
 from unichunk.pipeline import Pipeline
-from unichunk.request_limits import DEFAULT_LISTED
 
 STATIC_FILES = {"ui.css": "text/css; charset=utf-8", "ui.js": "text/javascript; charset=utf-8"}
 LATEST_REPORT = Path("evaluations") / "latest.json"
@@ -116,11 +115,12 @@ def create_ui_router(pipeline: Pipeline, check: TokenCheck, data_dir: Path) -> A
         if state and state not in STATES:
             error = f"no document state {state!r}: one of {', '.join(STATES)}"
             return html(ui_pages.documents_page([], state=state, states=STATES, error=error), 422)
-        found = list(pipeline.scoped(caller).documents(state=cast(DocumentState, state or None)).values())
-        start = min(max(_int(offset, 0), 0), len(found))
-        shown = found[start : start + DEFAULT_LISTED]
+        start = max(_int(offset, 0), 0)
+        listed = pipeline.scoped(caller).document_page(state=cast(DocumentState, state or None), offset=start)
         return html(
-            ui_pages.documents_page(shown, state=state or None, states=STATES, total=len(found), offset=start)
+            ui_pages.documents_page(
+                listed.documents, state=state or None, states=STATES, total=listed.total, offset=start
+            )
         )
 
     @router.get("/ui/documents/{document_id:path}")
