@@ -15,12 +15,12 @@ IDs, paths, errors) is BYTEA, so a NUL or a lone surrogate round-trips (`Databas
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, TextClause, text
 
 from unichunk.index.document_states import STATES, State
 from unichunk.sinks.config import SinkSettings
@@ -114,9 +114,16 @@ _COLUMNS = [
 _USER_TEXT = frozenset({"document_id", "source_system", "source_id", "path", "error"})
 
 
-def _select(missing: frozenset[str] = frozenset()) -> str:
+# What a listing reads of a row (`StatusStore.listing`): not the chunk IDs, the chunking JSON or `failure`.
+_LISTED = [name for name in _COLUMNS if name not in ("chunk_ids", "strategy", "failure")]
+# One order for every listing. NULLS FIRST: SQLite's order, which PostgreSQL reverses unless told; the
+# document ID (the key) breaks ties, so pages of one listing neither repeat nor skip a row.
+_ORDER = "ORDER BY source_system NULLS FIRST, source_id NULLS FIRST, document_id"
+
+
+def _select(missing: frozenset[str] = frozenset(), columns: list[str] = _COLUMNS) -> str:
     """The row query; columns a table made before lacks read as NULL."""
-    names = [f"NULL AS {name}" if name in missing else name for name in _COLUMNS]
+    names = [f"NULL AS {name}" if name in missing else name for name in columns]
     return f"SELECT {', '.join(names)} FROM documents"
 
 
@@ -154,7 +161,7 @@ class DocumentStatus:
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> DocumentStatus:
         data = {name: Database.unpack(value) if name in _USER_TEXT else value for name, value in row.items()}
-        data["chunk_ids"] = json.loads(data["chunk_ids"] or "[]")
+        data["chunk_ids"] = json.loads(data.get("chunk_ids") or "[]")
         data["labels"] = tuple(json.loads(data.get("labels") or "[]"))
         return cls(**data)
 
@@ -176,9 +183,10 @@ class StatusStore:
         if not readonly:
             database.ensure(_POSTGRES_SCHEMA if database.dialect == "postgresql" else _SQLITE_SCHEMA)
             database.add_missing_columns("documents", _ADDED_COLUMNS)
-            self._select = _select()
+            self._missing: frozenset[str] = frozenset()
         else:
-            self._select = _select(frozenset(_ADDED_COLUMNS) - database.columns("documents"))
+            self._missing = frozenset(_ADDED_COLUMNS) - database.columns("documents")
+        self._select = _select(self._missing)
 
     @classmethod
     def of(cls, settings: SinkSettings, *, readonly: bool = False) -> StatusStore:
@@ -224,6 +232,61 @@ class StatusStore:
         return self._read(query, {})
 
     def rows(self, *, source_system: str | None = None, state: State | None = None) -> list[DocumentStatus]:
+        where, args = self._where(source_system, state)
+        statement = text(f"{self._select} {where} {_ORDER}")
+        return self._read(lambda conn: _fetch(conn, statement, args), [])
+
+    def listing(
+        self,
+        *,
+        source_system: str | None = None,
+        state: State | None = None,
+        readable: Sequence[str] | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> list[DocumentStatus]:
+        """The rows `rows` would give, in its order, cut by the database: `limit` of them (None: all) from
+        `offset`. `readable`: only rows holding one of these labels (none: nothing); None: every row (an
+        admin). Only what a listing shows is read: the rows lack `chunk_ids`, `strategy` and `failure`."""
+        listed, _, args = self._listing(source_system, state, readable, offset, limit)
+        return self._read(lambda conn: _fetch(conn, listed, args), [])
+
+    def page(
+        self,
+        *,
+        source_system: str | None = None,
+        state: State | None = None,
+        readable: Sequence[str] | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> tuple[int, list[DocumentStatus]]:
+        """How many rows `listing` would give uncut, and its page: one page read, however many match."""
+        listed, count, args = self._listing(source_system, state, readable, offset, limit)
+        return self._read(
+            lambda conn: (conn.execute(count, args).scalar_one(), _fetch(conn, listed, args)), (0, [])
+        )
+
+    def _listing(
+        self,
+        source_system: str | None,
+        state: State | None,
+        readable: Sequence[str] | None,
+        offset: int,
+        limit: int | None,
+    ) -> tuple[TextClause, TextClause, dict[str, Any]]:
+        """A listing's page query, its count query and their parameters."""
+        where, args = self._where(source_system, state, readable)
+        unlimited = -1 if self.db.dialect == "sqlite" else None  # SQLite has no OFFSET without a LIMIT
+        args |= {"limit": unlimited if limit is None else limit, "offset": offset}
+        listed = f"{_select(self._missing, _LISTED)} {where} {_ORDER} LIMIT :limit OFFSET :offset"
+        return text(listed), text(f"SELECT COUNT(*) FROM documents {where}"), args
+
+    def _where(
+        self, source_system: str | None, state: State | None, readable: Sequence[str] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """The WHERE clause (empty for none) and its parameters of a listing. `readable`: the row's labels
+        (a JSON array of normalised labels, NULL for none) share one with it; compared as JSON elements,
+        never as text, so one label never matches inside another."""
         clauses, args = [], {}
         if source_system is not None:
             clauses.append("source_system = :source_system")
@@ -231,12 +294,18 @@ class StatusStore:
         if state is not None:
             clauses.append("state = :state")
             args["state"] = state
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        # NULLS FIRST: SQLite's order, which PostgreSQL reverses unless told.
-        statement = text(f"{self._select} {where} ORDER BY source_system NULLS FIRST, source_id NULLS FIRST")
-        return self._read(
-            lambda conn: [DocumentStatus.from_row(r) for r in conn.execute(statement, args).mappings()], []
-        )
+        if readable is not None and "labels" in self._missing:
+            clauses.append("1 = 0")  # a table made before labels: its documents have none, admins only
+        elif readable is not None and self.db.dialect == "postgresql":
+            clauses.append("CAST(labels AS jsonb) ?| CAST(:readable AS text[])")
+            args["readable"] = list(readable)
+        elif readable is not None:
+            clauses.append(
+                "EXISTS (SELECT 1 FROM json_each(documents.labels) AS held"
+                " JOIN json_each(:readable) AS asked ON held.value = asked.value)"
+            )
+            args["readable"] = json.dumps(list(readable))
+        return (f"WHERE {' AND '.join(clauses)}" if clauses else ""), args
 
     def counts(self) -> dict[str, int]:
         """Documents per state (every state present, zero when none)."""
@@ -351,6 +420,10 @@ class StatusStore:
             name: self.db.pack(value) if name in _USER_TEXT else value for name, value in values.items()
         }
         return packed, tuple(fields)
+
+
+def _fetch(conn: Connection, statement: TextClause, args: Mapping[str, Any]) -> list[DocumentStatus]:
+    return [DocumentStatus.from_row(row) for row in conn.execute(statement, args).mappings()]
 
 
 def processing_fields(**fields: Any) -> dict[str, Any]:

@@ -624,13 +624,13 @@ class Pipeline:
         (a `source_system`) keep only the documents in that state, of that source."""
         store = self._status()
         if document_ids is None:
-            rows = {row.document_id: row for row in store.rows(source_system=source, state=state)}
-        else:
-            rows = {
-                k: row
-                for k, row in store.get_many(document_ids).items()
-                if state in (None, row.state) and source in (None, row.source_system)
-            }
+            listed = store.listing(source_system=source, state=state, readable=self._readable_labels())
+            return {row.document_id: self._info(row) for row in listed}
+        rows = {
+            k: row
+            for k, row in store.get_many(document_ids).items()
+            if state in (None, row.state) and source in (None, row.source_system)
+        }
         return {k: self._info(row) for k, row in rows.items() if self.principal.may_read(_record_labels(row))}
 
     def document_page(
@@ -642,9 +642,15 @@ class Pipeline:
         limit: int = DEFAULT_LISTED,
     ) -> DocumentList:
         """`documents()` a page at a time, as the doors list them (`GET /documents`, the MCP tool, the UI's
-        Documents page): `limit` records from `offset`, and how many there are in all."""
-        found = list(self.documents(state=state, source=source).values())
-        return DocumentList(total=len(found), documents=found[offset : offset + limit])
+        Documents page): `limit` records from `offset`, and how many there are in all. The database
+        filters, counts and cuts the page (`StatusStore.page`): a page costs one page's rows, not the
+        index's, and a record the principal may not read is never fetched."""
+        if offset < 0 or limit < 0:
+            raise UsageError(f"offset and limit must not be negative (got {offset}, {limit})")
+        total, rows = self._status().page(
+            source_system=source, state=state, readable=self._readable_labels(), offset=offset, limit=limit
+        )
+        return DocumentList(total=total, documents=[self._info(row) for row in rows])
 
     @staticmethod
     def normalise_labels(labels: Iterable[str]) -> tuple[str, ...]:
@@ -860,6 +866,11 @@ class Pipeline:
         (`unichunk.chunking.loaders`)."""
         info = _document_info(row)
         return info if self.principal.admin else info.model_copy(update={"path": None})
+
+    def _readable_labels(self) -> tuple[str, ...] | None:
+        """The labels a record must share one of to be listed to the principal (None: any, an admin): the
+        rule of `Principal.may_read`, as a listing's query asks it of the database."""
+        return None if self.principal.admin else self.principal.labels
 
     def _status(self) -> StatusStore:
         return StatusStore.of(reading_settings(self.settings), readonly=True)
