@@ -114,7 +114,7 @@ _COLUMNS = [
 _USER_TEXT = frozenset({"document_id", "source_system", "source_id", "path", "error"})
 
 
-# What a listing reads of a row (`StatusStore.listing`): not the chunk IDs, the chunking JSON or `failure`.
+# What a listing reads of a row (`StatusStore.page`): not the chunk IDs, the chunking JSON or `failure`.
 _LISTED = [name for name in _COLUMNS if name not in ("chunk_ids", "strategy", "failure")]
 # One order for every listing. NULLS FIRST: SQLite's order, which PostgreSQL reverses unless told; the
 # document ID (the key) breaks ties, so pages of one listing neither repeat nor skip a row.
@@ -236,21 +236,6 @@ class StatusStore:
         statement = text(f"{self._select} {where} {_ORDER}")
         return self._read(lambda conn: _fetch(conn, statement, args), [])
 
-    def listing(
-        self,
-        *,
-        source_system: str | None = None,
-        state: State | None = None,
-        readable: Sequence[str] | None = None,
-        offset: int = 0,
-        limit: int | None = None,
-    ) -> list[DocumentStatus]:
-        """The rows `rows` would give, in its order, cut by the database: `limit` of them (None: all) from
-        `offset`. `readable`: only rows holding one of these labels (none: nothing); None: every row (an
-        admin). Only what a listing shows is read: the rows lack `chunk_ids`, `strategy` and `failure`."""
-        listed, _, args = self._listing(source_system, state, readable, offset, limit)
-        return self._read(lambda conn: _fetch(conn, listed, args), [])
-
     def page(
         self,
         *,
@@ -260,7 +245,9 @@ class StatusStore:
         offset: int = 0,
         limit: int | None = None,
     ) -> tuple[int, list[DocumentStatus]]:
-        """How many rows `listing` would give uncut, and its page: one page read, however many match."""
+        """How many rows match, and `limit` of them (None: all) from `offset`, in `rows`' order, cut by the
+        database. `readable`: only rows holding one of these labels (none: nothing); None: every row (an
+        admin). Only what a listing shows is read: the rows lack `chunk_ids`, `strategy` and `failure`."""
         listed, count, args = self._listing(source_system, state, readable, offset, limit)
         return self._read(
             lambda conn: (conn.execute(count, args).scalar_one(), _fetch(conn, listed, args)), (0, [])

@@ -624,7 +624,7 @@ class Pipeline:
         (a `source_system`) keep only the documents in that state, of that source."""
         store = self._status()
         if document_ids is None:
-            listed = store.listing(source_system=source, state=state, readable=self._readable_labels())
+            _, listed = store.page(source_system=source, state=state, readable=self._readable_labels())
             return {row.document_id: self._info(row) for row in listed}
         rows = {
             k: row
