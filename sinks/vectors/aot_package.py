@@ -14,6 +14,12 @@ decides its bytes or whether it runs: the weights' sha256, the torch version, th
 instruction set (generated code for AVX-512 must never run on a CPU without it, as a cache shared between
 machines would), and `PACKAGE_VERSION`; the precision is in its name. Written to a temporary name and
 renamed, as the ONNX export is; a package that does not load is compiled again.
+
+The cache keeps the package unpacked, a folder, and loads it from there. Loaded from its `.pt2` file,
+torch's loader unpacks the whole package (89 MB in fp32) into a new `$TMPDIR/aotinductor_*` folder in every
+process and removes it only when the loaded model is destroyed: a process that ends without that (a stopped
+run's `os._exit`, a SIGKILL) left the folder behind, so every Ctrl-C filled /tmp by one more copy. Loaded
+from the folder nothing is copied, and a process starts the model sooner (nothing is unzipped).
 `torch._inductor.aoti_compile_and_package` and `aoti_load_package` are the entry points torch's AOTInductor
 guide documents (torch is pinned). Imported only where the compiled model runs
 (`unichunk.sinks.vectors.minilm`): torch's inductor takes a second.
@@ -22,12 +28,14 @@ guide documents (torch is pinned). Imported only where the compiled model runs
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import platform
 import shutil
 import tempfile
 import threading
+import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -108,29 +116,105 @@ def cache_key() -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def package_file(cache_dir: Path, precision: Precision = "bf16") -> Path:
-    return cache_dir / f"all-MiniLM-L6-v2.{precision}-aot.{cache_key()}.pt2"
+def package_dir(cache_dir: Path, precision: Precision = "bf16") -> Path:
+    """Where the compiled package lies unpacked, the folder loaded (the `.pt2` file of the same name is
+    where it is compiled, and what earlier versions kept: unpacked on first use, then removed)."""
+    return cache_dir / f"all-MiniLM-L6-v2.{precision}-aot.{cache_key()}"
 
 
 def load_states(cache_dir: Path, transformer: Callable[[], Any], precision: Precision = "bf16") -> States:
     """MiniLM's transformer in `precision`, compiled: from the cache, or compiled into it first from what
     `transformer()` gives (a Hugging Face BERT in that precision, loaded only then). Called with the
     tokenizer's tensors by keyword, it returns the last hidden states."""
-    target = package_file(cache_dir, precision)
-    if target.is_file():
+    target = package_dir(cache_dir, precision)
+    if target.is_dir():
         try:
-            return aoti_load_package(str(target))
-        except Exception:  # truncated or foreign: looked at again under the lock below
+            return load_unpacked(target)
+        except Exception:  # damaged or foreign: looked at again under the lock below
             pass
     with _compiling(target):
-        if target.is_file():  # another process may have compiled it while this one waited
+        if target.is_dir():  # another process may have compiled it while this one waited
             try:
-                return aoti_load_package(str(target))
+                return load_unpacked(target)
             except Exception as exc:
                 logger.warning("compiled MiniLM %s does not load (%s); compiling it again", target, exc)
-        require_compiler()
-        compile_package(transformer(), target, precision)
-    return aoti_load_package(str(target))
+        packed = target.with_name(f"{target.name}.pt2")
+        if not _unpack(packed, target):
+            require_compiler()
+            compile_package(transformer(), packed, precision)
+            if not _unpack(packed, target):
+                raise EmbedderError(f"the package compiled into {packed} could not be unpacked")
+    return load_unpacked(target)
+
+
+class _DirectoryLoadNotes(logging.Filter):
+    """Drops the two warnings torch logs on every load of an unpacked package: its `.pt2` reader, tried
+    first, says it wants a file, and the loader it falls back to (the one that reads folders) calls the
+    package outdated. Neither is true of a folder, and a run would print both each time."""
+
+    NOTES = ("Unable to load package.", "Loading outdated pt2 file.")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.NOTES)
+
+
+_SIZES = "unpacked-sizes.json"  # each file's size as unpacked, beside the package's own root folder
+_LOAD_LOGGERS = ("torch.export.pt2_archive._package", "torch._inductor.package.package")
+_load_lock = threading.Lock()
+
+
+def load_unpacked(folder: Path) -> States:
+    """The package unpacked in `folder`, loaded in place (`aoti_load_package` reads a folder as well as a
+    `.pt2` file: torch is pinned), without torch's two notes about it. Its files are first checked against
+    the sizes `_unpack` wrote down: a truncated library would not fail to load, it would crash the process
+    (SIGBUS) when run."""
+    _check_sizes(folder)
+    note_filter = _DirectoryLoadNotes()
+    loggers = [logging.getLogger(name) for name in _LOAD_LOGGERS]
+    with _load_lock:
+        for torch_logger in loggers:
+            torch_logger.addFilter(note_filter)
+        try:
+            return aoti_load_package(str(folder))
+        finally:
+            for torch_logger in loggers:
+                torch_logger.removeFilter(note_filter)
+
+
+def _check_sizes(folder: Path) -> None:
+    try:
+        sizes = json.loads((folder / _SIZES).read_text(encoding="utf-8"))
+        damaged = [name for name, size in sizes.items() if (folder / name).stat().st_size != size]
+    except (OSError, ValueError, AttributeError) as exc:
+        raise EmbedderError(f"{folder} has no readable list of its files ({exc})") from exc
+    if damaged:
+        raise EmbedderError(f"{folder}: {damaged[0]} is not the size it was unpacked at")
+
+
+def _unpack(packed: Path, target: Path) -> bool:
+    """Unpack the package file `packed` into the folder `target` (through a temporary folder beside it,
+    renamed into place) and remove the file; False when there is no such file or it is not a whole package
+    (removed too: it is compiled again)."""
+    if not packed.is_file():
+        return False
+    remove_abandoned(target.parent, f".{target.name}.*.tmp")
+    work = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    try:
+        with zipfile.ZipFile(packed) as archive:
+            archive.extractall(work)
+            sizes = {
+                i.filename: i.file_size for i in archive.infolist() if not i.is_dir() and i.filename != _SIZES
+            }
+        (work / _SIZES).write_text(json.dumps(sizes), encoding="utf-8")
+        shutil.rmtree(target, ignore_errors=True)  # a damaged copy, which did not load
+        os.replace(work, target)
+        return True
+    except (zipfile.BadZipFile, OSError) as exc:
+        logger.warning("compiled MiniLM %s is not a whole package (%s); compiling it again", packed, exc)
+        return False
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        packed.unlink(missing_ok=True)
 
 
 @contextmanager

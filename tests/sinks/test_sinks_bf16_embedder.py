@@ -5,6 +5,7 @@ instructions): compiled ahead of time into a cached package, or uncompiled; vect
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -64,24 +65,33 @@ def test_the_package_is_compiled_once_reused_and_compiled_again_when_unreadable(
     before = aot_package.BUILDS.get("bf16", 0)
     MiniLMEmbedder(backend="torch-bf16", cache_dir=tmp_path).embed(TEXTS[:1])
     package, lock = sorted(tmp_path.iterdir(), key=lambda path: path.suffix == ".lock")
-    assert package.name.startswith("all-MiniLM-L6-v2.bf16-aot.") and package.suffix == ".pt2"
-    assert lock.name == f".{package.name}.lock"  # and no temporary file left beside them
+    assert package.name.startswith("all-MiniLM-L6-v2.bf16-aot.") and package.is_dir()  # kept unpacked
+    assert lock.name == f".{package.name}.lock"  # and no package file or temporary one left beside them
     assert aot_package.BUILDS["bf16"] == before + 1
     again = MiniLMEmbedder(backend="torch-bf16", cache_dir=tmp_path)
     assert again.runs == "torch-bf16:compiled on cpu" and aot_package.BUILDS["bf16"] == before + 1
-    package.write_bytes(package.read_bytes()[:1000])  # truncated, as a full disk could leave a copy
-    # what a process stopped while compiling leaves (a stop does not wait for the compiler), and what a
-    # process compiling right now has
-    abandoned, in_progress = (tmp_path / f".{package.name}.{n}.tmp.pt2" for n in ("old", "new"))
+
+    # a package file an earlier version kept is unpacked in its place, not compiled again
+    packed = tmp_path / f"{package.name}.pt2"
+    (package / "unpacked-sizes.json").unlink()  # what unpacking adds
+    shutil.make_archive(str(packed), "zip", package)
+    Path(f"{packed}.zip").rename(packed)
+    shutil.rmtree(package)
+    earlier = MiniLMEmbedder(backend="torch-bf16", cache_dir=tmp_path)
+    assert earlier.runs == "torch-bf16:compiled on cpu" and aot_package.BUILDS["bf16"] == before + 1
+    assert package.is_dir() and not packed.exists()
+
+    library = max((f for f in package.rglob("*") if f.is_file()), key=lambda f: f.stat().st_size)
+    library.write_bytes(library.read_bytes()[:1000])  # damaged
+    # what processes stopped while compiling or unpacking leave (a stop does not wait for either), and
+    # what a process compiling right now has
+    abandoned, in_progress = (tmp_path / f".{packed.name}.{n}.tmp.pt2" for n in ("old", "new"))
     abandoned.write_bytes(b""), in_progress.write_bytes(b"")
-    os.utime(abandoned, (1_000_000_000, 1_000_000_000))
-    third = MiniLMEmbedder(backend="torch-bf16", cache_dir=tmp_path)
-    assert third.runs == "torch-bf16:compiled on cpu" and aot_package.BUILDS["bf16"] == before + 2
-    assert package.stat().st_size > 1_000_000
-    assert not abandoned.exists() and in_progress.exists()
-
-
-def test_two_processes_starting_together_compile_the_package_once(tmp_path: Path) -> None:
+    half_unpacked = tmp_path / f".{package.name}.old.tmp"
+    half_unpacked.mkdir()
+    for stale in (abandoned, half_unpacked):
+        os.utime(stale, (1_000_000_000, 1_000_000_000))
+    # in a new process: this one keeps the library it loaded, as the dynamic loader does by its path
     script = (
         "from pathlib import Path\n"
         "from unichunk.sinks.vectors import aot_package\n"
@@ -89,9 +99,37 @@ def test_two_processes_starting_together_compile_the_package_once(tmp_path: Path
         f"e = MiniLMEmbedder(backend='torch-bf16', cache_dir=Path({str(tmp_path)!r}))\n"
         "print('RUNS', e.runs, 'BUILDS', aot_package.BUILDS.get('bf16', 0))\n"
     )
+    third = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert third.stdout.strip().endswith("RUNS torch-bf16:compiled on cpu BUILDS 1"), third.stderr[-2000:]
+    assert "compiling it again" in third.stderr
+    assert max(f.stat().st_size for f in package.rglob("*.so")) > 1_000_000  # whole again
+    assert not abandoned.exists() and not half_unpacked.exists() and in_progress.exists()
+
+
+def test_two_processes_starting_together_compile_the_package_once_and_leave_no_copy_of_it(
+    tmp_path: Path,
+) -> None:
+    """Both end with `os._exit`, as a stopped run does: loaded from a `.pt2` file, each would have left
+    its own unpacked copy of the package in `$TMPDIR`."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    script = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from unichunk.sinks.vectors import aot_package\n"
+        "from unichunk.sinks.vectors.minilm import MiniLMEmbedder\n"
+        f"e = MiniLMEmbedder(backend='torch-bf16', cache_dir=Path({str(tmp_path / 'cache')!r}))\n"
+        "e.embed(['Ownership rules'])\n"
+        "print('RUNS', e.runs, 'BUILDS', aot_package.BUILDS.get('bf16', 0), flush=True)\n"
+        "os._exit(0)\n"
+    )
     started = [
         subprocess.Popen(
-            [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [sys.executable, "-c", script],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "TMPDIR": str(scratch)},
         )
         for _ in range(2)
     ]
@@ -100,6 +138,8 @@ def test_two_processes_starting_together_compile_the_package_once(tmp_path: Path
     lines = [out.strip().splitlines()[-1] for out, _ in outputs]
     assert all(line.startswith("RUNS torch-bf16:compiled on cpu BUILDS ") for line in lines), lines
     assert sorted(int(line.rsplit(" ", 1)[1]) for line in lines) == [0, 1]  # one compiled, one waited
+    assert not list(scratch.glob("aotinductor_*"))
+    assert not [err for _, err in outputs if "outdated" in err or "Unable to load package" in err]
 
 
 @pytest.mark.parametrize(("backend", "precision"), [("torch-bf16", "bfloat16"), ("torch", "fp32")])
