@@ -34,9 +34,15 @@ class Principal:
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", normalise_labels(self.labels))
 
+    def readable_labels(self) -> tuple[str, ...] | None:
+        """The labels a chunk or document must share one of to be readable (None: any, an admin): the rule
+        of `may_read`, as a query asks it of a store (`read_filter`; the status table's listing)."""
+        return None if self.admin else self.labels
+
     def read_filter(self) -> SearchFilter | None:
         """The store filter this principal's reads run under (None: unrestricted, an admin)."""
-        return None if self.admin else {LABELS_FILTER: list(self.labels)}
+        labels = self.readable_labels()
+        return None if labels is None else {LABELS_FILTER: list(labels)}
 
     def may_read(self, labels: tuple[str, ...] | list[str]) -> bool:
         """Whether a chunk or document carrying `labels` is readable by this principal."""

@@ -624,7 +624,9 @@ class Pipeline:
         (a `source_system`) keep only the documents in that state, of that source."""
         store = self._status()
         if document_ids is None:
-            _, listed = store.page(source_system=source, state=state, readable=self._readable_labels())
+            _, listed = store.page(
+                source_system=source, state=state, readable=self.principal.readable_labels()
+            )
             return {row.document_id: self._info(row) for row in listed}
         rows = {
             k: row
@@ -648,7 +650,11 @@ class Pipeline:
         if offset < 0 or limit < 0:
             raise UsageError(f"offset and limit must not be negative (got {offset}, {limit})")
         total, rows = self._status().page(
-            source_system=source, state=state, readable=self._readable_labels(), offset=offset, limit=limit
+            source_system=source,
+            state=state,
+            readable=self.principal.readable_labels(),
+            offset=offset,
+            limit=limit,
         )
         return DocumentList(total=total, documents=[self._info(row) for row in rows])
 
@@ -866,11 +872,6 @@ class Pipeline:
         (`unichunk.chunking.loaders`)."""
         info = _document_info(row)
         return info if self.principal.admin else info.model_copy(update={"path": None})
-
-    def _readable_labels(self) -> tuple[str, ...] | None:
-        """The labels a record must share one of to be listed to the principal (None: any, an admin): the
-        rule of `Principal.may_read`, as a listing's query asks it of the database."""
-        return None if self.principal.admin else self.principal.labels
 
     def _status(self) -> StatusStore:
         return StatusStore.of(reading_settings(self.settings), readonly=True)
