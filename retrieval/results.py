@@ -35,6 +35,18 @@ class SearchHit(BaseModel):
     content: str
 
 
+class PassageResult(BaseModel):
+    """A stretch of one of the top hits, ranked among the others (`unichunk.retrieval.passages`): a reader
+    with room for a chunk or two takes these first. `document.text[start_char:end_char] == text`."""
+
+    chunk_id: str = Field(description="The hit it is part of.")
+    document_id: str
+    start_char: int
+    end_char: int
+    score: float = Field(description="The hit's rank and the passage's own BM25, combined.")
+    text: str
+
+
 class ContextSpanResult(BaseModel):
     """One merged region of a document in the assembled context."""
 
@@ -105,6 +117,9 @@ class SearchResult(BaseModel):
     route: Route = Field(description="Which retrievers answered (keywords-routed: BM25 alone, by threshold).")
     keyword_top_score: float | None = None
     hits: list[SearchHit] = Field(default_factory=list)
+    passages: list[PassageResult] = Field(
+        default_factory=list, description="The top hits' best stretches, best first (for a tight budget)."
+    )
     context: ContextResult | None = None
     graph: GraphResult | None = None
 

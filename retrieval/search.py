@@ -1,6 +1,7 @@
 """`search()`: the one read path. The CLI, the HTTP API and the quality benchmark all call it.
 
-Steps: rank (`unichunk.retrieval.ranking`: BM25, vectors, the graph's entities, or fused), assemble the context (`unichunk.retrieval.context`:
+Steps: rank (`unichunk.retrieval.ranking`: BM25, vectors, the graph's entities, or fused), rank the top
+hits' passages (`unichunk.retrieval.passages`), assemble the context (`unichunk.retrieval.context`:
 neighbours, merge by offsets, token budget), add what the graph learnt from the hits
 (`unichunk.retrieval.graph_context`). `SearchOptions.filter` (a document filter, a reader's labels) goes
 into every store read of every step: ranking, neighbours, records, graph. Nothing here writes to a store.
@@ -9,11 +10,12 @@ into every store read of every step: ranking, neighbours, records, graph. Nothin
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from unichunk.retrieval.context import DEFAULT_BUDGET, AssembledContext, assemble_context, document_records
 from unichunk.retrieval.fusion import Hit
 from unichunk.retrieval.graph_context import graph_by_chunk, graph_context
+from unichunk.retrieval.passages import Passage, rank_passages
 from unichunk.retrieval.ranking import Mode, RetrievalSettings, retrieve
 from unichunk.retrieval.readers import Readers
 from unichunk.retrieval.results import (
@@ -22,16 +24,17 @@ from unichunk.retrieval.results import (
     GraphEntityResult,
     GraphRelationResult,
     GraphResult,
+    PassageResult,
     SearchHit,
     SearchResult,
 )
-from unichunk.sinks.base import GraphContext, SearchFilter, StoredChunk
+from unichunk.sinks.base import GraphContext, SearchFilter, StoredChunk, TextScorer
 
 
 @dataclass(frozen=True)
 class SearchOptions:
     """How to search: ranking (mode, routing, candidates per retriever), context (assembled or not,
-    neighbour expansion, token budget), graph context, and a filter on stored fields (`document_id`,
+    neighbour expansion, token budget), graph context, the top hits' passages, and a filter on stored fields (`document_id`,
     `labels`) every step reads under."""
 
     mode: Mode = "hybrid"
@@ -41,11 +44,13 @@ class SearchOptions:
     expand: bool = True
     budget: int = DEFAULT_BUDGET
     graph: bool = True
+    passages: bool = True
     filter: SearchFilter | None = field(default=None, hash=False)
 
 
 def search(readers: Readers, query: str, k: int = 5, options: SearchOptions | None = None) -> SearchResult:
-    """The top `k` chunks for `query`, the context assembled around them and the graph context."""
+    """The top `k` chunks for `query`, their best passages, the context assembled around them and the
+    graph context."""
     options = options or SearchOptions()
     found = retrieve(
         readers.rankers(),
@@ -58,6 +63,10 @@ def search(readers: Readers, query: str, k: int = 5, options: SearchOptions | No
     )
     records = document_records(found.hits, list(readers.searchers().values()), filter=options.filter)
     titles = {document_id: str(record.title) for document_id, record in records.items()}
+    passages: list[Passage] = []
+    if options.passages:
+        scorer = readers.keywords if isinstance(readers.keywords, TextScorer) else None
+        passages = rank_passages(query, found.hits, readers.neighbour_store(), scorer, options.filter)
     context = None
     if options.context:
         context = assemble_context(
@@ -77,6 +86,7 @@ def search(readers: Readers, query: str, k: int = 5, options: SearchOptions | No
         route=found.route,
         keyword_top_score=found.keyword_top_score,
         hits=[_hit(rank, hit, records.get(hit.document_id)) for rank, hit in enumerate(found.hits, start=1)],
+        passages=[PassageResult(**asdict(p)) for p in passages],
         context=None if context is None else _context(context),
         graph=None if graph is None else _graph(graph),
     )

@@ -188,6 +188,15 @@ class ChunkSearch(Protocol):
 
 
 @runtime_checkable
+class TextScorer(Protocol):
+    """A keyword store that scores texts it does not hold by its own statistics (passages of its chunks)."""
+
+    def score_texts(self, query: str, texts: Sequence[str]) -> list[float]:
+        """Each text's score for `query`, on the scale of the store's chunk scores."""
+        ...
+
+
+@runtime_checkable
 class AliasedCollection(Protocol):
     """A store whose live generation outside readers find under one stable name (Qdrant's alias)."""
 

@@ -2,10 +2,11 @@
 
 Per generation, every question is answered by `unichunk.retrieval.search.search` (the read path of the
 CLI and the HTTP API; hybrid by default) over that generation's stores, pinned to it: a candidate is read
-without switching. Its `DEPTH` best hits, in rank order, fill each budget (`metric.fill_budget`: characters,
+without switching. Its passages (the top hits' best stretches), then its `DEPTH` best hits, in rank
+order, fill each budget (`metric.fill_budget`: characters,
 and cl100k tokens of the same budgets at the evaluated documents' characters per token) and are scored
 against the located references (recall, precision, IoU); the top `k` give hit@k and the reciprocal rank
-at document level. This is the computation of the benchmark's "hybrid" row (`benchmarks.retrieval_quality`:
+at document level. Without the passages, this is the computation of the benchmark's "hybrid" row (`benchmarks.retrieval_quality`:
 `DEPTH` hits, `DEPTH` candidates per retriever before fusion), so the shipped figures and the benchmark's
 agree on the same chunks. Two generations are paired question by question (`paired.paired_bootstrap`,
 candidate minus live). The report is the JSON document of `unichunk eval --json` (docs/evaluation.md).
@@ -191,8 +192,10 @@ def _score(
     """One question's scores on one generation: per budget R / P / IoU (characters, tokens), and the rank
     of its first hit in a relevant document (None: none in the top k)."""
     options = SearchOptions(mode=mode, candidates=DEPTH, context=False, graph=False)
-    hits = search(readers, question.question.text, DEPTH, options).hits
-    ranked = [(h.document_id, h.start_char, h.end_char) for h in hits]
+    found = search(readers, question.question.text, DEPTH, options)
+    hits = found.hits
+    ranked = [(p.document_id, p.start_char, p.end_char) for p in found.passages]
+    ranked += [(h.document_id, h.start_char, h.end_char) for h in hits]
     out: dict[str, Any] = {"chars": {}, "tokens": {}}
     if question.spans:
         for unit, grid, unit_meter in (("chars", budgets, None), ("tokens", token_grid, meter)):

@@ -314,6 +314,19 @@ class BM25Sink(Sink):
         labels = self._labels(rows)
         return [_stored(by_id[chunk_id], score, labels) for chunk_id, score in hits if chunk_id in by_id]
 
+    def score_texts(self, query: str, texts: Sequence[str]) -> list[float]:
+        """BM25 of each text for `query` as if it were a chunk of this index (its document frequencies and
+        average length): how a passage of a stored chunk compares with the chunk's other passages. All
+        0 for a query with no indexed term, or an empty index."""
+        snap = self._current()
+        tokens = self.analyzer(query)
+        if snap is None or not tokens or not texts:
+            return [0.0] * len(texts)
+        ids = [i for t in tokens if (i := self._vocab.get(t)) is not None and i < snap.n_vocab]
+        counts = self.analyzer.count_many(texts)
+        by_id = [{i: n for t, n in c.items() if (i := self._vocab.get(t)) is not None} for c in counts]
+        return snap.score_counts(ids, by_id, [sum(c.values()) for c in counts])
+
     def _rows(
         self, chunk_ids: Iterable[str], filters: Mapping[str, Sequence[str]] | None = None
     ) -> list[tuple[Any, ...]]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 
@@ -292,18 +292,40 @@ class Snapshot:
             return scores
         idf_of, tfc_of = _IDF[self.method], _TFC[self.method]
         for term, repeats in Counter(term_ids).items():
-            parts = [s.postings(term) for s in self.segments]
-            rows = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
-            tfs = np.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
-            live = self.alive[rows]
-            if not live.all():
-                rows, tfs = rows[live], tfs[live]
+            rows, tfs = self._live_postings(term)
             if not len(rows):
                 continue
             idf = idf_of(len(rows), self.n_live)
             tfc = tfc_of(tfs, self.doc_lens[rows], self.avg_len, self.k1, self.b)
             scores[rows] += np.float32(repeats * idf) * tfc  # a term's rows are distinct
         return scores
+
+    def score_counts(
+        self, term_ids: Sequence[int], counts: Sequence[Mapping[int, int]], lengths: Sequence[int]
+    ) -> list[float]:
+        """BM25 of texts that are not rows (each given by its term counts and length), scored as if they
+        were: this index's document frequencies and average length. A query term no row holds adds 0."""
+        scores = [0.0] * len(counts)
+        if not self.segments or not counts:
+            return scores
+        idf_of, tfc_of = _IDF[self.method], _TFC[self.method]
+        length = np.asarray(lengths, dtype=np.float32)
+        for term, repeats in Counter(term_ids).items():
+            df = len(self._live_postings(term)[0])
+            if not df:
+                continue
+            tf = np.asarray([c.get(term, 0) for c in counts], dtype=np.float32)
+            gain = repeats * idf_of(df, self.n_live) * tfc_of(tf, length, self.avg_len, self.k1, self.b)
+            scores = [s + float(g) for s, g in zip(scores, gain, strict=True)]
+        return scores
+
+    def _live_postings(self, term: int) -> tuple[np.ndarray, np.ndarray]:
+        """The live rows holding `term` and its frequency in each."""
+        parts = [s.postings(term) for s in self.segments]
+        rows = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
+        tfs = np.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
+        live = self.alive[rows]
+        return (rows, tfs) if live.all() else (rows[live], tfs[live])
 
     @property
     def live_chunk_ids(self) -> list[str]:

@@ -18,15 +18,14 @@ from unichunk.deployments.cli.main import app
 from unichunk.sinks.config import SinkSettings
 
 # benchmarks/README.md, strict metric, hybrid with the fusion measured for issue 27 on segment vectors (min-max,
-# keywords 0.4, vectors 0.6; BM25 k1 1.2: `benchmarks.ranker_tuning`), `auto (markdown 176/88, fitted)`, vectors
-# composed from segments (`model_input=segments`, "Overlapping chunks read once"): recall at each budget, all
-# 276 questions (`benchmarks.fusion_tuning`'s lists fused the same way give the same 72.6 / 86.7 / 94.0), with
-# MiniLM in fp32; in bfloat16 (`auto`'s backend on a CPU with bf16 instructions) 72.2 / 86.7 / 94.0
-# (`benchmarks.default_embedder`, "Embedder backends").
-BENCHMARK_AUTO_HYBRID = {
-    "torch": {"1000": 0.726, "2000": 0.867, "4000": 0.940},
-    "torch-bf16": {"1000": 0.722, "2000": 0.867, "4000": 0.940},
-}
+# keywords 0.4, vectors 0.6; BM25 k1 1.2: `benchmarks.ranker_tuning`), the top 3 hits' passages poured first
+# (`benchmarks.passage_tuning`), `auto (markdown 176/88, fitted)`, vectors composed from segments
+# (`model_input=segments`, "Overlapping chunks read once"): recall at each budget, all 276 questions, with MiniLM
+# in fp32. In bfloat16 (`auto`'s backend on a CPU with bf16 instructions) the figures without passages were
+# 0.4 points lower at 1,000 characters and level elsewhere; with passages they are not measured (no bf16 CPU
+# was at hand), so there they are held to a point.
+BENCHMARK_AUTO_HYBRID = {"1000": 0.762, "2000": 0.864, "4000": 0.940}
+TOLERANCE = {"torch": 0.005, "torch-bf16": 0.01}
 
 
 def test_eval_of_the_shared_set_gives_the_benchmarks_figures(
@@ -39,7 +38,7 @@ def test_eval_of_the_shared_set_gives_the_benchmarks_figures(
     assert report["unlocated"] == []
     overall = report["overall"]["live"]
     assert overall["questions"] == overall["scored"] == 276
-    figures = BENCHMARK_AUTO_HYBRID[SinkSettings().minilm_backend()]
-    measured = {budget: overall["chars"][budget]["recall"] for budget in figures}
-    for budget, expected in figures.items():
-        assert abs(measured[budget] - expected) <= 0.005, (budget, measured)
+    tolerance = TOLERANCE[SinkSettings().minilm_backend()]
+    measured = {budget: overall["chars"][budget]["recall"] for budget in BENCHMARK_AUTO_HYBRID}
+    for budget, expected in BENCHMARK_AUTO_HYBRID.items():
+        assert abs(measured[budget] - expected) <= tolerance, (budget, measured)

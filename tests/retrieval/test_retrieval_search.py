@@ -253,6 +253,12 @@ def test_search_is_ranking_plus_context_in_one_typed_result(stores, corpus):
     assert result.context is not None and result.context.tokens <= result.context.budget
     assert {c for s in result.context.spans for c in s.hit_chunk_ids} == {h.chunk_id for h in result.hits}
     assert result.graph is None
+    # the top hits' passages, best first, each exact and inside the hit it names
+    assert result.passages and {p.chunk_id for p in result.passages} <= {h.chunk_id for h in result.hits[:3]}
+    for passage in result.passages:
+        assert texts[passage.document_id][0][passage.start_char : passage.end_char] == passage.text
+    assert "Customs officers" in result.passages[0].text
+    assert search(readers, query, 4, SearchOptions(candidates=20, passages=False)).passages == []
     only_keywords = search(Readers(keywords=sinks["keywords"]), query, 2, SearchOptions(context=False))
     assert only_keywords.route == "keywords" and only_keywords.context is None
     assert only_keywords.hits[0].title is None  # the keyword store keeps no title, and none is invented
