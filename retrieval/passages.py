@@ -2,11 +2,13 @@
 
 A half-overlapping window (`auto`'s chunks) is two pieces, each the text between one chunk boundary and
 the next, and an answer usually sits in one of them. So the top `PASSAGE_HITS` hits are cut where their
-neighbours begin and end, the keyword store scores every piece as if it were a chunk of its own (its
-document frequencies and average length: `TextScorer`), and the pieces are ranked by their hit's rank and
-that score together (`passage_score`). A reader filling a small budget takes the passages first and then
-the hits; `unichunk eval` scores it so (benchmarks/README.md, "Passages"). A chunking without overlap
-gives one piece per hit, so its passages are its top hits reordered by their words. Nothing here writes.
+neighbours begin and end, where that is between two sentences or lines (as the models' segments are cut),
+the keyword store scores every piece as if it were a chunk of its own (its document frequencies and
+average length: `TextScorer`), and the pieces are ranked by their hit's rank and that score together
+(`passage_score`). A reader filling a small budget takes the passages first and then the hits; `unichunk
+eval` scores it so (benchmarks/README.md, "Passages"). Windows whose edges fall inside sentences stay
+whole, so their passages are the top hits reordered by their own words, and overlap as the hits do.
+Nothing here writes.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
+from unichunk.chunking.segments import between_sentences
 from unichunk.retrieval.fusion import Hit
 from unichunk.sinks.base import ChunkSearch, SearchFilter, TextScorer
 
@@ -99,8 +102,10 @@ def _boundaries(
 
 
 def _pieces(hit: Hit, cuts: set[int]) -> list[tuple[int, int]]:
-    """The hit cut at every boundary strictly inside it."""
+    """The hit cut at every boundary strictly inside it that lies between two sentences or lines, as the
+    models' segments are (`between_sentences`): a fixed window's edge inside a word or a sentence does not
+    cut a passage, so no name is shown or scored in halves."""
     start, end = hit.chunk.start_char, hit.chunk.end_char
-    inside = sorted(c for c in cuts if start < c < end)
+    inside = sorted(c for c in cuts if start < c < end and between_sentences(hit.content, c - start))
     edges = [start, *inside, end]
     return list(pairwise(edges))

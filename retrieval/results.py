@@ -123,6 +123,14 @@ class SearchResult(BaseModel):
     context: ContextResult | None = None
     graph: GraphResult | None = None
 
+    def preview(self, hit: SearchHit) -> str:
+        """What to show of `hit`: its best passage (an ellipsis first when that is not the chunk's head),
+        else its whole text. The CLI and the web UI show hits so."""
+        passage = next((p for p in self.passages if p.chunk_id == hit.chunk_id), None)
+        if passage is None:
+            return hit.content
+        return ("… " if passage.start_char > hit.start_char else "") + passage.text
+
 
 # --- one entity, explored (`unichunk entity`, `GET /entities/{name}`, the MCP tool `entity`) -------------
 

@@ -413,15 +413,11 @@ def search(
             else "no results"
         )
         return
-    # each top hit's best passage (the search ranks them) is shown instead of the chunk's head
-    best: dict[str, str] = {}
-    for passage in reversed(result.passages):
-        best[passage.chunk_id] = passage.text
     for hit in result.hits:
         where = hit.source_id or hit.document_id
         ranks = " ".join(f"{name}#{rank}" for name, rank in sorted(hit.ranks.items()))
         heading = " > ".join(hit.heading_chain) or "-"
-        shown = best.get(hit.chunk_id, hit.content)
+        shown = result.preview(hit)  # its best passage, where the search cut it into some
         preview = literal(" ".join(shown.split())[:200])  # a document's ESC must not reach the terminal
         console.print(f"{hit.rank}. {hit.chunk_id}  score={hit.score:.4f}  ({ranks})", style="bold")
         console.print(f"   {literal(where)} [{hit.start_char}:{hit.end_char}]  {literal(heading)}")

@@ -94,7 +94,8 @@ def search_page(
     for hit in found.hits:
         title = hit.title or hit.path or hit.source_id or hit.document_id
         link = document_link(hit.document_id, hit.start_char, hit.end_char, hit.chunk_id)
-        snippet = hit.content if len(hit.content) <= SNIPPET_CHARS else hit.content[:SNIPPET_CHARS] + "…"
+        shown = found.preview(hit)  # its best passage, where the search cut it into some
+        snippet = shown if len(shown) <= SNIPPET_CHARS else shown[:SNIPPET_CHARS] + "…"
         items.append(
             f'<li class="hit"><a class="hit-link" href="{escape(link)}">{escape(title)}</a> '
             f'<span class="score">score {hit.score:.4f}</span>'

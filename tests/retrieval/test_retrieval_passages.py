@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from unichunk.chunking.config import ChunkStrategy
 from unichunk.chunking.models import Chunk, Document
+from unichunk.chunking.segments import between_sentences
 from unichunk.chunking.service import ChunkingService
 from unichunk.retrieval.fusion import Hit, rrf_fuse
 from unichunk.retrieval.passages import rank_passages
@@ -40,21 +41,34 @@ def _sentence(rng: random.Random, i: int) -> str:
     return f"Sentence {i} tells of the " + " ".join(rng.choice(WORDS) for _ in range(9)) + "."
 
 
-@pytest.fixture(scope="module")
-def windows(tmp_path_factory: pytest.TempPathFactory):
+def _store(tmp_path_factory: pytest.TempPathFactory, strategy: ChunkStrategy):
     rng = random.Random(7)
     sentences = [_sentence(rng, i) for i in range(80)]
     sentences[45] = "The quartermaster signed the zephyr manifest at dawn."  # words nothing else holds
     text = " ".join(sentences)
     document = Document(text=text, source_system="t", source_id="harbour.txt")
-    strategy = ChunkStrategy(name="token_window", chunk_size=128, chunk_overlap=64)
     chunks = ChunkingService().chunk(document, strategy)
-    assert len(chunks) >= 6 and all(b.start_char < a.end_char for a, b in pairwise(chunks))
+    assert len(chunks) >= 6 and all(b.start_char < a.end_char for a, b in pairwise(chunks))  # overlapping
     path = tmp_path_factory.mktemp("passages")
     store = BM25Sink(SinkSettings(data_dir=path), path=path / "bm25.sqlite")
     store.upsert(document, chunks)
-    yield text, chunks, store
-    store.close()
+    return text, chunks, store
+
+
+@pytest.fixture(scope="module")
+def windows(tmp_path_factory: pytest.TempPathFactory):
+    """`auto`'s chunks of a text: sentence windows overlapping by half, cut between sentences."""
+    found = _store(tmp_path_factory, ChunkStrategy())
+    yield found
+    found[2].close()
+
+
+@pytest.fixture(scope="module")
+def raw_windows(tmp_path_factory: pytest.TempPathFactory):
+    """Fixed token windows: their edges fall inside sentences and words."""
+    found = _store(tmp_path_factory, ChunkStrategy(name="token_window", chunk_size=128, chunk_overlap=64))
+    yield found
+    found[2].close()
 
 
 def _hits(chunks: list[Chunk]) -> list[Hit]:
@@ -79,8 +93,8 @@ def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), query=st.text(max_size=80))
-def test_passages_cut_the_top_hits_once_with_exact_offsets(windows, data, query) -> None:
-    text, chunks, store = windows
+def test_passages_cut_the_top_hits_once_with_exact_offsets(windows, raw_windows, data, query) -> None:
+    text, chunks, store = data.draw(st.sampled_from([windows, raw_windows]))
     order = data.draw(st.permutations(range(len(chunks))))
     hits_used = data.draw(st.integers(1, 6))
     hits = _hits([chunks[i] for i in order])
@@ -91,8 +105,15 @@ def test_passages_cut_the_top_hits_once_with_exact_offsets(windows, data, query)
         assert text[p.start_char : p.end_char] == p.text and p.text
         hit = by_id[p.chunk_id]
         assert hit.chunk.start_char <= p.start_char < p.end_char <= hit.chunk.end_char
+    edges = {h.chunk.start_char for h in top} | {h.chunk.end_char for h in top}
+    for p in found:  # a cut inside a hit lies between two sentences or lines, as the models' segments do
+        assert all(between_sentences(text, at) for at in (p.start_char, p.end_char) if at not in edges)
     spans = sorted((p.start_char, p.end_char) for p in found)
-    assert all(a[1] <= b[0] for a, b in pairwise(spans))  # no character twice
+    for chunk_id in by_id:  # a hit's own passages never share a character
+        own = sorted((p.start_char, p.end_char) for p in found if p.chunk_id == chunk_id)
+        assert all(a[1] <= b[0] for a, b in pairwise(own))
+    if store is windows[2]:  # windows cut between sentences: no character is in two passages at all
+        assert all(a[1] <= b[0] for a, b in pairwise(spans))
     assert _merged(spans) == _merged([(h.chunk.start_char, h.chunk.end_char) for h in top])  # none left out
     assert [p.score for p in found] == sorted((p.score for p in found), reverse=True)
     assert rank_passages(query, hits, store, store, hits_used=hits_used) == found  # deterministic
@@ -109,6 +130,15 @@ def test_the_stretch_with_the_query_words_comes_first(windows) -> None:
     assert first.chunk_id == earlier.chunk_id and first.start_char <= at < first.end_char
     assert first.start_char > earlier.start_char  # not the hit's head: the piece after a neighbour's edge
     assert first.end_char - first.start_char < earlier.end_char - earlier.start_char
+
+
+def test_windows_cut_inside_sentences_stay_whole(raw_windows) -> None:
+    text, chunks, store = raw_windows
+    assert not any(between_sentences(text, c.start_char) for c in chunks[1:])  # every edge is mid-sentence
+    found = rank_passages("pilot beacon", _hits(chunks), store, store)
+    assert sorted((p.start_char, p.end_char) for p in found) == [
+        (c.start_char, c.end_char) for c in chunks[:3]
+    ]
 
 
 def test_no_scorer_or_no_hits_gives_no_passages(windows) -> None:
