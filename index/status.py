@@ -121,6 +121,9 @@ _LISTED = [name for name in _COLUMNS if name not in ("chunk_ids", "strategy", "f
 _ORDER = "ORDER BY source_system NULLS FIRST, source_id NULLS FIRST, document_id"
 
 
+_TOTAL = "listing_total"  # a listing's window count, read beside each row of its page
+
+
 def _select(missing: frozenset[str] = frozenset(), columns: list[str] = _COLUMNS) -> str:
     """The row query; columns a table made before lacks read as NULL."""
     names = [f"NULL AS {name}" if name in missing else name for name in columns]
@@ -249,9 +252,18 @@ class StatusStore:
         database. `readable`: only rows holding one of these labels (none: nothing); None: every row (an
         admin). Only what a listing shows is read: the rows lack `chunk_ids`, `strategy` and `failure`."""
         listed, count, args = self._listing(source_system, state, readable, offset, limit)
-        return self._read(
-            lambda conn: (conn.execute(count, args).scalar_one(), _fetch(conn, listed, args)), (0, [])
-        )
+
+        def read(conn: Connection) -> tuple[int, list[DocumentStatus]]:
+            # The total rides on the page's rows (a window count, taken before LIMIT), so both come from
+            # one statement's snapshot: under PostgreSQL's READ COMMITTED a second COUNT could see writes
+            # the page did not. Only a page past the end asks apart, and returns no rows to disagree with.
+            rows = [dict(row) for row in conn.execute(listed, args).mappings()]
+            if not rows:
+                return (conn.execute(count, args).scalar_one() if offset else 0), []
+            total = int(rows[0][_TOTAL])
+            return total, [DocumentStatus.from_row({k: v for k, v in r.items() if k != _TOTAL}) for r in rows]
+
+        return self._read(read, (0, []))
 
     def _listing(
         self,
@@ -265,7 +277,8 @@ class StatusStore:
         where, args = self._where(source_system, state, readable)
         unlimited = -1 if self.db.dialect == "sqlite" else None  # SQLite has no OFFSET without a LIMIT
         args |= {"limit": unlimited if limit is None else limit, "offset": offset}
-        listed = f"{_select(self._missing, _LISTED)} {where} {_ORDER} LIMIT :limit OFFSET :offset"
+        counted = _select(self._missing, [*_LISTED, f"COUNT(*) OVER () AS {_TOTAL}"])
+        listed = f"{counted} {where} {_ORDER} LIMIT :limit OFFSET :offset"
         return text(listed), text(f"SELECT COUNT(*) FROM documents {where}"), args
 
     def _where(
