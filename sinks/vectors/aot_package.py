@@ -35,9 +35,10 @@ import platform
 import shutil
 import tempfile
 import threading
+import time
 import zipfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Literal
 
@@ -58,6 +59,10 @@ logger = logging.getLogger(__name__)
 
 # Bumped when what is compiled changes, so no older package is reused.
 PACKAGE_VERSION = 1
+# A package of another key not loaded for this many days is removed from the cache (`prune_cache`).
+STALE_DAYS = 30
+_PREFIX = "all-MiniLM-L6-v2."  # every package's name starts so, its lock's after a dot (ONNX files' too)
+_LOCK_GRACE = 3600.0  # seconds: a lock file younger than this may be a compile about to write its package
 _MAX_BATCH = 2048  # the settings' largest model batch (`embedding_model_batch_size`)
 _MAX_LENGTH = 256  # MiniLM's word pieces, [CLS] and [SEP] included
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -119,7 +124,7 @@ def cache_key() -> str:
 def package_dir(cache_dir: Path, precision: Precision = "bf16") -> Path:
     """Where the compiled package lies unpacked, the folder loaded (the `.pt2` file of the same name is
     where it is compiled, and what earlier versions kept: unpacked on first use, then removed)."""
-    return cache_dir / f"all-MiniLM-L6-v2.{precision}-aot.{cache_key()}"
+    return cache_dir / f"{_PREFIX}{precision}-aot.{cache_key()}"
 
 
 def load_states(cache_dir: Path, transformer: Callable[[], Any], precision: Precision = "bf16") -> States:
@@ -129,13 +134,13 @@ def load_states(cache_dir: Path, transformer: Callable[[], Any], precision: Prec
     target = package_dir(cache_dir, precision)
     if target.is_dir():
         try:
-            return load_unpacked(target)
+            return _used(target, load_unpacked(target))
         except Exception:  # damaged or foreign: looked at again under the lock below
             pass
     with _compiling(target):
         if target.is_dir():  # another process may have compiled it while this one waited
             try:
-                return load_unpacked(target)
+                return _used(target, load_unpacked(target))
             except Exception as exc:
                 logger.warning("compiled MiniLM %s does not load (%s); compiling it again", target, exc)
         packed = target.with_name(f"{target.name}.pt2")
@@ -144,7 +149,47 @@ def load_states(cache_dir: Path, transformer: Callable[[], Any], precision: Prec
             compile_package(transformer(), packed, precision)
             if not _unpack(packed, target):
                 raise EmbedderError(f"the package compiled into {packed} could not be unpacked")
+        prune_cache(cache_dir, keep=target)  # the cache grew by one package: the time to shed old ones
     return load_unpacked(target)
+
+
+def _used(folder: Path, states: States) -> States:
+    """`states`, loaded from `folder`, whose time is set to now: when it was last used, for `prune_cache`
+    (a read-only cache stays as it is)."""
+    with suppress(OSError):
+        os.utime(folder)
+    return states
+
+
+def prune_cache(cache_dir: Path, keep: Path, now: float | None = None) -> list[Path]:
+    """Remove what no load of this version will use again, and return it: packages (folders, or `.pt2`
+    files an earlier version kept) of another key, precision or version that no process loaded for
+    `STALE_DAYS` (a torch upgrade or another CPU leaves one per key, 89 MB each), and lock files whose
+    package is gone (earlier versions named theirs after the `.pt2`). A package used within the period
+    stays: another installation may share the cache. `keep`, the package just made, always stays."""
+    now = time.time() if now is None else now
+    removed = []
+    for path in cache_dir.glob(f"{_PREFIX}*-aot.*"):  # packages only: the ONNX backend's files stay
+        try:
+            if path == keep or now - path.stat().st_mtime <= STALE_DAYS * 86400:
+                continue
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            removed.append(path)
+        except OSError:  # gone meanwhile, or not ours to remove
+            continue
+    for lock in cache_dir.glob(f".{_PREFIX}*-aot.*.lock"):
+        package = cache_dir / lock.name[1 : -len(".lock")]
+        try:
+            if package.exists() or now - lock.stat().st_mtime <= _LOCK_GRACE:
+                continue
+            lock.unlink()
+            removed.append(lock)
+        except OSError:
+            continue
+    return removed
 
 
 class _DirectoryLoadNotes(logging.Filter):

@@ -68,8 +68,10 @@ def test_the_package_is_compiled_once_reused_and_compiled_again_when_unreadable(
     assert package.name.startswith("all-MiniLM-L6-v2.bf16-aot.") and package.is_dir()  # kept unpacked
     assert lock.name == f".{package.name}.lock"  # and no package file or temporary one left beside them
     assert aot_package.BUILDS["bf16"] == before + 1
+    os.utime(package, (1_000_000_000, 1_000_000_000))
     again = MiniLMEmbedder(backend="torch-bf16", cache_dir=tmp_path)
     assert again.runs == "torch-bf16:compiled on cpu" and aot_package.BUILDS["bf16"] == before + 1
+    assert package.stat().st_mtime > 1_000_000_000  # a load marks it used, so no prune takes it
 
     # a package file an earlier version kept is unpacked in its place, not compiled again
     packed = tmp_path / f"{package.name}.pt2"
@@ -184,3 +186,38 @@ def test_bf16_is_a_generation_of_its_own(tmp_path: Path) -> None:
     # an endpoint's vectors do not depend on how MiniLM would have run
     endpoint = SinkSettings(data_dir=tmp_path, embedder="openai", embedding_backend="torch-bf16")
     assert "embedding_variant" not in index_settings(endpoint)
+
+
+def test_the_cache_sheds_packages_no_load_used_for_a_month_and_orphaned_locks(tmp_path: Path) -> None:
+    """After a compile (`prune_cache`, with `keep` the package just made): another key's package or
+    `.pt2` unused for `STALE_DAYS` goes, with the lock files whose package is gone; a package used
+    lately, the one kept, a fresh lock and the ONNX backend's files stay."""
+    now = 2_000_000_000.0
+    old, recent = now - (aot_package.STALE_DAYS + 1) * 86400, now - 86400
+    made = {
+        "all-MiniLM-L6-v2.bf16-aot.aaaa": old,  # another key's folder, unused for a month: goes
+        "all-MiniLM-L6-v2.fp32-aot.bbbb.pt2": old,  # an earlier version's package file, as old: goes
+        "all-MiniLM-L6-v2.fp32-aot.cccc": recent,  # loaded yesterday (another installation?): stays
+        "all-MiniLM-L6-v2.bf16-aot.keep": old,  # the one just made stays, whatever its time
+        "all-MiniLM-L6-v2.fp32.dddd.onnx": old,  # the ONNX backend's cache is not the packages'
+        ".all-MiniLM-L6-v2.fp32-aot.cccc.lock": old,  # its package is there: stays
+        ".all-MiniLM-L6-v2.bf16-aot.keep.pt2.lock": old,  # an earlier version's lock name: goes
+        ".all-MiniLM-L6-v2.fp32-aot.eeee.lock": now - 60,  # a compile may be about to write it: stays
+    }
+    for name, when in made.items():
+        path = tmp_path / name
+        if name.endswith(("aaaa", "cccc", "keep")):
+            (path / "data").mkdir(parents=True)
+            (path / "data" / "model.so").write_bytes(b"x" * 10)
+        else:
+            path.write_bytes(b"")
+        os.utime(path, (when, when))
+    removed = aot_package.prune_cache(tmp_path, keep=tmp_path / "all-MiniLM-L6-v2.bf16-aot.keep", now=now)
+    gone = {
+        "all-MiniLM-L6-v2.bf16-aot.aaaa",
+        "all-MiniLM-L6-v2.fp32-aot.bbbb.pt2",
+        ".all-MiniLM-L6-v2.bf16-aot.keep.pt2.lock",
+    }
+    assert {p.name for p in removed} == gone
+    assert {p.name for p in tmp_path.iterdir()} == set(made) - gone
+    assert aot_package.prune_cache(tmp_path, keep=tmp_path / "all-MiniLM-L6-v2.bf16-aot.keep", now=now) == []
