@@ -33,9 +33,9 @@ from unichunk.sinks.base import GraphContext, SearchFilter, StoredChunk, TextSco
 
 @dataclass(frozen=True)
 class SearchOptions:
-    """How to search: ranking (mode, routing, candidates per retriever), context (assembled or not,
-    neighbour expansion, token budget), graph context, the top hits' passages, and a filter on stored fields (`document_id`,
-    `labels`) every step reads under."""
+    """How to search: ranking (mode, routing, candidates per retriever), the top hits' passages, context
+    (assembled or not, neighbour expansion, token budget), graph context, and a filter on stored fields
+    (`document_id`, `labels`) every step reads under."""
 
     mode: Mode = "hybrid"
     route_threshold: float | None = None

@@ -3,12 +3,12 @@
 Per generation, every question is answered by `unichunk.retrieval.search.search` (the read path of the
 CLI and the HTTP API; hybrid by default) over that generation's stores, pinned to it: a candidate is read
 without switching. Its passages (the top hits' best stretches), then its `DEPTH` best hits, in rank
-order, fill each budget (`metric.fill_budget`: characters,
-and cl100k tokens of the same budgets at the evaluated documents' characters per token) and are scored
-against the located references (recall, precision, IoU); the top `k` give hit@k and the reciprocal rank
-at document level. Without the passages, this is the computation of the benchmark's "hybrid" row (`benchmarks.retrieval_quality`:
-`DEPTH` hits, `DEPTH` candidates per retriever before fusion), so the shipped figures and the benchmark's
-agree on the same chunks. Two generations are paired question by question (`paired.paired_bootstrap`,
+order, fill each budget (`metric.fill_budget`: characters, and cl100k tokens of the same budgets at the
+evaluated documents' characters per token) and are scored against the located references (recall,
+precision, IoU); the top `k` give hit@k and the reciprocal rank at document level. Without the passages,
+this is the computation of the benchmark's "hybrid" row (`benchmarks.retrieval_quality`: `DEPTH` hits,
+`DEPTH` candidates per retriever before fusion), so the shipped figures and the benchmark's agree on the
+same chunks. Two generations are paired question by question (`paired.paired_bootstrap`,
 candidate minus live). The report is the JSON document of `unichunk eval --json` (docs/evaluation.md).
 """
 
