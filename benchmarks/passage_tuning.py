@@ -1,9 +1,10 @@
 """Passages chosen by measurement (issue 27): tuned on one half of the evaluation questions, reported on the other.
 
-    python -m benchmarks.passage_tuning [--data-dir DIR]
+    python -m benchmarks.passage_tuning [--data-dir DIR] [--corpora DIR] [--questions FILE]
 
-1. The evaluation corpora are ingested as shipped (`Pipeline.ingest`, the embedded defaults) into
-   `--data-dir` (a temporary folder by default; an index already there is reused as it is).
+1. The evaluation corpora (or `--corpora`, with `--questions`) are ingested as shipped (`Pipeline.ingest`,
+   the embedded defaults) into `--data-dir` (a temporary folder by default; an index already there is
+   reused as it is).
 2. Every question is ranked once by the shipped ranking (`retrieve`: hybrid, `DEPTH` candidates a
    retriever, `DEPTH` hits: what `unichunk eval` scores).
 3. Every candidate cuts the first `hits_used` hits into passages and ranks them with `weight` on their own
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import product
 from pathlib import Path
 
@@ -48,13 +49,25 @@ Candidate = tuple[int, float] | None  # (hits cut, weight), or None: no passages
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", type=Path, default=None, help="where the corpora are ingested")
+    parser.add_argument("--corpora", type=Path, default=None, help="default: the evaluation data's")
+    parser.add_argument("--questions", type=Path, default=None, help="default: the evaluation data's")
     args = parser.parse_args(argv)
+    corpora = args.corpora or evaldata.corpora_dir("passage tuning")
+    questions = args.questions or evaldata.questions_file("passage tuning")
     with tempfile.TemporaryDirectory(prefix="passage-tuning-") as scratch:
         data_dir = args.data_dir or Path(scratch)
         with Pipeline(data_dir=data_dir) as pipeline:
             if not pipeline.indexed():
-                pipeline.ingest(evaldata.corpora_dir("passage tuning"))
-            run(pipeline, evaldata.questions_file("passage tuning"))
+                pipeline.ingest(corpora)
+            run(pipeline, questions)
+
+
+def choose(tuned: Mapping[Candidate, np.ndarray]) -> Candidate:
+    """`fusion_tuning`'s rule: the best mean recall; among candidates within `TIE` of it, the fewest hits
+    cut (none at all the fewest), then the higher mean."""
+    best = max(rows.mean() for rows in tuned.values())
+    tied = [c for c, rows in tuned.items() if rows.mean() >= best - TIE]
+    return min(tied, key=lambda c: (0 if c is None else c[0], -tuned[c].mean()))
 
 
 def run(pipeline: Pipeline, questions_file: Path) -> None:
@@ -84,9 +97,7 @@ def run(pipeline: Pipeline, questions_file: Path) -> None:
         return np.asarray(rows)
 
     tuned = {c: recall(c, tune) for c in candidates}
-    best = max(tuned[c].mean() for c in candidates)
-    tied = [c for c in candidates if tuned[c].mean() >= best - TIE]
-    choice = min(tied, key=lambda c: (0 if c is None else c[0], -tuned[c].mean()))
+    choice = choose(tuned)
     print(
         f"tune half ({len(tuned[None])} questions), recall (%) at {' / '.join(map(str, BUDGETS))} characters, mean"
     )
