@@ -124,12 +124,12 @@ class SearchResult(BaseModel):
     graph: GraphResult | None = None
 
     def preview(self, hit: SearchHit) -> str:
-        """What to show of `hit`: its best passage (an ellipsis first when that is not the chunk's head),
-        else its whole text. The CLI and the web UI show hits so."""
+        """What to show of `hit`: its best passage without the blank lines around it (an ellipsis first
+        when that is not the chunk's head), else its whole text. The CLI and the web UI show hits so."""
         passage = next((p for p in self.passages if p.chunk_id == hit.chunk_id), None)
-        if passage is None:
+        if passage is None or not passage.text.strip():
             return hit.content
-        return ("… " if passage.start_char > hit.start_char else "") + passage.text
+        return ("… " if passage.start_char > hit.start_char else "") + passage.text.strip()
 
 
 # --- one entity, explored (`unichunk entity`, `GET /entities/{name}`, the MCP tool `entity`) -------------
