@@ -458,6 +458,7 @@ class Pipeline:
         route_threshold: float | None = None,
     ) -> SearchResult:
         """The `k` best chunks for `query` (offsets exact into their documents, scores per retriever), the
+        top hits' best passages (`passages`: for a budget of a chunk or two, take these first), the
         context assembled around them within `budget` tokens (neighbours added when `expand`), and what
         the graph knows of them. `mode`: hybrid (BM25 and vectors fused, and the graph's list once its
         weight is above 0), keywords, vectors or graph (the chunks of the entities the query names; the
