@@ -45,6 +45,9 @@ def machine_backend(device: DeviceSetting) -> MiniLMBackend:
 
 # How long a server a command started implicitly stays up unused (build daemons do the same).
 DEFAULT_IDLE_SECONDS = 1800
+# A compiled MiniLM package of another key that no process loaded for this many days leaves the model cache
+# (`unichunk.sinks.vectors.aot_package.prune_cache`).
+MODEL_CACHE_STALE_DAYS = 30
 
 
 class SinkSettings(BaseSettings):
@@ -164,7 +167,8 @@ class SinkSettings(BaseSettings):
         Path("~/.cache/unichunk"),
         description="Where MiniLM's ONNX export and its compiled packages (bfloat16, fp32) are kept (made "
         "offline from the bundled weights on first use, keyed by their hash, the library versions and, for "
-        "a package, the CPU); shared by every data dir.",
+        "a package, the CPU); shared by every data dir. A package of another key (an older torch, another "
+        f"CPU) that no process loaded for {MODEL_CACHE_STALE_DAYS} days is removed when a new one is compiled.",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto",

@@ -51,6 +51,7 @@ import torch
 from torch._inductor import aoti_compile_and_package, aoti_load_package
 from torch._inductor import config as inductor_config
 
+from unichunk.sinks.config import MODEL_CACHE_STALE_DAYS
 from unichunk.sinks.device import cpu_flags
 from unichunk.sinks.vectors.base import EmbedderError
 from unichunk.sinks.vectors.onnx_export import remove_abandoned, weights_sha256
@@ -59,8 +60,7 @@ logger = logging.getLogger(__name__)
 
 # Bumped when what is compiled changes, so no older package is reused.
 PACKAGE_VERSION = 1
-# A package of another key not loaded for this many days is removed from the cache (`prune_cache`).
-STALE_DAYS = 30
+STALE_DAYS = MODEL_CACHE_STALE_DAYS  # a package of another key not loaded for this long goes (`prune_cache`)
 _PREFIX = "all-MiniLM-L6-v2."  # every package's name starts so, its lock's after a dot (ONNX files' too)
 _LOCK_GRACE = 3600.0  # seconds: a lock file younger than this may be a compile about to write its package
 _MAX_BATCH = 2048  # the settings' largest model batch (`embedding_model_batch_size`)
