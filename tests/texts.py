@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import csv
+import json
 import zlib
+from pathlib import Path
 
 TOPICS = [
     "The harbour crane lifts containers from the cargo ship onto waiting trucks.",
@@ -39,3 +42,24 @@ def hashed_words(texts: list[str]) -> list[list[float]]:
             vector[zlib.crc32(word.strip(".,;:()").encode()) % 64] += 1.0
         out.append(vector)
     return out
+
+
+def small_eval_set(folder: Path) -> tuple[Path, Path]:
+    """An evaluation set of its own in `folder`, in the shared set's layout: `corpora/` (the harbour and
+    garden topics, as Markdown) and `questions.csv` (eight questions, each a sentence of one, referenced by
+    its exact offsets). Returns (corpora, questions)."""
+    corpora = folder / "corpora"
+    corpora.mkdir()
+    texts = {"harbour": repeated(TOPICS, 6), "garden": repeated(GARDEN, 10)}
+    for name, text in texts.items():
+        (corpora / f"{name}.md").write_text(text, encoding="utf-8")
+    questions = folder / "questions.csv"
+    with questions.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["question", "references", "corpus_id"])
+        for name, sentences in (("harbour", TOPICS[:4]), ("garden", GARDEN[:4])):
+            for sentence in sentences:
+                start = texts[name].index(sentence)
+                ref = {"content": sentence, "start_index": start, "end_index": start + len(sentence)}
+                writer.writerow([sentence.rstrip(".").lower(), json.dumps([ref]), name])
+    return corpora, questions

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from texts import GARDEN, TOPICS
+from texts import GARDEN, small_eval_set
 from texts import repeated as _text
 
 from benchmarks.fusion_tuning import (
@@ -98,20 +98,7 @@ def test_a_third_list_is_weighed_from_zero_and_must_add_without_costing():
 
 def test_a_whole_run_tunes_on_one_half_and_reports_the_other(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("UNICHUNK_EVAL_DIR", str(tmp_path / "no-eval-data"))  # explicit files need none
-    corpora = tmp_path / "corpora"
-    corpora.mkdir()
-    texts = {"harbour": _text(TOPICS, 6), "garden": _text(GARDEN, 10)}
-    for name, text in texts.items():
-        (corpora / f"{name}.md").write_text(text, encoding="utf-8")
-    questions = tmp_path / "questions.csv"
-    with questions.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["question", "references", "corpus_id"])
-        for name, sentences in (("harbour", TOPICS[:4]), ("garden", GARDEN[:4])):
-            for sentence in sentences:
-                start = texts[name].index(sentence)
-                ref = {"content": sentence, "start_index": start, "end_index": start + len(sentence)}
-                writer.writerow([sentence.rstrip(".").lower(), json.dumps([ref]), name])
+    corpora, questions = small_eval_set(tmp_path)
     lists = tmp_path / "lists.json"
     args = ["--corpora", str(corpora), "--questions", str(questions), "--lists", str(lists),
             "--cache-dir", "", "--plots-dir", str(tmp_path / "plots"), "--no-baselines"]  # fmt: skip

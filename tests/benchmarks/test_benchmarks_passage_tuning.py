@@ -3,13 +3,10 @@
 
 from __future__ import annotations
 
-import csv
-import json
 from pathlib import Path
 
 import numpy as np
-from texts import GARDEN, TOPICS
-from texts import repeated as _text
+from texts import small_eval_set
 
 from benchmarks.passage_tuning import choose, main
 from unichunk.retrieval.passages import LEXICAL_WEIGHT, PASSAGE_HITS
@@ -24,20 +21,7 @@ def test_the_choice_is_the_best_mean_and_ties_go_to_the_fewest_hits_cut_then_the
 
 
 def test_a_whole_run_tunes_on_one_half_and_reports_the_other(pipeline_env: Path, tmp_path, capsys):
-    corpora = tmp_path / "corpora"
-    corpora.mkdir()
-    texts = {"harbour": _text(TOPICS, 6), "garden": _text(GARDEN, 10)}
-    for name, text in texts.items():
-        (corpora / f"{name}.md").write_text(text, encoding="utf-8")
-    questions = tmp_path / "questions.csv"
-    with questions.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["question", "references", "corpus_id"])
-        for name, sentences in (("harbour", TOPICS[:4]), ("garden", GARDEN[:4])):
-            for sentence in sentences:
-                start = texts[name].index(sentence)
-                ref = {"content": sentence, "start_index": start, "end_index": start + len(sentence)}
-                writer.writerow([sentence.rstrip(".").lower(), json.dumps([ref]), name])
+    corpora, questions = small_eval_set(tmp_path)
     main(["--data-dir", str(pipeline_env), "--corpora", str(corpora), "--questions", str(questions)])
     out = capsys.readouterr().out
     tune, report = out.split("\nreport half (")[0], out.split("\nreport half (")[1]
