@@ -14,12 +14,14 @@
    within `TIE` of it, the fewest hits cut, then the higher mean. No passages at all is a candidate too.
 4. The **report** half, never read by step 3: no passages, the choice, and each candidate for the record,
    with the choice paired question by question against no passages (bootstrap CI, sign test).
+5. What passages cost: `search()` on every question without and with them, interleaved (p50, p90).
 """
 
 from __future__ import annotations
 
 import argparse
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from itertools import product
 from pathlib import Path
@@ -37,7 +39,8 @@ from unichunk.retrieval.evaluation.references import Documents, locate
 from unichunk.retrieval.evaluation.run import DEPTH
 from unichunk.retrieval.passages import LEXICAL_WEIGHT, PASSAGE_HITS, rank_passages
 from unichunk.retrieval.ranking import RetrievalSettings, retrieve
-from unichunk.retrieval.readers import RANKING_SINKS, open_readers
+from unichunk.retrieval.readers import RANKING_SINKS, Readers, open_readers
+from unichunk.retrieval.search import SearchOptions, search
 from unichunk.sinks.base import TextScorer
 
 HITS_USED = (1, 2, 3, 5, 10)
@@ -116,6 +119,23 @@ def run(pipeline: Pipeline, questions_file: Path) -> None:
     print("\nreport half, every candidate (for the record, not for choosing)")
     for c in candidates:
         print(f"  {_name(c):28} {_figures(held[c])}")
+    print(_latency(readers, [q.question.text for q, _ in ranked]))
+
+
+def _latency(readers: Readers, queries: Sequence[str]) -> str:
+    """`search()` (k 5, as shipped) on every query without and with passages, interleaved so a noisy
+    machine weighs on both alike: p50 and p90 in ms."""
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for query in queries:
+        for passages in (False, True):
+            started = time.perf_counter()
+            search(readers, query, 5, SearchOptions(passages=passages))
+            times[passages].append((time.perf_counter() - started) * 1000)
+    p50, p90 = ({flag: np.percentile(ms, q) for flag, ms in times.items()} for q in (50, 90))
+    return (
+        f"\nsearch() over {len(queries)} questions, interleaved: p50 {p50[False]:.1f} ms without passages, "
+        f"{p50[True]:.1f} ms with (p90 {p90[False]:.1f} / {p90[True]:.1f})"
+    )
 
 
 def _name(candidate: Candidate) -> str:

@@ -305,9 +305,9 @@ class Snapshot:
     ) -> list[float]:
         """BM25 of texts that are not rows (each given by its term counts and length), scored as if they
         were: this index's document frequencies and average length. A query term no row holds adds 0."""
-        scores = [0.0] * len(counts)
+        scores = np.zeros(len(counts), dtype=np.float64)
         if not self.segments or not counts:
-            return scores
+            return scores.tolist()
         idf_of, tfc_of = _IDF[self.method], _TFC[self.method]
         length = np.asarray(lengths, dtype=np.float32)
         for term, repeats in Counter(term_ids).items():
@@ -315,9 +315,8 @@ class Snapshot:
             if not df:
                 continue
             tf = np.asarray([c.get(term, 0) for c in counts], dtype=np.float32)
-            gain = repeats * idf_of(df, self.n_live) * tfc_of(tf, length, self.avg_len, self.k1, self.b)
-            scores = [s + float(g) for s, g in zip(scores, gain, strict=True)]
-        return scores
+            scores += repeats * idf_of(df, self.n_live) * tfc_of(tf, length, self.avg_len, self.k1, self.b)
+        return scores.tolist()
 
     def _live_postings(self, term: int) -> tuple[np.ndarray, np.ndarray]:
         """The live rows holding `term` and its frequency in each."""

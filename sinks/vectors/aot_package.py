@@ -60,7 +60,6 @@ logger = logging.getLogger(__name__)
 
 # Bumped when what is compiled changes, so no older package is reused.
 PACKAGE_VERSION = 1
-STALE_DAYS = MODEL_CACHE_STALE_DAYS  # a package of another key not loaded for this long goes (`prune_cache`)
 _PREFIX = "all-MiniLM-L6-v2."  # every package's name starts so, its lock's after a dot (ONNX files' too)
 _LOCK_GRACE = 3600.0  # seconds: a lock file younger than this may be a compile about to write its package
 _MAX_BATCH = 2048  # the settings' largest model batch (`embedding_model_batch_size`)
@@ -164,22 +163,14 @@ def _used(folder: Path, states: States) -> States:
 def prune_cache(cache_dir: Path, keep: Path, now: float | None = None) -> list[Path]:
     """Remove what no load of this version will use again, and return it: packages (folders, or `.pt2`
     files an earlier version kept) of another key, precision or version that no process loaded for
-    `STALE_DAYS` (a torch upgrade or another CPU leaves one per key, 89 MB each), and lock files whose
-    package is gone (earlier versions named theirs after the `.pt2`). A package used within the period
-    stays: another installation may share the cache. `keep`, the package just made, always stays."""
+    `MODEL_CACHE_STALE_DAYS` (a torch upgrade or another CPU leaves one per key, 89 MB each), and lock
+    files whose package is gone (earlier versions named theirs after the `.pt2`). A package used within
+    the period stays: another installation may share the cache. `keep`, the package just made, stays."""
     now = time.time() if now is None else now
-    removed = []
-    for path in cache_dir.glob(f"{_PREFIX}*-aot.*"):  # packages only: the ONNX backend's files stay
-        try:
-            if path == keep or now - path.stat().st_mtime <= STALE_DAYS * 86400:
-                continue
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-            removed.append(path)
-        except OSError:  # gone meanwhile, or not ours to remove
-            continue
+    # packages only (`-aot.`): the ONNX backend's files stay
+    removed = remove_abandoned(
+        cache_dir, f"{_PREFIX}*-aot.*", MODEL_CACHE_STALE_DAYS * 86400, keep=keep, now=now
+    )
     for lock in cache_dir.glob(f".{_PREFIX}*-aot.*.lock"):
         package = cache_dir / lock.name[1 : -len(".lock")]
         try:

@@ -177,21 +177,32 @@ def ensure_model(cache_dir: Path, variant: Variant) -> Path:
     return target
 
 
-def remove_abandoned(parent: Path, pattern: str, older_than: float = 600.0) -> None:
-    """Work files (`pattern`, files or folders) in `parent` that a process left when it was killed while
-    exporting or compiling (a stop does not wait for either); younger ones may be another process's work
-    in progress."""
-    now = time.time()
+def remove_abandoned(
+    parent: Path,
+    pattern: str,
+    older_than: float = 600.0,
+    *,
+    keep: Path | None = None,
+    now: float | None = None,
+) -> list[Path]:
+    """Remove, and return, what matches `pattern` (files or folders) in `parent` untouched for
+    `older_than` seconds, `keep` excepted: work files a process left when it was killed while exporting or
+    compiling (a stop does not wait for either; younger ones may be another process's work in progress),
+    or cached packages no load used for long (`aot_package.prune_cache`)."""
+    now = time.time() if now is None else now
+    removed = []
     for stale in parent.glob(pattern):
         try:
-            if now - stale.stat().st_mtime <= older_than:
+            if stale == keep or now - stale.stat().st_mtime <= older_than:
                 continue
             if stale.is_dir():
                 shutil.rmtree(stale)
             else:
                 stale.unlink()
+            removed.append(stale)
         except OSError:  # gone meanwhile, or not ours to remove: nothing to do
             continue
+    return removed
 
 
 def _build(work: Path, variant: Variant) -> Path:

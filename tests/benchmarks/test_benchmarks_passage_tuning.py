@@ -36,3 +36,4 @@ def test_a_whole_run_tunes_on_one_half_and_reports_the_other(pipeline_env: Path,
     assert len(rows) == 26 and "no passages" in tune  # every candidate, none included
     means = [float(line.rsplit("(", 1)[1].rstrip(")").split(")")[0]) for line in rows]
     assert means == sorted(means, reverse=True)  # best first
+    assert "search() over 8 questions, interleaved: p50 " in out and " ms with (p90 " in out

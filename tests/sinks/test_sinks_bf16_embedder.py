@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from unichunk.index.run import index_settings
-from unichunk.sinks.config import SinkSettings, machine_backend
+from unichunk.sinks.config import MODEL_CACHE_STALE_DAYS, SinkSettings, machine_backend
 from unichunk.sinks.device import cpu_has_bf16
 from unichunk.sinks.vectors import aot_package
 from unichunk.sinks.vectors.minilm import MiniLMEmbedder
@@ -190,10 +190,10 @@ def test_bf16_is_a_generation_of_its_own(tmp_path: Path) -> None:
 
 def test_the_cache_sheds_packages_no_load_used_for_a_month_and_orphaned_locks(tmp_path: Path) -> None:
     """After a compile (`prune_cache`, with `keep` the package just made): another key's package or
-    `.pt2` unused for `STALE_DAYS` goes, with the lock files whose package is gone; a package used
+    `.pt2` unused for `MODEL_CACHE_STALE_DAYS` goes, with the lock files whose package is gone; a package used
     lately, the one kept, a fresh lock and the ONNX backend's files stay."""
     now = 2_000_000_000.0
-    old, recent = now - (aot_package.STALE_DAYS + 1) * 86400, now - 86400
+    old, recent = now - (MODEL_CACHE_STALE_DAYS + 1) * 86400, now - 86400
     made = {
         "all-MiniLM-L6-v2.bf16-aot.aaaa": old,  # another key's folder, unused for a month: goes
         "all-MiniLM-L6-v2.fp32-aot.bbbb.pt2": old,  # an earlier version's package file, as old: goes
