@@ -153,6 +153,17 @@ class SearchHitOut(BaseModel):
     context_in: str | None = Field(None, description="The earlier hit whose `context` holds this chunk.")
 
 
+class PassageOut(BaseModel):
+    """A stretch of one of the top hits (a half of an overlapping window, say), ranked among the others."""
+
+    chunk_id: str = Field(description="The hit it is part of.")
+    document_id: str
+    start_char: int
+    end_char: int
+    score: float = Field(description="The hit's rank and the passage's own keyword score, combined.")
+    text: str = Field(description="Exactly text[start_char:end_char] of the document.")
+
+
 class SearchOut(BaseModel):
     """The best chunks for a query, best first."""
 
@@ -160,6 +171,11 @@ class SearchOut(BaseModel):
     mode: str
     route: str = Field(description="Which retrievers answered (keywords-routed: BM25 alone, by threshold).")
     hits: list[SearchHitOut] = Field(default_factory=list)
+    passages: list[PassageOut] = Field(
+        default_factory=list,
+        description="The top three hits cut where their neighbouring chunks begin and end, best first: with "
+        "room for little text, read these before the hits.",
+    )
     context_tokens: int = Field(0, description="Tokens of all `context` texts together.")
 
 

@@ -51,6 +51,7 @@ from unichunk.deployments.mcp.schema import (
     IngestPath,
     ListLimit,
     ListOffset,
+    PassageOut,
     Query,
     Radius,
     RelationLimit,
@@ -153,7 +154,8 @@ def create_server(
     ) -> SearchOut:
         """Search the indexed documents; the k best chunks, best first. Each hit has its exact offsets in
         its document, its source (folder and path), its heading chain, and `context`: the passage around it
-        (neighbouring chunks merged in) to read instead of the bare chunk. Then `get_context` reads further
+        (neighbouring chunks merged in) to read instead of the bare chunk. `passages` are the top hits'
+        best stretches, best first, for when there is room for little text. Then `get_context` reads further
         around a hit, `get_chunk` refetches one by chunk_id."""
         with tool_errors("search"):
             return tools.as_caller(callers.of(ctx)).search(query, k, document_ids, budget, mode)
@@ -363,6 +365,7 @@ class _Tools:
             mode=mode,
             route=result.route,
             hits=hits,
+            passages=[PassageOut(**passage.model_dump()) for passage in result.passages],
             context_tokens=result.context.tokens if result.context else 0,
         )
 

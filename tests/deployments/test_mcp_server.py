@@ -142,6 +142,14 @@ async def _ingest_and_read(session: ClientSession, corpus: Path) -> None:
     assert top["document_id"] == derive_document_id(source_system=source, source_id="notes/plain.txt")
     assert CORPUS["notes/plain.txt"][top["start_char"] : top["end_char"]] == top["content"]
     assert top["content"] in top["context"] and top["context_in"] is None
+    hits = {hit["chunk_id"]: hit for hit in found["hits"]}
+    passages = found["passages"]
+    assert passages and passages[0]["chunk_id"] == top["chunk_id"]
+    for passage in passages:  # stretches of the hits, at exact document offsets, best first
+        hit = hits[passage["chunk_id"]]
+        at, end = passage["start_char"] - hit["start_char"], passage["end_char"] - hit["start_char"]
+        assert 0 <= at < end <= len(hit["content"]) and hit["content"][at:end] == passage["text"]
+    assert [p["score"] for p in passages] == sorted((p["score"] for p in passages), reverse=True)
 
     chunk = _data(await session.call_tool("get_chunk", {"chunk_id": top["chunk_id"]}))
     assert (chunk["content"], chunk["start_char"], chunk["end_char"]) == (

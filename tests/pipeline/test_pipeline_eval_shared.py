@@ -16,17 +16,15 @@ from typer.testing import CliRunner
 
 from unichunk import Pipeline
 from unichunk.deployments.cli.main import app
-from unichunk.sinks.config import SinkSettings
 
 # benchmarks/README.md, strict metric, hybrid with the fusion measured for issue 27 on segment vectors (min-max,
 # keywords 0.4, vectors 0.6; BM25 k1 1.2: `benchmarks.ranker_tuning`), the top 3 hits' passages poured first
 # (`benchmarks.passage_tuning`), `auto (markdown 176/88, fitted)`, vectors composed from segments
-# (`model_input=segments`, "Overlapping chunks read once"): recall at each budget, all 276 questions, with MiniLM
-# in fp32. In bfloat16 (`auto`'s backend on a CPU with bf16 instructions) the figures without passages were
-# 0.4 points lower at 1,000 characters and level elsewhere; with passages they are not measured (no bf16 CPU
-# was at hand), so there they are held to a point.
+# (`model_input=segments`, "Overlapping chunks read once"): recall at each budget, all 276 questions. MiniLM in
+# fp32 gave these; in bfloat16 (`auto`'s backend on a CPU with bf16 instructions) the same steps gave 76.21 /
+# 86.39 / 94.04 (2026-11-28), so both backends are held to half a point.
 BENCHMARK_AUTO_HYBRID = {"1000": 0.762, "2000": 0.864, "4000": 0.940}
-TOLERANCE = {"torch": 0.005, "torch-bf16": 0.01}
+TOLERANCE = 0.005
 
 
 def test_eval_of_the_shared_set_gives_the_benchmarks_figures(
@@ -39,7 +37,6 @@ def test_eval_of_the_shared_set_gives_the_benchmarks_figures(
     assert report["unlocated"] == []
     overall = report["overall"]["live"]
     assert overall["questions"] == overall["scored"] == 276
-    tolerance = TOLERANCE[SinkSettings().minilm_backend()]
     measured = {budget: overall["chars"][budget]["recall"] for budget in BENCHMARK_AUTO_HYBRID}
     for budget, expected in BENCHMARK_AUTO_HYBRID.items():
-        assert abs(measured[budget] - expected) <= tolerance, (budget, measured)
+        assert abs(measured[budget] - expected) <= TOLERANCE, (budget, measured)
