@@ -15,6 +15,9 @@
 4. The **report** half, never read by step 3: no passages, the choice, and each candidate for the record,
    with the choice paired question by question against no passages (bootstrap CI, sign test).
 5. What passages cost: `search()` on every question without and with them, interleaved (p50, p90).
+6. What a generator reads: `search()`'s `result.context` as shipped (k 5, neighbours ±1) at the token budgets
+   of those characters (cl100k on the located documents, as `unichunk eval` converts them), assembled from
+   the hits alone and with the passages admitted first; both halves, paired on the report half.
 """
 
 from __future__ import annotations
@@ -30,12 +33,13 @@ import numpy as np
 
 from benchmarks import evaldata
 from unichunk import Pipeline
+from unichunk.chunking.tokenizer import TokenCounter
 from unichunk.index.generations import reading_settings
 from unichunk.index.status import StatusStore
-from unichunk.retrieval.evaluation.metric import BUDGETS, budget_grid
+from unichunk.retrieval.evaluation.metric import BUDGETS, budget_grid, spans_scores, token_budgets
 from unichunk.retrieval.evaluation.paired import paired_bootstrap
 from unichunk.retrieval.evaluation.questions import load_questions, split_halves
-from unichunk.retrieval.evaluation.references import Documents, locate
+from unichunk.retrieval.evaluation.references import Documents, Located, locate
 from unichunk.retrieval.evaluation.run import DEPTH
 from unichunk.retrieval.passages import LEXICAL_WEIGHT, PASSAGE_HITS, rank_passages
 from unichunk.retrieval.ranking import RetrievalSettings, retrieve
@@ -76,7 +80,8 @@ def choose(tuned: Mapping[Candidate, np.ndarray]) -> Candidate:
 def run(pipeline: Pipeline, questions_file: Path) -> None:
     pinned = reading_settings(pipeline.settings)
     questions = load_questions(questions_file)
-    located, _ = locate(questions, Documents(StatusStore.of(pinned, readonly=True).rows()))
+    documents = Documents(StatusStore.of(pinned, readonly=True).rows())
+    located, _ = locate(questions, documents)
     tune, report = ({q.id for q in half} for half in split_halves(questions))
     readers = open_readers(pinned, RANKING_SINKS)
     scorer = readers.keywords if isinstance(readers.keywords, TextScorer) else None
@@ -120,6 +125,45 @@ def run(pipeline: Pipeline, questions_file: Path) -> None:
     for c in candidates:
         print(f"  {_name(c):28} {_figures(held[c])}")
     print(_latency(readers, [q.question.text for q, _ in ranked]))
+    scored = [q for q, _ in ranked]
+    texts = [t for d in {d for q in scored for d in q.spans} if (t := documents.text(d)) is not None]
+    counter = TokenCounter()
+    chars_per_token = sum(map(len, texts)) / max(1, sum(counter.count(t) for t in texts))
+    _contexts(readers, scored, token_budgets(BUDGETS, chars_per_token), tune, report)
+
+
+def _contexts(
+    readers: Readers, located: Sequence[Located], budgets: Sequence[int], tune: set[str], report: set[str]
+) -> None:
+    """Step 6: recall of `result.context` (the document characters from each span's start to its end) at
+    each token budget, without and with the passages admitted first, per half; the difference paired by
+    question on the report half."""
+    rows: dict[bool, dict[str, list[list[float]]]] = {False: {}, True: {}}
+    for q in located:
+        half = "tune" if q.question.id in tune else "report" if q.question.id in report else ""
+        for passages in (False, True):
+            row = []
+            for budget in budgets:
+                found = search(
+                    readers, q.question.text, 5, SearchOptions(budget=budget, graph=False, passages=passages)
+                )
+                taken: dict[str, list[tuple[int, int]]] = {}
+                for span in found.context.spans if found.context else ():
+                    taken.setdefault(span.document_id, []).append((span.start_char, span.end_char))
+                row.append(spans_scores(q.spans, taken)[0])
+            rows[passages].setdefault(half, []).append(row)
+    print(
+        f"\nwhat a generator reads: result.context (k 5, neighbours ±1), recall (%) at "
+        f"{' / '.join(map(str, budgets))} tokens ({' / '.join(map(str, BUDGETS))} characters), mean"
+    )
+    for half in ("tune", "report"):
+        alone, first = (np.asarray(rows[flag].get(half, [])) for flag in (False, True))
+        print(f"  {half} half: hits alone {_figures(alone)}; passages first {_figures(first)}")
+    alone, first = (np.asarray(rows[flag].get("report", [])) for flag in (False, True))
+    for i, budget in enumerate(budgets):
+        d = paired_bootstrap(first[:, i], alone[:, i])
+        print(f"  paired on the report half, {budget} tokens: {d.mean * 100:+.1f} [{d.low * 100:+.1f}, "
+              f"{d.high * 100:+.1f}] {d.wins}/{d.losses}/{d.ties}")  # fmt: skip
 
 
 def _latency(readers: Readers, queries: Sequence[str]) -> str:

@@ -4,7 +4,10 @@ Retrieval ranks small chunks (precise); the reader gets the text around them, si
 straddles a chunk boundary. So the best hit is admitted first, then its ±`radius` neighbours (fetched by
 `chunk_index` through `ChunkSearch.chunks_at`, the following one first), then the next hit, while the rendered
 context fits the budget; the piece that would overflow is cut at a sentence boundary on its hit's side and
-admission stops there. Windows merge by offsets, not IDs, so no text reaches the prompt twice; spans are
+admission stops there. Given the search's passages (`unichunk.retrieval.passages`), those are admitted
+first, best first: a budget that holds a chunk or two then gets the top hits' best stretches rather than the
+first hit's weaker half and its neighbour (benchmarks/README.md, "Passages"); a budget that holds the hits
+gets the same text either way. Windows merge by offsets, not IDs, so no text reaches the prompt twice; spans are
 ordered by document then position under a `[Source: ..., Section: ...]` header counted in the budget.
 docs/design.md ("The query side") has each step. Nothing here writes.
 """
@@ -18,6 +21,7 @@ from typing import Literal
 from unichunk.chunking.sentences import sentence_spans
 from unichunk.chunking.tokenizer import TokenCounter
 from unichunk.retrieval.fusion import Hit
+from unichunk.retrieval.passages import Passage
 from unichunk.sinks.base import ChunkSearch, SearchFilter, StoredChunk
 
 DEFAULT_BUDGET = 8000  # tokens of assembled context, when the caller names no budget
@@ -123,6 +127,25 @@ def pieces_for_hits(
     return small_to_big(ranked, around, radius)
 
 
+def passage_pieces(passages: Sequence[Passage], hits: Sequence[Hit]) -> list[Piece]:
+    """`passages` as pieces of the hits they are stretches of, each with its hit's rank and score (so spans
+    order and drop as their hits would); a passage of no given hit is left out."""
+    ranked: dict[str, tuple[int, Hit]] = {}
+    for rank, hit in enumerate(hits, start=1):
+        ranked.setdefault(hit.chunk_id, (rank, hit))
+    pieces = []
+    for p in passages:
+        if p.chunk_id not in ranked:
+            continue
+        rank, hit = ranked[p.chunk_id]
+        piece = Piece(
+            p.chunk_id, p.document_id, hit.chunk_index, p.start_char, p.end_char, p.text,
+            tuple(hit.heading_chain), rank=rank, score=hit.score,
+        )  # fmt: skip
+        pieces.append(piece)
+    return pieces
+
+
 def small_to_big(
     ranked: Sequence[Piece], around: Mapping[tuple[str, int], Piece], radius: int
 ) -> list[Piece]:
@@ -147,7 +170,9 @@ def small_to_big(
 
 
 def merge_pieces(pieces: Sequence[Piece]) -> list[ContextSpan]:
-    """Merge each document's pieces that overlap, touch or are consecutive chunks into spans.
+    """Merge each document's pieces that overlap, touch or are consecutive chunks into spans, with a
+    `CHUNK_BOUNDARY` where the text passes from one stored chunk to another (two stretches of one chunk, a
+    passage and the rest of its hit, join without one).
 
     Returned ordered by document (best-ranked document first), then by position; a span holding no hit
     is left out.
@@ -155,6 +180,7 @@ def merge_pieces(pieces: Sequence[Piece]) -> list[ContextSpan]:
     spans: list[ContextSpan] = []
     current: ContextSpan | None = None
     last_index = -2
+    ends_with = ""  # the chunk the current span's text ends in
     for p in sorted(pieces, key=lambda p: (p.document_id, p.start_char, p.end_char, p.chunk_index)):
         joins = (
             current is not None
@@ -167,17 +193,21 @@ def merge_pieces(pieces: Sequence[Piece]) -> list[ContextSpan]:
                 p.heading_chain, segments=[(0, p.start_char, p.end_char)],
             )  # fmt: skip
             spans.append(current)
-            last_index = p.chunk_index
+            last_index, ends_with = p.chunk_index, p.chunk_id
         else:
             if p.chunk_id not in current.chunk_ids:
                 current.chunk_ids.append(p.chunk_id)
             last_index = max(last_index, p.chunk_index)
             if p.end_char > current.end_char:
                 doc_from = max(p.start_char, current.end_char)
-                current.text += CHUNK_BOUNDARY
-                current.segments.append((len(current.text), doc_from, p.end_char))
+                if p.chunk_id == ends_with:  # the same chunk goes on: its last segment grows
+                    at, start, _ = current.segments[-1]
+                    current.segments[-1] = (at, start, p.end_char)
+                else:
+                    current.text += CHUNK_BOUNDARY
+                    current.segments.append((len(current.text), doc_from, p.end_char))
                 current.text += p.content[doc_from - p.start_char :]
-                current.end_char = p.end_char
+                current.end_char, ends_with = p.end_char, p.chunk_id
         if p.rank is not None:
             if not current.hit_chunk_ids:
                 current.hit_offset = current.text_offset(p.start_char)
@@ -249,18 +279,20 @@ def assemble_context(
     hits: Sequence[Hit],
     store: ChunkSearch | None = None,
     *,
+    passages: Sequence[Passage] = (),
     titles: Mapping[str, str] | None = None,
     radius: int = 1,
     budget: int = DEFAULT_BUDGET,
     counter: TokenCounter | None = None,
     filter: SearchFilter | None = None,
 ) -> AssembledContext:
-    """Admit `hits` (best first) and their ±`radius` neighbours small-to-big into at most `budget` tokens;
-    neighbours only those `filter` admits (`pieces_for_hits`)."""
+    """Admit `passages` (best first; stretches of `hits`), then `hits` (best first) and their ±`radius`
+    neighbours small-to-big, into at most `budget` tokens; neighbours only those `filter` admits
+    (`pieces_for_hits`). A span holding only part of one of its chunks is marked `truncated`."""
     counter = counter or TokenCounter()
     admitted = _Admitted(titles or {}, counter)
-    cut_ids: set[str] = set()
-    for piece in pieces_for_hits(hits, store, radius, filter):
+    whole = pieces_for_hits(hits, store, radius, filter)
+    for piece in [*passage_pieces(passages, hits), *whole]:
         if admitted.covers(piece):  # costs nothing; a hit still counts as found (and not dropped)
             if piece.rank is not None:
                 admitted.pieces.append(piece)
@@ -271,11 +303,11 @@ def assemble_context(
         fitted = _cut(piece, "tail" if piece.before_hit else "head", admitted, budget)
         if fitted is not None:
             admitted.pieces.append(fitted)
-            cut_ids.add(fitted.chunk_id)
         break
+    extent = {p.chunk_id: (p.start_char, p.end_char) for p in whole}
     spans = admitted.spans(admitted.pieces)
     for s in spans:
-        s.truncated = any(chunk_id in cut_ids for chunk_id in s.chunk_ids)
+        s.truncated = any(extent[c][0] < s.start_char or s.end_char < extent[c][1] for c in s.chunk_ids)
     text = SEPARATOR.join(s.render() for s in spans)
     tokens = counter.count(text)
     while tokens > budget and spans:  # BPE merges across a join can add a token or two; never exceed

@@ -57,7 +57,10 @@ class ContextSpanResult(BaseModel):
     heading_chain: list[str]
     chunk_ids: list[str] = Field(description="Every chunk the span was merged from, hits and neighbours.")
     hit_chunk_ids: list[str] = Field(description="The retrieved chunks among them.")
-    truncated: bool = Field(description="Cut at a sentence end to fit the token budget.")
+    truncated: bool = Field(
+        description="Holds only part of one of its chunks, to fit the token budget: cut at a sentence end, or "
+        "only a hit's best passage."
+    )
     text: str
 
 

@@ -1,8 +1,8 @@
 """`search()`: the one read path. The CLI, the HTTP API and the quality benchmark all call it.
 
 Steps: rank (`unichunk.retrieval.ranking`: BM25, vectors, the graph's entities, or fused), rank the top
-hits' passages (`unichunk.retrieval.passages`), assemble the context (`unichunk.retrieval.context`:
-neighbours, merge by offsets, token budget), add what the graph learnt from the hits
+hits' passages (`unichunk.retrieval.passages`), assemble the context (`unichunk.retrieval.context`: the
+passages first, then the hits and their neighbours, merged by offsets, within a token budget), add what the graph learnt from the hits
 (`unichunk.retrieval.graph_context`). `SearchOptions.filter` (a document filter, a reader's labels) goes
 into every store read of every step: ranking, neighbours, records, graph. Nothing here writes to a store.
 """
@@ -33,9 +33,9 @@ from unichunk.sinks.base import GraphContext, SearchFilter, StoredChunk, TextSco
 
 @dataclass(frozen=True)
 class SearchOptions:
-    """How to search: ranking (mode, routing, candidates per retriever), the top hits' passages, context
-    (assembled or not, neighbour expansion, token budget), graph context, and a filter on stored fields
-    (`document_id`, `labels`) every step reads under."""
+    """How to search: ranking (mode, routing, candidates per retriever), the top hits' passages (also the
+    first thing the context admits), context (assembled or not, neighbour expansion, token budget), graph
+    context, and a filter on stored fields (`document_id`, `labels`) every step reads under."""
 
     mode: Mode = "hybrid"
     route_threshold: float | None = None
@@ -72,6 +72,7 @@ def search(readers: Readers, query: str, k: int = 5, options: SearchOptions | No
         context = assemble_context(
             found.hits,
             readers.neighbour_store(),
+            passages=passages,
             titles=titles,
             radius=1 if options.expand else 0,
             budget=options.budget,

@@ -37,3 +37,6 @@ def test_a_whole_run_tunes_on_one_half_and_reports_the_other(pipeline_env: Path,
     means = [float(line.rsplit("(", 1)[1].rstrip(")").split(")")[0]) for line in rows]
     assert means == sorted(means, reverse=True)  # best first
     assert "search() over 8 questions, interleaved: p50 " in out and " ms with (p90 " in out
+    context = out.split("\nwhat a generator reads: result.context (k 5, neighbours ±1), recall (%) at ")[1]
+    assert " tokens (1000 / 2000 / 4000 characters), mean\n  tune half: hits alone " in context
+    assert "\n  report half: hits alone " in context and context.count("paired on the report half, ") == 3

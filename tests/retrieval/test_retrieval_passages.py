@@ -15,6 +15,8 @@ from unichunk.chunking.config import ChunkStrategy
 from unichunk.chunking.models import Chunk, Document
 from unichunk.chunking.segments import between_sentences
 from unichunk.chunking.service import ChunkingService
+from unichunk.chunking.tokenizer import TokenCounter
+from unichunk.retrieval.context import CHUNK_BOUNDARY, assemble_context
 from unichunk.retrieval.fusion import Hit, rrf_fuse
 from unichunk.retrieval.passages import rank_passages
 from unichunk.sinks.base import ScoredChunk
@@ -156,3 +158,42 @@ def test_score_texts_scores_a_chunk_as_the_index_scores_it(windows) -> None:
     assert store.score_texts(query, ["nothing of the kind here", ""]) == [0.0, 0.0]
     assert store.score_texts("", texts) == [0.0] * len(texts)
     assert store.score_texts(query, []) == []
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), query=st.text(max_size=80), budget=st.integers(1, 600))
+def test_passages_change_the_context_only_where_the_budget_binds(windows, raw_windows, data, query, budget):
+    text, chunks, store = data.draw(st.sampled_from([windows, raw_windows]))
+    order = data.draw(st.permutations(range(len(chunks))))
+    hits = _hits([chunks[i] for i in order])[: data.draw(st.integers(1, 6))]
+    passages = rank_passages(query, hits, store, store)
+    roomy = assemble_context(hits, store, budget=100_000)
+    assert assemble_context(hits, store, passages=passages, budget=100_000) == roomy  # the same text, spans
+    tight = assemble_context(hits, store, passages=passages, budget=budget)
+    assert tight.tokens <= budget
+    for span in tight.spans:  # exact document text between the markers, each span inside a roomy one
+        assert [text[a:b] for _, a, b in span.segments] == span.text.split(CHUNK_BOUNDARY)
+        assert any(r.start_char <= span.start_char and span.end_char <= r.end_char for r in roomy.spans)
+    if tight.spans:  # what is admitted first is the best passage, or the part of it that fits
+        best = passages[0]
+        assert any(s.start_char <= best.start_char < s.end_char for s in tight.spans)
+
+
+def test_a_tight_budget_gets_the_best_passage_before_the_first_hit_s_head(windows) -> None:
+    text, chunks, store = windows
+    at = text.index("quartermaster")
+    earlier = min((c for c in chunks if c.start_char <= at < c.end_char), key=lambda c: c.start_char)
+    hits = _hits([earlier, *(c for c in chunks if c != earlier)])[:5]
+    passages = rank_passages("who signed the zephyr manifest", hits, store, store)
+    best = passages[0]
+    budget = TokenCounter().count(f'[Source: "{best.document_id}", Section: "-"]\n{best.text}')
+    shipped = assemble_context(hits, store, budget=budget)
+    context = assemble_context(hits, store, passages=passages, budget=budget)
+    assert "quartermaster" in context.text and "quartermaster" not in shipped.text
+    (span,) = context.spans
+    assert (span.start_char, span.end_char, span.text) == (best.start_char, best.end_char, best.text)
+    assert (
+        span.truncated
+        and span.hit_chunk_ids == [earlier.chunk_id]
+        and context.dropped == [h.chunk_id for h in hits[1:]]
+    )
