@@ -2,8 +2,8 @@
 
 Steps: rank (`unichunk.retrieval.ranking`: BM25, vectors, the graph's entities, or fused), rank the top
 hits' passages (`unichunk.retrieval.passages`), assemble the context (`unichunk.retrieval.context`: the
-passages first, then the hits and their neighbours, merged by offsets, within a token budget), add what the graph learnt from the hits
-(`unichunk.retrieval.graph_context`). `SearchOptions.filter` (a document filter, a reader's labels) goes
+passages first, then the hits and their neighbours, merged by offsets, within a token budget), add what
+the graph learnt from the hits (`unichunk.retrieval.graph_context`). `SearchOptions.filter` (a document filter, a reader's labels) goes
 into every store read of every step: ranking, neighbours, records, graph. Nothing here writes to a store.
 """
 
